@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building and testing streampool needs on Debian 12: Meson, Ninja, pkg-config,
+# cmocka (tests) and gnuplot (the benchmark's plot). The CUDA toolkit is expected in its standard
+# location (/usr/local/cuda); nothing here downloads it.
+set -euo pipefail
+packages=(meson ninja-build pkg-config libcmocka-dev gnuplot-nox python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "streampool needs: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+if ! [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
+  echo "streampool needs the CUDA toolkit (11.2 or later) in /usr/local/cuda" >&2
+  exit 1
+fi

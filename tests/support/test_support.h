@@ -1,0 +1,148 @@
+/* Test helpers shared by the suites: a host-function gate that holds a stream until the test
+ * thread opens it, an ordering log written by host functions, and CUDA call checks. Only the
+ * CUDA runtime API is used here, so the suites run on a real GPU as well as on cudasim. */
+#ifndef SP_TEST_SUPPORT_H
+#define SP_TEST_SUPPORT_H
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+#include <cuda_runtime_api.h>
+
+#ifdef SP_CUDASIM
+#include "cudasim.h"
+#endif
+
+#define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
+
+/* A gate: a host function on a stream blocks there until gate_open() from the test thread. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool open;
+} gate;
+
+/* Gates come from a static pool, not the test's stack: a failed assertion leaves the test early,
+ * and teardown opens every gate it handed out so that it can synchronize instead of hanging. */
+static gate gate_pool[32];
+static int gate_pool_used;
+
+static inline gate *gate_new(void)
+{
+    assert_true(gate_pool_used < 32);
+    gate *g = &gate_pool[gate_pool_used++];
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->open = false;
+    return g;
+}
+
+static inline void gate_wait_fn(void *arg)
+{
+    gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static inline void gate_hold(gate *g, cudaStream_t s)
+{
+    CK(cudaLaunchHostFunc(s, gate_wait_fn, g));
+}
+
+static inline void gate_open(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Records the order in which host functions ran, across streams. */
+typedef struct {
+    atomic_int len;
+    int order[64];
+} order_log;
+
+typedef struct {
+    order_log *log;
+    int id;
+} order_mark;
+
+static inline void order_mark_fn(void *arg)
+{
+    order_mark *m = arg;
+    int i = atomic_fetch_add(&m->log->len, 1);
+    if (i < 64)
+        m->log->order[i] = m->id;
+}
+
+static inline void mark(cudaStream_t s, order_mark *m)
+{
+    CK(cudaLaunchHostFunc(s, order_mark_fn, m));
+}
+
+/* Fills n bytes of device memory with `byte` on s and checks, through pinned memory copied back
+ * on s, that every byte reads `byte` once s is done. */
+static inline bool device_bytes_are(void *dev, size_t n, unsigned char byte, cudaStream_t s)
+{
+    unsigned char *host = NULL;
+    if (cudaMallocHost((void **)&host, n) != cudaSuccess)
+        return false;
+    bool ok = cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
+              cudaStreamSynchronize(s) == cudaSuccess;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = host[i] == byte;
+    cudaFreeHost(host);
+    return ok;
+}
+
+/* Leaves the device as a fresh test expects it: idle, and on cudasim a new device. */
+static inline int reset_device(void **state)
+{
+    (void)state;
+    for (int i = 0; i < gate_pool_used; i++)
+        gate_open(&gate_pool[i]);
+    cudaDeviceSynchronize();
+    gate_pool_used = 0;
+#ifdef SP_CUDASIM
+    cudasimReset();
+#endif
+    (void)cudaGetLastError();
+    return 0;
+}
+
+static inline cudaMemPool_t new_pool(uint64_t threshold)
+{
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    cudaMemPool_t pool = NULL;
+    CK(cudaMemPoolCreate(&pool, &props));
+    uint64_t t = threshold;
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &t));
+    return pool;
+}
+
+static inline uint64_t pool_attr(cudaMemPool_t pool, enum cudaMemPoolAttr attr)
+{
+    uint64_t v = 0;
+    CK(cudaMemPoolGetAttribute(pool, attr, &v));
+    return v;
+}
+
+static inline void pool_flag(cudaMemPool_t pool, enum cudaMemPoolAttr attr, int on)
+{
+    CK(cudaMemPoolSetAttribute(pool, attr, &on));
+}
+
+#endif

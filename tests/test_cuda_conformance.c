@@ -1,0 +1,743 @@
+/* Conformance of the CUDA runtime to the rules streampool relies on (shared/CUDA-SEMANTICS.md,
+ * section B; test names carry the rule number). Written against the runtime API alone: the
+ * same file runs on cudasim and on a GPU. Asynchrony is always held by a gate that this thread
+ * opens; where a rule only lets the driver reuse memory (rather than obliging it), the test
+ * asserts only what CUDA guarantees, and the cudasim-specific expectation sits under
+ * SP_CUDASIM. */
+#include <sched.h>
+
+#include "support/test_support.h"
+
+static const size_t MiB = (size_t)1 << 20;
+
+/* Rule 1: cudaMallocAsync returns at once; the memory is usable in stream order. */
+static void rule01_malloc_async_returns_before_stream_runs(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    gate_hold(g, s);
+    void *p = NULL;
+    CK(cudaMallocAsync(&p, 4096, s));
+    assert_non_null(p);
+    CK(cudaMemsetAsync(p, 0x5a, 4096, s));
+    assert_int_equal(cudaStreamQuery(s), cudaErrorNotReady); /* nothing has run yet */
+    gate_open(g);
+    assert_true(device_bytes_are(p, 4096, 0x5a, s));
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+}
+
+/* Rule 2: another stream may use the allocation after an event wait. */
+static void rule02_use_from_other_stream_after_event_wait(void **state)
+{
+    (void)state;
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    gate_hold(g, a);
+    void *p;
+    CK(cudaMallocAsync(&p, MiB, a));
+    CK(cudaMemsetAsync(p, 0x11, MiB, a));
+    CK(cudaEventRecord(e, a));
+    CK(cudaStreamWaitEvent(b, e, 0));
+    CK(cudaMemsetAsync(p, 0x22, MiB / 2, b)); /* must land after a's memset */
+    gate_open(g);
+    CK(cudaStreamSynchronize(b));
+    assert_true(device_bytes_are(p, MiB / 2, 0x22, b));
+    assert_true(device_bytes_are((char *)p + MiB / 2, MiB / 2, 0x11, b));
+    CK(cudaFreeAsync(p, b));
+    CK(cudaStreamSynchronize(b));
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+}
+
+/* Rule 3: the free may be on another stream ordered after every use. */
+static void rule03_free_on_other_stream_after_use(void **state)
+{
+    (void)state;
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    void *p;
+    CK(cudaMallocAsync(&p, 8192, a));
+    gate_hold(g, a);
+    CK(cudaMemsetAsync(p, 0x33, 8192, a));
+    CK(cudaEventRecord(e, a));
+    CK(cudaStreamWaitEvent(b, e, 0));
+    CK(cudaFreeAsync(p, b));
+    assert_int_equal(cudaStreamQuery(b), cudaErrorNotReady); /* b waits for a */
+    gate_open(g);
+    CK(cudaStreamSynchronize(b));
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+}
+
+/* Rule 4: cudaMalloc of 0 gives NULL; cudaFree(NULL) is a no-op; cudaFree of a stream-ordered
+ * pointer returns without synchronizing (a held stream is still held afterwards). */
+static void rule04_zero_sizes_and_cudafree_of_async_memory(void **state)
+{
+    (void)state;
+    void *p = (void *)0x1;
+    CK(cudaMalloc(&p, 0));
+    assert_null(p);
+    CK(cudaFree(NULL));
+    cudaStream_t s;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *q;
+    CK(cudaMallocAsync(&q, 4096, s));
+    CK(cudaStreamSynchronize(s));
+    gate_hold(g, s);
+    CK(cudaFree(q)); /* would never return if it synchronized the device */
+    assert_int_equal(cudaStreamQuery(s), cudaErrorNotReady);
+    gate_open(g);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+}
+
+/* Rule 5: out of memory is cudaErrorMemoryAllocation, the output is untouched, not sticky. */
+static void rule05_out_of_memory_leaves_output_and_is_not_sticky(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    void *p = (void *)0x1234;
+    assert_int_equal(cudaMallocAsync(&p, SIZE_MAX / 2, s), cudaErrorMemoryAllocation);
+    assert_ptr_equal(p, (void *)0x1234);
+    assert_int_equal(cudaGetLastError(), cudaErrorMemoryAllocation);
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+    assert_int_equal(cudaMalloc(&p, SIZE_MAX / 2), cudaErrorMemoryAllocation);
+    assert_ptr_equal(p, (void *)0x1234);
+    CK(cudaMallocAsync(&p, 4096, s));
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    (void)cudaGetLastError();
+}
+
+/* Rule 7: a default pool per device; explicit pools; destroy returns with allocations out. */
+static void rule07_default_and_explicit_pools(void **state)
+{
+    (void)state;
+    cudaMemPool_t def = NULL, cur = NULL;
+    CK(cudaDeviceGetDefaultMemPool(&def, 0));
+    CK(cudaDeviceGetMemPool(&cur, 0));
+    assert_non_null(def);
+    assert_ptr_equal(def, cur);
+    cudaMemPool_t pool = new_pool(0);
+    assert_ptr_not_equal(pool, def);
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    void *p;
+    CK(cudaMallocFromPoolAsync(&p, 3 * MiB, pool, s));
+    CK(cudaMemsetAsync(p, 1, 3 * MiB, s));
+    CK(cudaMemPoolDestroy(pool)); /* outstanding allocation: still returns at once */
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaDeviceSetMemPool(0, def));
+    CK(cudaStreamDestroy(s));
+    struct cudaMemPoolProps bad;
+    memset(&bad, 0, sizeof bad);
+    cudaMemPool_t none = NULL;
+    assert_int_equal(cudaMemPoolCreate(&none, &bad), cudaErrorInvalidValue); /* allocType 0 */
+    (void)cudaGetLastError();
+}
+
+/* Rule 8: attribute defaults, reserved >= used, and high watermarks reset only to current. */
+static void rule08_pool_attributes(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = new_pool(0);
+    int flag = -1;
+    CK(cudaMemPoolGetAttribute(pool, cudaMemPoolReuseFollowEventDependencies, &flag));
+    assert_int_equal(flag, 1);
+    CK(cudaMemPoolGetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &flag));
+    assert_int_equal(flag, 1);
+    CK(cudaMemPoolGetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &flag));
+    assert_int_equal(flag, 1);
+    cudaMemPool_t def;
+    CK(cudaDeviceGetDefaultMemPool(&def, 0));
+    assert_int_equal(pool_attr(def, cudaMemPoolAttrReleaseThreshold), 0);
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    void *p;
+    CK(cudaMallocFromPoolAsync(&p, 12, pool, s));
+    uint64_t used = pool_attr(pool, cudaMemPoolAttrUsedMemCurrent);
+    uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+    assert_true(used >= 12);
+    assert_true(reserved >= used);
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamSynchronize(s));
+    assert_true(pool_attr(pool, cudaMemPoolAttrUsedMemHigh) >= used);
+    uint64_t v = 1;
+    assert_int_equal(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &v),
+                     cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    v = 0;
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &v));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrUsedMemHigh),
+                     pool_attr(pool, cudaMemPoolAttrUsedMemCurrent));
+    assert_int_equal(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v),
+                     cudaErrorInvalidValue); /* read-only */
+    (void)cudaGetLastError();
+    CK(cudaMemPoolDestroy(pool));
+    CK(cudaStreamDestroy(s));
+}
+
+/* Rules 9 and 10: a block freed on a stream is reused by that stream before new memory is
+ * reserved, even while the free has not yet run. */
+static void rule09_10_same_stream_reuse_before_new_memory(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    cudaStream_t s;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p, *q;
+    CK(cudaMallocFromPoolAsync(&p, 4 * MiB, pool, s));
+    uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+    gate_hold(g, s);
+    CK(cudaFreeAsync(p, s));
+    CK(cudaMallocFromPoolAsync(&q, 4 * MiB, pool, s));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
+#ifdef SP_CUDASIM
+    assert_ptr_equal(p, q);
+#endif
+    gate_open(g);
+    CK(cudaFreeAsync(q, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* Pool with only the named reuse policy enabled. */
+static cudaMemPool_t pool_with_policies(int follow, int opportunistic, int internal)
+{
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    pool_flag(pool, cudaMemPoolReuseFollowEventDependencies, follow);
+    pool_flag(pool, cudaMemPoolReuseAllowOpportunistic, opportunistic);
+    pool_flag(pool, cudaMemPoolReuseAllowInternalDependencies, internal);
+    return pool;
+}
+
+/* Rule 11: a pending free on stream a is never handed to stream b without an ordering; with an
+ * event wait (11a) it may be. The data a wrote before its free must survive b's writes. */
+static void rule11_pending_free_not_reused_without_ordering(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = pool_with_policies(1, 1, 1);
+    cudaStream_t a, b;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    unsigned char *host;
+    CK(cudaMallocHost((void **)&host, 4096));
+    void *p, *q;
+    CK(cudaMallocFromPoolAsync(&p, 4096, pool, a));
+    gate_hold(g, a);
+    CK(cudaMemsetAsync(p, 0xa1, 4096, a));
+    CK(cudaMemcpyAsync(host, p, 4096, cudaMemcpyDeviceToHost, a));
+    CK(cudaFreeAsync(p, a));
+    CK(cudaMallocFromPoolAsync(&q, 4096, pool, b));
+    assert_ptr_not_equal(p, q);
+    CK(cudaMemsetAsync(q, 0xb2, 4096, b));
+    gate_open(g);
+    CK(cudaStreamSynchronize(a));
+    for (int i = 0; i < 4096; i++)
+        assert_int_equal(host[i], 0xa1);
+    CK(cudaFreeAsync(q, b));
+    CK(cudaStreamSynchronize(b));
+    CK(cudaFreeHost(host));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+static void rule11a_reuse_follows_event_dependency(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = pool_with_policies(1, 0, 0);
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    void *p, *q;
+    CK(cudaMallocFromPoolAsync(&p, 4096, pool, a));
+    uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+    gate_hold(g, a);
+    CK(cudaFreeAsync(p, a));
+    CK(cudaEventRecord(e, a));
+    CK(cudaStreamWaitEvent(b, e, 0));
+    CK(cudaMallocFromPoolAsync(&q, 4096, pool, b));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
+#ifdef SP_CUDASIM
+    assert_ptr_equal(p, q);
+#endif
+    assert_int_equal(cudaStreamQuery(b), cudaErrorNotReady); /* b is behind a's gate */
+    gate_open(g);
+    CK(cudaFreeAsync(q, b));
+    CK(cudaStreamSynchronize(b));
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* 11(b): a free that has executed may be reused by another stream if opportunistic reuse is on;
+ * never if it is off and nothing else orders the streams. The host learns of completion only
+ * through cudaEventQuery here, which is not a synchronize. */
+static void rule11b_opportunistic_reuse(void **state)
+{
+    (void)state;
+    for (int opportunistic = 0; opportunistic <= 1; opportunistic++) {
+        cudaMemPool_t pool = pool_with_policies(0, opportunistic, 0);
+        cudaStream_t a, b;
+        cudaEvent_t e;
+        CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+        CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+        CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        void *p, *q;
+        CK(cudaMallocFromPoolAsync(&p, 4096, pool, a));
+        CK(cudaFreeAsync(p, a));
+        CK(cudaEventRecord(e, a));
+        cudaError_t st;
+        while ((st = cudaEventQuery(e)) == cudaErrorNotReady)
+            sched_yield();
+        CK(st);
+        CK(cudaMallocFromPoolAsync(&q, 4096, pool, b));
+#ifdef SP_CUDASIM
+        if (opportunistic)
+            assert_ptr_equal(p, q);
+        else
+            assert_ptr_not_equal(p, q);
+#endif
+        CK(cudaFreeAsync(q, b));
+        CK(cudaStreamSynchronize(b));
+        CK(cudaEventDestroy(e));
+        CK(cudaStreamDestroy(a));
+        CK(cudaStreamDestroy(b));
+        CK(cudaMemPoolDestroy(pool));
+    }
+}
+
+/* 11(c): after a host synchronize the free is reusable by any stream whatever the policies. */
+static void rule11c_reuse_after_host_synchronize(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = pool_with_policies(0, 0, 0);
+    cudaStream_t a, b;
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    void *p, *q;
+    CK(cudaMallocFromPoolAsync(&p, 4096, pool, a));
+    uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+    CK(cudaFreeAsync(p, a));
+    CK(cudaStreamSynchronize(a));
+    CK(cudaMallocFromPoolAsync(&q, 4096, pool, b));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
+#ifdef SP_CUDASIM
+    assert_ptr_equal(p, q);
+#endif
+    CK(cudaFreeAsync(q, b));
+    CK(cudaStreamSynchronize(b));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* Rule 12: with threshold 0 a synchronize releases unused memory; with UINT64_MAX it is kept. */
+static void rule12_release_threshold_at_synchronize(void **state)
+{
+    (void)state;
+    for (int keep = 0; keep <= 1; keep++) {
+        cudaMemPool_t pool = new_pool(keep ? UINT64_MAX : 0);
+        cudaStream_t s;
+        CK(cudaStreamCreate(&s));
+        void *p;
+        CK(cudaMallocFromPoolAsync(&p, 8 * MiB, pool, s));
+        uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+        assert_true(reserved >= 8 * MiB);
+        CK(cudaFreeAsync(p, s));
+        CK(cudaStreamSynchronize(s));
+        assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), keep ? reserved : 0);
+        CK(cudaStreamDestroy(s));
+        CK(cudaMemPoolDestroy(pool));
+    }
+}
+
+/* Rule 13: trim cannot release memory whose free the host has not seen complete. */
+static void rule13_trim_needs_observed_frees(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    cudaStream_t s;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p;
+    CK(cudaMallocFromPoolAsync(&p, 16 * MiB, pool, s));
+    uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+    gate_hold(g, s);
+    CK(cudaFreeAsync(p, s));
+    CK(cudaMemPoolTrimTo(pool, 0));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
+    gate_open(g);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemPoolTrimTo(pool, 0));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* Rule 14: the legacy stream waits for earlier work on blocking streams, and later work on
+ * blocking streams waits for it. */
+static void rule14_legacy_stream_synchronizes_with_blocking_streams(void **state)
+{
+    (void)state;
+    order_log log = {0};
+    order_mark m1 = {&log, 1}, m2 = {&log, 2}, m3 = {&log, 3};
+    cudaStream_t blocking;
+    gate *g1 = gate_new(), *g2 = gate_new();
+    CK(cudaStreamCreate(&blocking));
+    gate_hold(g1, blocking);
+    mark(blocking, &m1);
+    mark(0, &m2); /* legacy: after blocking's earlier work */
+    gate_open(g1);
+    CK(cudaDeviceSynchronize());
+    assert_int_equal(atomic_load(&log.len), 2);
+    assert_int_equal(log.order[0], 1);
+    assert_int_equal(log.order[1], 2);
+    gate_hold(g2, cudaStreamLegacy);
+    mark(blocking, &m3); /* blocking: after the legacy stream's earlier work */
+    assert_int_equal(cudaStreamQuery(blocking), cudaErrorNotReady);
+    gate_open(g2);
+    CK(cudaStreamSynchronize(blocking));
+    assert_int_equal(atomic_load(&log.len), 3);
+    assert_int_equal(log.order[2], 3);
+    CK(cudaStreamDestroy(blocking));
+}
+
+/* Rule 15: non-blocking streams do not synchronize with the legacy stream; the per-thread
+ * stream does. */
+static void rule15_nonblocking_and_per_thread_streams(void **state)
+{
+    (void)state;
+    cudaStream_t nb;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    gate_hold(g, nb);
+    order_log log = {0};
+    order_mark m = {&log, 7};
+    mark(cudaStreamLegacy, &m);
+    CK(cudaStreamSynchronize(cudaStreamLegacy)); /* would hang if it waited for nb */
+    assert_int_equal(atomic_load(&log.len), 1);
+    assert_int_equal(cudaStreamQuery(nb), cudaErrorNotReady);
+    gate_open(g);
+    CK(cudaStreamSynchronize(nb));
+    CK(cudaStreamDestroy(nb));
+
+    order_log log2 = {0};
+    order_mark pt = {&log2, 1}, legacy = {&log2, 2};
+    gate *g2 = gate_new();
+    gate_hold(g2, cudaStreamPerThread);
+    mark(cudaStreamPerThread, &pt);
+    mark(cudaStreamLegacy, &legacy);
+    gate_open(g2);
+    CK(cudaDeviceSynchronize());
+    assert_int_equal(atomic_load(&log2.len), 2);
+    assert_int_equal(log2.order[0], 1);
+    assert_int_equal(log2.order[1], 2);
+}
+
+/* Rule 16: destroying a stream with pending work returns at once; the work still runs. */
+static void rule16_destroy_with_pending_work(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    cudaEvent_t e;
+    gate *g = gate_new();
+    order_log log = {0};
+    order_mark m = {&log, 1};
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e));
+    gate_hold(g, s);
+    mark(s, &m);
+    CK(cudaEventRecord(e, s));
+    CK(cudaStreamDestroy(s));
+    assert_int_equal(cudaEventQuery(e), cudaErrorNotReady);
+    gate_open(g);
+    CK(cudaEventSynchronize(e));
+    assert_int_equal(atomic_load(&log.len), 1);
+    CK(cudaEventDestroy(e));
+}
+
+/* Rule 17: cudaStreamQuery says NotReady while work is pending, Success after. */
+static void rule17_stream_query(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamQuery(s));
+    gate_hold(g, s);
+    assert_int_equal(cudaStreamQuery(s), cudaErrorNotReady);
+    assert_int_equal(cudaGetLastError(), cudaSuccess); /* NotReady is not an error */
+    gate_open(g);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamQuery(s));
+    CK(cudaStreamDestroy(s));
+}
+
+/* Rule 18: a stream waits for the event's record as of the wait call; a later record of the
+ * same event (here on an idle stream) does not release it. */
+static void rule18_wait_event_captures_record_at_call_time(void **state)
+{
+    (void)state;
+    cudaStream_t a, b, c;
+    cudaEvent_t e;
+    gate *g = gate_new();
+    order_log log = {0};
+    order_mark ma = {&log, 1}, mb = {&log, 2};
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    gate_hold(g, a);
+    mark(a, &ma);
+    CK(cudaEventRecord(e, a));
+    CK(cudaStreamWaitEvent(b, e, 0));
+    mark(b, &mb);
+    CK(cudaEventRecord(e, c)); /* complete at once; b must still wait for a */
+    CK(cudaEventSynchronize(e));
+    assert_int_equal(cudaStreamQuery(b), cudaErrorNotReady);
+    gate_open(g);
+    CK(cudaStreamSynchronize(b));
+    assert_int_equal(atomic_load(&log.len), 2);
+    assert_int_equal(log.order[0], 1);
+    assert_int_equal(log.order[1], 2);
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    CK(cudaStreamDestroy(c));
+}
+
+/* Rule 19: a host function runs after all earlier work on its stream and before later work. */
+static void rule19_host_function_in_stream_order(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *d;
+    unsigned char *host;
+    CK(cudaMallocAsync(&d, 256, s));
+    CK(cudaMallocHost((void **)&host, 256));
+    memset(host, 0, 256);
+    order_log log = {0};
+    order_mark m1 = {&log, 1}, m2 = {&log, 2};
+    CK(cudaMemsetAsync(d, 0x7e, 256, s));
+    CK(cudaMemcpyAsync(host, d, 256, cudaMemcpyDeviceToHost, s));
+    mark(s, &m1);
+    mark(s, &m2);
+    CK(cudaStreamSynchronize(s));
+    assert_int_equal(host[0], 0x7e);
+    assert_int_equal(host[255], 0x7e);
+    assert_int_equal(log.order[0], 1);
+    assert_int_equal(log.order[1], 2);
+    assert_int_equal(cudaLaunchHostFunc(s, NULL, NULL), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    CK(cudaFreeAsync(d, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaFreeHost(host));
+    CK(cudaStreamDestroy(s));
+}
+
+/* Rule 20: a record captures the work enqueued before it, not after; a never-recorded event is
+ * complete. */
+static void rule20_event_record_captures_work_at_call_time(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    cudaEvent_t e, never;
+    gate *g1 = gate_new(), *g2 = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e));
+    CK(cudaEventCreate(&never));
+    CK(cudaEventQuery(never));
+    CK(cudaEventSynchronize(never));
+    gate_hold(g1, s);
+    CK(cudaEventRecord(e, s));
+    gate_hold(g2, s);
+    assert_int_equal(cudaEventQuery(e), cudaErrorNotReady);
+    gate_open(g1);
+    CK(cudaEventSynchronize(e)); /* returns although g2 still holds s */
+    assert_int_equal(cudaStreamQuery(s), cudaErrorNotReady);
+    gate_open(g2);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaEventDestroy(e));
+    CK(cudaEventDestroy(never));
+    CK(cudaStreamDestroy(s));
+}
+
+/* Rule 21: elapsed time and its errors. */
+static void rule21_event_elapsed_time(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    cudaEvent_t a, b, notiming;
+    gate *g = gate_new();
+    float ms = -1;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    CK(cudaEventCreateWithFlags(&notiming, cudaEventDisableTiming));
+    assert_int_equal(cudaEventElapsedTime(&ms, a, b), cudaErrorInvalidResourceHandle);
+    CK(cudaEventRecord(a, s));
+    gate_hold(g, s);
+    CK(cudaEventRecord(b, s));
+    assert_int_equal(cudaEventElapsedTime(&ms, a, b), cudaErrorNotReady);
+    gate_open(g);
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&ms, a, b));
+    assert_true(ms >= 0.0f);
+    CK(cudaEventRecord(notiming, s));
+    CK(cudaEventSynchronize(notiming));
+    assert_int_equal(cudaEventElapsedTime(&ms, a, notiming), cudaErrorInvalidResourceHandle);
+    (void)cudaGetLastError();
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaEventDestroy(notiming));
+    CK(cudaStreamDestroy(s));
+}
+
+/* Rule 22: cudaMalloc and cudaFree synchronize the device. A helper thread opens the gate;
+ * whenever it does, the gated work must be complete when cudaMalloc returns. */
+static void *open_gate_thread(void *arg)
+{
+    gate_open(arg);
+    return NULL;
+}
+
+static void rule22_cudamalloc_synchronizes_device(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    gate *g = gate_new();
+    order_log log = {0};
+    order_mark m = {&log, 1};
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    gate_hold(g, s);
+    mark(s, &m);
+    pthread_t opener;
+    assert_int_equal(pthread_create(&opener, NULL, open_gate_thread, g), 0);
+    void *p;
+    CK(cudaMalloc(&p, 4096));
+    assert_int_equal(atomic_load(&log.len), 1);
+    CK(cudaStreamQuery(s));
+    pthread_join(opener, NULL);
+    gate *g2 = gate_new();
+    gate_hold(g2, s);
+    mark(s, &m);
+    assert_int_equal(pthread_create(&opener, NULL, open_gate_thread, g2), 0);
+    CK(cudaFree(p));
+    assert_int_equal(atomic_load(&log.len), 2);
+    pthread_join(opener, NULL);
+    CK(cudaStreamDestroy(s));
+}
+
+/* Rule 23: the last error is per thread; Get resets it, Peek does not. */
+static void *other_thread_last_error(void *arg)
+{
+    *(cudaError_t *)arg = cudaGetLastError();
+    return NULL;
+}
+
+static void rule23_last_error(void **state)
+{
+    (void)state;
+    (void)cudaGetLastError();
+    assert_int_equal(cudaStreamCreate(NULL), cudaErrorInvalidValue);
+    assert_int_equal(cudaPeekAtLastError(), cudaErrorInvalidValue);
+    assert_int_equal(cudaPeekAtLastError(), cudaErrorInvalidValue);
+    cudaError_t other = cudaErrorUnknown;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, other_thread_last_error, &other), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(other, cudaSuccess);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+    assert_string_equal(cudaGetErrorName(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation");
+    assert_string_equal(cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory");
+    int v = 0;
+    CK(cudaRuntimeGetVersion(&v));
+    assert_true(v >= 11020);
+    CK(cudaDriverGetVersion(&v));
+    assert_true(v >= 11020);
+    CK(cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, 0));
+    assert_int_equal(v, 1);
+    assert_int_equal(cudaSetDevice(9999), cudaErrorInvalidDevice);
+    (void)cudaGetLastError();
+}
+
+/* Handles: a destroyed event is rejected, not used. */
+static void bad_handles_are_rejected(void **state)
+{
+    (void)state;
+    cudaEvent_t e;
+    CK(cudaEventCreate(&e));
+    CK(cudaEventDestroy(e));
+    assert_int_equal(cudaStreamCreateWithFlags(&(cudaStream_t){0}, 0x80), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemsetAsync(NULL, 0, 0, 0), cudaSuccess);
+    assert_int_equal(cudaFreeAsync((void *)0x10, 0), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpyAsync(NULL, NULL, 16, cudaMemcpyHostToHost, 0),
+                     cudaErrorInvalidValue);
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
+    CK(cudaStreamIsCapturing(0, &cs));
+    assert_int_equal(cs, cudaStreamCaptureStatusNone);
+    (void)cudaGetLastError();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
+        T(rule01_malloc_async_returns_before_stream_runs),
+        T(rule02_use_from_other_stream_after_event_wait),
+        T(rule03_free_on_other_stream_after_use),
+        T(rule04_zero_sizes_and_cudafree_of_async_memory),
+        T(rule05_out_of_memory_leaves_output_and_is_not_sticky),
+        T(rule07_default_and_explicit_pools),
+        T(rule08_pool_attributes),
+        T(rule09_10_same_stream_reuse_before_new_memory),
+        T(rule11_pending_free_not_reused_without_ordering),
+        T(rule11a_reuse_follows_event_dependency),
+        T(rule11b_opportunistic_reuse),
+        T(rule11c_reuse_after_host_synchronize),
+        T(rule12_release_threshold_at_synchronize),
+        T(rule13_trim_needs_observed_frees),
+        T(rule14_legacy_stream_synchronizes_with_blocking_streams),
+        T(rule15_nonblocking_and_per_thread_streams),
+        T(rule16_destroy_with_pending_work),
+        T(rule17_stream_query),
+        T(rule18_wait_event_captures_record_at_call_time),
+        T(rule19_host_function_in_stream_order),
+        T(rule20_event_record_captures_work_at_call_time),
+        T(rule21_event_elapsed_time),
+        T(rule22_cudamalloc_synchronizes_device),
+        T(rule23_last_error),
+        T(bad_handles_are_rejected),
+#undef T
+    };
+    return cmocka_run_group_tests_name("cuda_conformance", tests, NULL, NULL);
+}

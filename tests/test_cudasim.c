@@ -1,0 +1,351 @@
+/* Emulator-only tests: what needs cudasim's extension API (capacity, fault injection, call
+ * counters, reset) or a behaviour a real GPU cannot be driven into safely (a device fault). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "support/test_support.h"
+
+static const size_t MiB = (size_t)1 << 20;
+
+static void capacity_limits_allocation_and_mem_get_info(void **state)
+{
+    (void)state;
+    CK(cudasimSetDeviceMemory(0, 64 * MiB));
+    size_t free_b = 0, total = 0;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(total, 64 * MiB);
+    assert_int_equal(free_b, 64 * MiB);
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    void *p, *q = (void *)0x42;
+    CK(cudaMallocFromPoolAsync(&p, 40 * MiB, pool, s));
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, 24 * MiB);
+    assert_int_equal(cudaMallocFromPoolAsync(&q, 30 * MiB, pool, s), cudaErrorMemoryAllocation);
+    assert_ptr_equal(q, (void *)0x42);
+    assert_int_equal(cudaMalloc(&q, 30 * MiB), cudaErrorMemoryAllocation);
+    (void)cudaGetLastError();
+    CK(cudaMallocFromPoolAsync(&q, 20 * MiB, pool, s)); /* not sticky (rule 5) */
+    /* 40 MiB reserved and 20 MiB more: the device cannot shrink below what it holds */
+    assert_int_equal(cudasimSetDeviceMemory(0, 32 * MiB), cudaErrorNotPermitted);
+    CK(cudaFreeAsync(p, s));
+    CK(cudaFreeAsync(q, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemPoolTrimTo(pool, 0));
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, 64 * MiB);
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* Rule 8 in exact figures: 512-byte rounding, 2 MiB chunks, high watermarks. */
+static void pool_accounting_is_exact(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    void *p, *q;
+    CK(cudaMallocFromPoolAsync(&p, 12, pool, s));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent), 512);
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 2 * MiB);
+    CK(cudaMallocFromPoolAsync(&q, 3 * MiB, pool, s));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent), 512 + 3 * MiB);
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 6 * MiB);
+    CK(cudaFreeAsync(q, s));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent), 512);
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrUsedMemHigh), 512 + 3 * MiB);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemPoolTrimTo(pool, 0)); /* the 4 MiB chunk is free; the first is in use */
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 2 * MiB);
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemHigh), 6 * MiB);
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* 11(d): when the device is full, a pending free on another stream is reused only with internal
+ * dependencies on, and the allocating stream then really waits for the free. Rule 6: without it,
+ * the allocation fails; after a synchronize it succeeds. */
+static void rule11d_internal_dependency_when_device_full(void **state)
+{
+    (void)state;
+    for (int internal = 0; internal <= 1; internal++) {
+        CK(cudasimSetDeviceMemory(0, 4 * MiB));
+        cudaMemPool_t pool = new_pool(UINT64_MAX);
+        pool_flag(pool, cudaMemPoolReuseAllowOpportunistic, 0);
+        pool_flag(pool, cudaMemPoolReuseAllowInternalDependencies, internal);
+        cudaStream_t a, b;
+        gate *g = gate_new();
+        CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+        CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+        void *p, *q = NULL, *fill;
+        CK(cudaMallocFromPoolAsync(&p, 2 * MiB, pool, a));
+        CK(cudaMallocFromPoolAsync(&fill, 2 * MiB, pool, a));
+        gate_hold(g, a);
+        CK(cudaFreeAsync(p, a));
+        cudaError_t err = cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b);
+        if (internal) {
+            CK(err);
+            assert_ptr_equal(q, p);
+            order_log log = {0};
+            order_mark m = {&log, 1};
+            mark(b, &m);
+            assert_int_equal(cudaStreamQuery(b), cudaErrorNotReady); /* b waits for a's free */
+            gate_open(g);
+            CK(cudaStreamSynchronize(b));
+            assert_int_equal(atomic_load(&log.len), 1);
+            CK(cudaFreeAsync(q, b));
+        } else {
+            assert_int_equal(err, cudaErrorMemoryAllocation);
+            (void)cudaGetLastError();
+            gate_open(g);
+            CK(cudaStreamSynchronize(a)); /* 11(c): now any stream may have it */
+            CK(cudaMallocFromPoolAsync(&q, 2 * MiB, pool, b));
+            assert_ptr_equal(q, p);
+            CK(cudaFreeAsync(q, b));
+        }
+        CK(cudaFreeAsync(fill, a));
+        CK(cudaDeviceSynchronize());
+        CK(cudaStreamDestroy(a));
+        CK(cudaStreamDestroy(b));
+        CK(cudaMemPoolDestroy(pool));
+        cudasimReset();
+    }
+}
+
+/* A ranged free on two streams is never merged into one block reusable by either. */
+static void frees_on_two_streams_do_not_merge(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    pool_flag(pool, cudaMemPoolReuseAllowOpportunistic, 0);
+    pool_flag(pool, cudaMemPoolReuseAllowInternalDependencies, 0);
+    cudaStream_t a, b;
+    gate *ga = gate_new(), *gb = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    void *p, *q, *r;
+    CK(cudaMallocFromPoolAsync(&p, 1 * MiB, pool, a));
+    CK(cudaMallocFromPoolAsync(&q, 1 * MiB, pool, a));
+    CK(cudaStreamSynchronize(a));
+    assert_ptr_equal((char *)p + MiB, q);
+    gate_hold(ga, a);
+    gate_hold(gb, b);
+    CK(cudaFreeAsync(p, a));
+    CK(cudaFreeAsync(q, b));
+    CK(cudaMallocFromPoolAsync(&r, 2 * MiB, pool, a));
+    assert_ptr_not_equal(r, p); /* would span b's pending free */
+    gate_open(ga);
+    gate_open(gb);
+    CK(cudaFreeAsync(r, a));
+    CK(cudaDeviceSynchronize());
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+static void illegal_address_is_sticky_and_reported_at_execution(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p;
+    CK(cudaMallocAsync(&p, 4096, s));
+    gate_hold(g, s);
+    CK(cudaMemsetAsync((char *)p + 4000, 0, 4096, s)); /* runs past the allocation */
+    char not_device[16];
+    CK(cudaMemcpyAsync(not_device, (void *)0x1000, 16, cudaMemcpyDeviceToHost, s));
+    gate_open(g);
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+    assert_int_equal(cudaGetLastError(), cudaErrorIllegalAddress);
+    assert_int_equal(cudaGetLastError(), cudaErrorIllegalAddress); /* sticky */
+    void *q;
+    assert_int_equal(cudaMallocAsync(&q, 16, s), cudaErrorIllegalAddress);
+    cudasimReset();
+    CK(cudaGetLastError());
+    CK(cudaMallocAsync(&q, 16, 0));
+    CK(cudaFreeAsync(q, 0));
+}
+
+static void fault_injection_nth_and_persistent(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    CK(cudasimInjectFault("cudaMallocAsync", 2, cudaErrorMemoryAllocation, 0));
+    void *p = NULL, *q = (void *)0x99;
+    CK(cudaMallocAsync(&p, 64, s));
+    assert_int_equal(cudaMallocAsync(&q, 64, s), cudaErrorMemoryAllocation);
+    assert_ptr_equal(q, (void *)0x99);
+    CK(cudaMallocAsync(&q, 64, s)); /* once only */
+    CK(cudaFreeAsync(q, s));
+    CK(cudasimInjectFault("cudaStreamSynchronize", 1, cudaErrorLaunchFailure, 1));
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorLaunchFailure);
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorLaunchFailure);
+    cudasimClearFaults();
+    CK(cudaStreamSynchronize(s));
+    assert_int_equal(cudasimInjectFault("cudaNoSuchCall", 1, cudaErrorUnknown, 0),
+                     cudaErrorInvalidValue);
+    /* rate mode: deterministic for a seed */
+    int failures[2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+        CK(cudasimInjectFaultRate("cudaEventQuery", 250000, cudaErrorUnknown, 7));
+        cudaEvent_t e;
+        CK(cudaEventCreate(&e));
+        for (int i = 0; i < 400; i++)
+            failures[round] += cudaEventQuery(e) == cudaErrorUnknown;
+        cudasimClearFaults();
+        CK(cudaEventDestroy(e));
+    }
+    assert_int_equal(failures[0], failures[1]);
+    assert_true(failures[0] > 50 && failures[0] < 150);
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    (void)cudaGetLastError();
+}
+
+static void call_counters(void **state)
+{
+    (void)state;
+    cudasimResetCallCounts();
+    assert_int_equal(cudasimCallCount(NULL), 0);
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    void *p;
+    for (int i = 0; i < 10; i++) {
+        CK(cudaMallocAsync(&p, 256, s));
+        CK(cudaFreeAsync(p, s));
+    }
+    assert_int_equal(cudasimCallCount("cudaMallocAsync"), 10);
+    assert_int_equal(cudasimCallCount("cudaFreeAsync"), 10);
+    assert_int_equal(cudasimCallCount("cudaStreamCreate"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 21);
+    assert_int_equal(cudasimCallCount("nope"), 0);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+}
+
+typedef struct {
+    cudaError_t seen;
+} call_from_host_fn;
+
+static void host_fn_calls_cuda(void *arg)
+{
+    void *p;
+    ((call_from_host_fn *)arg)->seen = cudaMallocAsync(&p, 16, 0);
+}
+
+static void host_function_may_not_call_cuda(void **state)
+{
+    (void)state;
+    call_from_host_fn c = {cudaSuccess};
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    CK(cudaLaunchHostFunc(s, host_fn_calls_cuda, &c));
+    CK(cudaStreamSynchronize(s));
+    assert_int_equal(c.seen, cudaErrorNotPermitted);
+    CK(cudaStreamDestroy(s));
+}
+
+static void several_devices_from_environment(void **state)
+{
+    (void)state;
+    setenv("CUDASIM_DEVICE_COUNT", "3", 1);
+    setenv("CUDASIM_DEVICE_MEMORY", "256M", 1);
+    cudasimReset();
+    int n = 0;
+    CK(cudaGetDeviceCount(&n));
+    assert_int_equal(n, 3);
+    CK(cudaSetDevice(2));
+    size_t free_b, total;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(total, 256 * MiB);
+    cudaMemPool_t def2, def0;
+    CK(cudaDeviceGetDefaultMemPool(&def2, 2));
+    CK(cudaDeviceGetDefaultMemPool(&def0, 0));
+    assert_ptr_not_equal(def0, def2);
+    void *p;
+    CK(cudaMallocAsync(&p, MiB, 0)); /* from device 2's pool */
+    assert_true(pool_attr(def2, cudaMemPoolAttrUsedMemCurrent) == MiB);
+    assert_true(pool_attr(def0, cudaMemPoolAttrUsedMemCurrent) == 0);
+    CK(cudaFreeAsync(p, 0));
+    CK(cudaDeviceSynchronize());
+    unsetenv("CUDASIM_DEVICE_COUNT");
+    unsetenv("CUDASIM_DEVICE_MEMORY");
+}
+
+/* Many threads on many streams: allocate, write, verify, free. Run under ThreadSanitizer. */
+typedef struct {
+    int seed;
+    int failures;
+} stress_arg;
+
+static void *stress_thread(void *arg)
+{
+    stress_arg *a = arg;
+    cudaStream_t s[3];
+    for (int i = 0; i < 3; i++)
+        if (cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking) != cudaSuccess)
+            a->failures++;
+    unsigned x = (unsigned)a->seed;
+    for (int i = 0; i < 150; i++) {
+        x = x * 1103515245u + 12345u;
+        cudaStream_t st = s[x % 3];
+        size_t n = 256 + (x >> 8) % 100000;
+        void *p;
+        if (cudaMallocAsync(&p, n, st) != cudaSuccess) {
+            a->failures++;
+            continue;
+        }
+        unsigned char byte = (unsigned char)(x >> 24);
+        if (cudaMemsetAsync(p, byte, n, st) != cudaSuccess || !device_bytes_are(p, n, byte, st))
+            a->failures++;
+        if (cudaFreeAsync(p, st) != cudaSuccess)
+            a->failures++;
+    }
+    for (int i = 0; i < 3; i++)
+        if (cudaStreamSynchronize(s[i]) != cudaSuccess || cudaStreamDestroy(s[i]) != cudaSuccess)
+            a->failures++;
+    return NULL;
+}
+
+static void threads_on_many_streams(void **state)
+{
+    (void)state;
+    pthread_t t[4];
+    stress_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (stress_arg){.seed = i + 1};
+        assert_int_equal(pthread_create(&t[i], NULL, stress_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(args[i].failures, 0);
+    }
+    cudaMemPool_t def;
+    CK(cudaDeviceGetDefaultMemPool(&def, 0));
+    assert_int_equal(pool_attr(def, cudaMemPoolAttrUsedMemCurrent), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
+        T(capacity_limits_allocation_and_mem_get_info),
+        T(pool_accounting_is_exact),
+        T(rule11d_internal_dependency_when_device_full),
+        T(frees_on_two_streams_do_not_merge),
+        T(illegal_address_is_sticky_and_reported_at_execution),
+        T(fault_injection_nth_and_persistent),
+        T(call_counters),
+        T(host_function_may_not_call_cuda),
+        T(several_devices_from_environment),
+        T(threads_on_many_streams),
+#undef T
+    };
+    return cmocka_run_group_tests_name("cudasim", tests, NULL, NULL);
+}

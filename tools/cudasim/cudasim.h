@@ -1,0 +1,85 @@
+/* cudasim: a CPU implementation of the CUDA runtime calls streampool uses.
+ *
+ * The library exports NVIDIA's own entry points (cudaMallocAsync, cudaStreamCreate, ...),
+ * compiled against the toolkit's headers, so a program links either libcudart or libcudasim
+ * without a source change. This header is the emulator's own extension API, for tests and
+ * benchmarks only: device capacity, fault injection, call counters and reset.
+ *
+ * Where CUDA's documentation leaves a behaviour open, cudasim takes the stricter one, so that
+ * code passing on cudasim is not relying on leniency a real driver may not give:
+ *  - Every stream op (including cudaFreeAsync) runs later, on the stream's own worker thread;
+ *    an op is never complete at the moment it is enqueued.
+ *  - A pool's freed memory counts as "observed complete by the host" (rule 11c, and what
+ *    cudaMemPoolTrimTo and the release threshold may release) only after cudaStreamSynchronize,
+ *    cudaEventSynchronize or cudaDeviceSynchronize covering the free. cudaStreamQuery and
+ *    cudaEventQuery returning cudaSuccess do not count, and do not trigger release.
+ *  - Stream synchronization marks only the synchronized stream's frees as observed, not those
+ *    of the streams it depends on.
+ *  - cudaStreamSynchronize(0) waits for the legacy stream's own work (which already waits for
+ *    blocking streams' earlier work), not for blocking-stream work enqueued after it.
+ *  - Freed blocks of two different streams are never coalesced until the host has observed
+ *    both frees, so cross-stream reuse never comes from a merged range.
+ *  - UsedMemCurrent drops when cudaFreeAsync is called; ReservedMemCurrent only when a chunk
+ *    is released. Allocations are rounded to 512 bytes; physical chunks are 2 MiB multiples.
+ *  - Allocating memory costs host address space only: pages are touched on first use.
+ *  - cudaMemsetAsync/cudaMemcpyAsync are checked against live allocations when enqueued (in
+ *    stream order, as the device would see them); a bad range fails when the op executes,
+ *    setting the sticky cudaErrorIllegalAddress on its device. No memory is touched.
+ *  - A host function that calls any CUDA API gets cudaErrorNotPermitted (rule 19).
+ *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
+ *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
+ *    caller's bug, and AddressSanitizer shows it).
+ *  - cudaMemPoolExportToShareableHandle/ImportFromShareableHandle: cudaErrorNotSupported.
+ *  - There is no graph capture: cudaStreamIsCapturing always reports
+ *    cudaStreamCaptureStatusNone.
+ *
+ * Environment: CUDASIM_DEVICE_COUNT (default 1), CUDASIM_DEVICE_MEMORY (default 16G; suffixes
+ * K, M, G, T), read when the emulator first starts and after cudasimReset().
+ */
+#ifndef CUDASIM_H
+#define CUDASIM_H
+
+#include <stddef.h>
+#include <cuda_runtime_api.h>
+
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#error "cudasim does not export the _ptsz/_ptds entry points: do not define CUDA_API_PER_THREAD_DEFAULT_STREAM"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sets device `device`'s memory capacity. Fails with cudaErrorNotPermitted if the device
+ * already holds more than `bytes`, cudaErrorInvalidDevice for a bad ordinal. */
+cudaError_t cudasimSetDeviceMemory(int device, size_t bytes);
+
+/* Fails the `nth` call (1 = the next one) of API `api` (its CUDA name, e.g.
+ * "cudaMallocFromPoolAsync") with `error`; if `persistent`, every call from then on fails too.
+ * A failing call leaves its outputs unmodified. Replaces any earlier fault on that API. */
+cudaError_t cudasimInjectFault(const char *api, unsigned long nth, cudaError_t error, int persistent);
+
+/* Fails each call of `api` with probability per_million / 1e6, from a generator seeded with
+ * `seed` (deterministic for a given call order). */
+cudaError_t cudasimInjectFaultRate(const char *api, unsigned per_million, cudaError_t error,
+                                   unsigned long long seed);
+
+/* Removes every injected fault. */
+void cudasimClearFaults(void);
+
+/* Calls made to `api` since the last reset of counters; api NULL: all APIs together.
+ * Unknown names count 0. */
+unsigned long long cudasimCallCount(const char *api);
+void cudasimResetCallCounts(void);
+
+/* Waits for all work, then returns every device to its initial state: all streams, events and
+ * pools are destroyed (their handles become invalid), memory is released, sticky errors,
+ * faults and counters are cleared, and the environment is read again. No other thread may be
+ * using the runtime meanwhile. */
+void cudasimReset(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDASIM_H */

@@ -1,0 +1,560 @@
+/* cudasim core: global state and its lock, per-thread current device and last error, the
+ * registry of live handles (so a stale handle gives cudaErrorInvalidResourceHandle rather
+ * than a crash), per-API call counters, fault injection, devices and versions. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_internal.h"
+
+sim_state sim_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .workers_cv = PTHREAD_COND_INITIALIZER};
+
+_Thread_local bool sim_in_host_fn;
+static _Thread_local int tls_device;
+static _Thread_local cudaError_t tls_last_error;
+
+/* ---- counters and faults ---- */
+
+static const char *const api_names[SIM_API_COUNT] = {
+#define SIM_API_NAME(name) #name,
+    SIM_APIS(SIM_API_NAME)
+#undef SIM_API_NAME
+};
+
+static _Atomic unsigned long long call_counts[SIM_API_COUNT];
+
+typedef struct {
+    bool active, persistent;
+    unsigned long countdown;   /* calls left before the first failure (nth mode) */
+    unsigned per_million;      /* rate mode when non-zero */
+    uint64_t rng;
+    cudaError_t error;
+} sim_fault;
+
+static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static sim_fault faults[SIM_API_COUNT];
+static atomic_int faults_armed; /* lets the common case skip fault_lock */
+
+static int api_index(const char *name)
+{
+    for (int i = 0; i < SIM_API_COUNT; i++)
+        if (name && strcmp(api_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static cudaError_t fault_check(sim_api api)
+{
+    cudaError_t err = cudaSuccess;
+    pthread_mutex_lock(&fault_lock);
+    sim_fault *f = &faults[api];
+    if (f->active) {
+        if (f->per_million) {
+            if (splitmix64(&f->rng) % 1000000u < f->per_million)
+                err = f->error;
+        } else if (f->countdown > 1) {
+            f->countdown--;
+        } else {
+            err = f->error;
+            if (!f->persistent)
+                f->active = false;
+        }
+    }
+    pthread_mutex_unlock(&fault_lock);
+    return err;
+}
+
+cudaError_t sim_enter(sim_api api)
+{
+    atomic_fetch_add_explicit(&call_counts[api], 1, memory_order_relaxed);
+    if (sim_in_host_fn)
+        return cudaErrorNotPermitted; /* rule 19: host functions must not call CUDA */
+    if (atomic_load_explicit(&faults_armed, memory_order_acquire))
+        return fault_check(api);
+    return cudaSuccess;
+}
+
+cudaError_t sim_ret(cudaError_t err)
+{
+    if (err != cudaSuccess)
+        tls_last_error = err;
+    return err;
+}
+
+cudaError_t cudasimInjectFault(const char *api, unsigned long nth, cudaError_t error, int persistent)
+{
+    int i = api_index(api);
+    if (i < 0 || nth == 0 || error == cudaSuccess)
+        return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fault_lock);
+    faults[i] = (sim_fault){.active = true, .persistent = persistent != 0, .countdown = nth,
+                            .error = error};
+    atomic_store(&faults_armed, 1);
+    pthread_mutex_unlock(&fault_lock);
+    return cudaSuccess;
+}
+
+cudaError_t cudasimInjectFaultRate(const char *api, unsigned per_million, cudaError_t error,
+                                   unsigned long long seed)
+{
+    int i = api_index(api);
+    if (i < 0 || per_million == 0 || per_million > 1000000u || error == cudaSuccess)
+        return cudaErrorInvalidValue;
+    pthread_mutex_lock(&fault_lock);
+    faults[i] = (sim_fault){.active = true, .per_million = per_million, .rng = seed,
+                            .error = error};
+    atomic_store(&faults_armed, 1);
+    pthread_mutex_unlock(&fault_lock);
+    return cudaSuccess;
+}
+
+void cudasimClearFaults(void)
+{
+    pthread_mutex_lock(&fault_lock);
+    memset(faults, 0, sizeof faults);
+    atomic_store(&faults_armed, 0);
+    pthread_mutex_unlock(&fault_lock);
+}
+
+unsigned long long cudasimCallCount(const char *api)
+{
+    if (!api) {
+        unsigned long long total = 0;
+        for (int i = 0; i < SIM_API_COUNT; i++)
+            total += atomic_load_explicit(&call_counts[i], memory_order_relaxed);
+        return total;
+    }
+    int i = api_index(api);
+    return i < 0 ? 0 : atomic_load_explicit(&call_counts[i], memory_order_relaxed);
+}
+
+void cudasimResetCallCounts(void)
+{
+    for (int i = 0; i < SIM_API_COUNT; i++)
+        atomic_store_explicit(&call_counts[i], 0, memory_order_relaxed);
+}
+
+/* ---- handle registry: open addressing on the pointer, deletion by backward shift ---- */
+
+typedef struct {
+    const void *key;
+    void *value;
+    int type;
+} sim_handle_slot;
+
+static sim_handle_slot *handles;
+static size_t handles_cap, handles_len;
+
+static size_t handle_hash(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x;
+}
+
+static void handles_grow(void)
+{
+    size_t old_cap = handles_cap;
+    sim_handle_slot *old = handles;
+    handles_cap = old_cap ? old_cap * 2 : 256;
+    handles = calloc(handles_cap, sizeof *handles);
+    if (!handles)
+        abort(); /* the emulator cannot go on without its registry */
+    handles_len = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].key)
+            sim_handle_put(old[i].key, old[i].type, old[i].value);
+    free(old);
+}
+
+void sim_handle_add(const void *key, int type)
+{
+    sim_handle_put(key, type, NULL);
+}
+
+void sim_handle_put(const void *key, int type, void *value)
+{
+    if ((handles_len + 1) * 2 > handles_cap)
+        handles_grow();
+    size_t i = handle_hash(key) & (handles_cap - 1);
+    while (handles[i].key && handles[i].key != key)
+        i = (i + 1) & (handles_cap - 1);
+    if (!handles[i].key)
+        handles_len++;
+    handles[i] = (sim_handle_slot){key, value, type};
+}
+
+static size_t handle_find(const void *key)
+{
+    if (!handles_cap || !key)
+        return SIZE_MAX;
+    size_t i = handle_hash(key) & (handles_cap - 1);
+    while (handles[i].key) {
+        if (handles[i].key == key)
+            return i;
+        i = (i + 1) & (handles_cap - 1);
+    }
+    return SIZE_MAX;
+}
+
+bool sim_handle_valid(const void *key, int type)
+{
+    size_t i = handle_find(key);
+    return i != SIZE_MAX && handles[i].type == type;
+}
+
+void *sim_handle_get(const void *key, int type)
+{
+    size_t i = handle_find(key);
+    return i != SIZE_MAX && handles[i].type == type ? handles[i].value : NULL;
+}
+
+void sim_handle_remove(const void *key)
+{
+    size_t i = handle_find(key);
+    if (i == SIZE_MAX)
+        return;
+    handles[i].key = NULL;
+    handles_len--;
+    size_t mask = handles_cap - 1;
+    for (size_t j = (i + 1) & mask; handles[j].key; j = (j + 1) & mask) {
+        size_t home = handle_hash(handles[j].key) & mask;
+        /* move j back into the hole at i if its home is not in (i, j] cyclically */
+        if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
+            handles[i] = handles[j];
+            handles[j].key = NULL;
+            i = j;
+        }
+    }
+}
+
+size_t sim_handles_of_type(int type, void ***out)
+{
+    size_t n = 0;
+    *out = calloc(handles_len + 1, sizeof **out);
+    if (!*out)
+        abort();
+    for (size_t i = 0; i < handles_cap; i++)
+        if (handles[i].key && handles[i].type == type)
+            (*out)[n++] = (void *)handles[i].key;
+    return n;
+}
+
+/* ---- state, devices ---- */
+
+size_t sim_parse_size(const char *s, bool *ok)
+{
+    *ok = false;
+    if (!s)
+        return 0;
+    while (isspace((unsigned char)*s))
+        s++;
+    if (!isdigit((unsigned char)*s))
+        return 0;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return 0;
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if ((*end == 'B' || *end == 'b') && shift)
+        end++;
+    if (*end != '\0' || (shift && v > (SIZE_MAX >> shift)))
+        return 0;
+    *ok = true;
+    return (size_t)(v << shift);
+}
+
+static void sim_start(void)
+{
+    if (sim_g.started)
+        return;
+    sim_g.started = true;
+    sim_g.device_count = 1;
+    sim_g.env_capacity = SIM_DEFAULT_CAPACITY;
+    const char *count = getenv("CUDASIM_DEVICE_COUNT");
+    if (count) {
+        int n = atoi(count);
+        if (n >= 0 && n <= SIM_MAX_DEVICES)
+            sim_g.device_count = n;
+        else
+            fprintf(stderr, "cudasim: CUDASIM_DEVICE_COUNT=%s ignored (0..%d)\n", count,
+                    SIM_MAX_DEVICES);
+    }
+    const char *mem = getenv("CUDASIM_DEVICE_MEMORY");
+    if (mem) {
+        bool ok;
+        size_t v = sim_parse_size(mem, &ok);
+        if (ok && v > 0)
+            sim_g.env_capacity = v;
+        else
+            fprintf(stderr, "cudasim: CUDASIM_DEVICE_MEMORY=%s ignored\n", mem);
+    }
+}
+
+void sim_lock(void)
+{
+    pthread_mutex_lock(&sim_g.lock);
+    sim_start();
+}
+
+void sim_unlock(void)
+{
+    pthread_mutex_unlock(&sim_g.lock);
+}
+
+int sim_current_device(void)
+{
+    return tls_device;
+}
+
+sim_device *sim_dev(int device)
+{
+    if (device < 0 || device >= sim_g.device_count)
+        return NULL;
+    sim_device *d = &sim_g.devices[device];
+    if (!d->ready && sim_device_memory_init(d, device) != cudaSuccess)
+        return NULL;
+    return d;
+}
+
+void cudasimReset(void)
+{
+    sim_lock();
+    sim_streams_reset(); /* drains all work, destroys streams and events */
+    sim_pools_reset();   /* releases all memory */
+    free(handles);
+    handles = NULL;
+    handles_cap = handles_len = 0;
+    sim_g.started = false;
+    sim_g.generation++;
+    sim_start();
+    sim_unlock();
+    cudasimClearFaults();
+    cudasimResetCallCounts();
+    tls_last_error = cudaSuccess;
+    tls_device = 0;
+}
+
+cudaError_t cudasimSetDeviceMemory(int device, size_t bytes)
+{
+    sim_lock();
+    sim_device *d = sim_dev(device);
+    cudaError_t err = cudaSuccess;
+    if (!d)
+        err = cudaErrorInvalidDevice;
+    else if (bytes == 0 || bytes < d->reserved || bytes > d->arena_size / 2)
+        err = cudaErrorNotPermitted;
+    else
+        d->capacity = bytes;
+    sim_unlock();
+    return err;
+}
+
+/* ---- device and version calls ---- */
+
+cudaError_t cudaGetDeviceCount(int *count)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaGetDeviceCount);
+    if (err)
+        return sim_ret(err);
+    if (!count)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    int n = sim_g.device_count;
+    sim_unlock();
+    if (n == 0)
+        return sim_ret(cudaErrorNoDevice);
+    *count = n;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaSetDevice);
+    if (err)
+        return sim_ret(err);
+    sim_lock();
+    bool ok = sim_dev(device) != NULL;
+    sim_unlock();
+    if (!ok)
+        return sim_ret(cudaErrorInvalidDevice);
+    tls_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaGetDevice);
+    if (err)
+        return sim_ret(err);
+    if (!device)
+        return sim_ret(cudaErrorInvalidValue);
+    *device = tls_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaDeviceGetAttribute);
+    if (err)
+        return sim_ret(err);
+    if (!value)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    bool ok = sim_dev(device) != NULL;
+    sim_unlock();
+    if (!ok)
+        return sim_ret(cudaErrorInvalidDevice);
+    int v;
+    switch (attr) {
+    case cudaDevAttrMemoryPoolsSupported: v = 1; break;
+    case cudaDevAttrMemoryPoolSupportedHandleTypes: v = 0; break;
+    case cudaDevAttrComputeCapabilityMajor: v = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: v = 0; break;
+    case cudaDevAttrMultiProcessorCount: v = 2; break;
+    case cudaDevAttrWarpSize: v = 32; break;
+    case cudaDevAttrMaxThreadsPerBlock: v = 1024; break;
+    case cudaDevAttrUnifiedAddressing: v = 1; break;
+    case cudaDevAttrConcurrentManagedAccess: v = 0; break;
+    case cudaDevAttrIntegrated: v = 0; break;
+    default: return sim_ret(cudaErrorInvalidValue); /* documented subset only */
+    }
+    *value = v;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaGetDeviceProperties);
+    if (err)
+        return sim_ret(err);
+    if (!prop)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_device *d = sim_dev(device);
+    size_t capacity = d ? d->capacity : 0;
+    sim_unlock();
+    if (!d)
+        return sim_ret(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "cudasim");
+    prop->totalGlobalMem = capacity;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = 2;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = 1024;
+    prop->unifiedAddressing = 1;
+    prop->memoryPoolsSupported = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *version)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaDriverGetVersion);
+    if (err)
+        return sim_ret(err);
+    if (!version)
+        return sim_ret(cudaErrorInvalidValue);
+    *version = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *version)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaRuntimeGetVersion);
+    if (err)
+        return sim_ret(err);
+    if (!version)
+        return sim_ret(cudaErrorInvalidValue);
+    *version = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+/* A sticky error on the current device outlives cudaGetLastError, as a device fault does. */
+static cudaError_t current_sticky(void)
+{
+    sim_lock();
+    cudaError_t sticky = tls_device < sim_g.device_count ? sim_g.devices[tls_device].sticky
+                                                         : cudaSuccess;
+    sim_unlock();
+    return sticky;
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    (void)sim_enter(SIM_API_cudaGetLastError); /* never fails, even in a host function */
+    cudaError_t sticky = current_sticky();
+    if (sticky)
+        return sticky;
+    cudaError_t err = tls_last_error;
+    tls_last_error = cudaSuccess;
+    return err;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+    (void)sim_enter(SIM_API_cudaPeekAtLastError);
+    cudaError_t sticky = current_sticky();
+    return sticky ? sticky : tls_last_error;
+}
+
+#define SIM_ERRORS(X) \
+    X(cudaSuccess, "no error") \
+    X(cudaErrorInvalidValue, "invalid argument") \
+    X(cudaErrorMemoryAllocation, "out of memory") \
+    X(cudaErrorInitializationError, "initialization error") \
+    X(cudaErrorInsufficientDriver, "CUDA driver version is insufficient for CUDA runtime version") \
+    X(cudaErrorNoDevice, "no CUDA-capable device is detected") \
+    X(cudaErrorInvalidDevice, "invalid device ordinal") \
+    X(cudaErrorInvalidResourceHandle, "invalid resource handle") \
+    X(cudaErrorNotReady, "device not ready") \
+    X(cudaErrorIllegalAddress, "an illegal memory access was encountered") \
+    X(cudaErrorNotPermitted, "operation not permitted") \
+    X(cudaErrorNotSupported, "operation not supported") \
+    X(cudaErrorLaunchFailure, "unspecified launch failure") \
+    X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing") \
+    X(cudaErrorUnknown, "unknown error")
+
+const char *cudaGetErrorName(cudaError_t error)
+{
+    (void)sim_enter(SIM_API_cudaGetErrorName);
+    switch (error) {
+#define SIM_ERR_NAME(code, text) case code: return #code;
+        SIM_ERRORS(SIM_ERR_NAME)
+#undef SIM_ERR_NAME
+    default: return "unrecognized error code";
+    }
+}
+
+const char *cudaGetErrorString(cudaError_t error)
+{
+    (void)sim_enter(SIM_API_cudaGetErrorString);
+    switch (error) {
+#define SIM_ERR_TEXT(code, text) case code: return text;
+        SIM_ERRORS(SIM_ERR_TEXT)
+#undef SIM_ERR_TEXT
+    default: return "unrecognized error code";
+    }
+}

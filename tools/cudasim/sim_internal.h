@@ -1,0 +1,224 @@
+/* cudasim internals shared by sim_core.c (devices, errors, handles, counters, faults),
+ * sim_stream.c (streams, events, host functions, copies) and sim_pool.c (memory). One global
+ * mutex guards every piece of emulator state: the emulator's job is to be right, and its
+ * host-side cost is reported as such by the benchmarks. */
+#ifndef CUDASIM_INTERNAL_H
+#define CUDASIM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "cudasim.h"
+
+#define SIM_MAX_DEVICES 16
+#define SIM_ALLOC_ALIGN ((size_t)512)            /* allocation rounding (rule 8's 512 B) */
+#define SIM_CHUNK ((size_t)2 << 20)              /* physical granularity, like the driver's */
+#define SIM_DEFAULT_CAPACITY ((size_t)16 << 30)
+#define SIM_MIN_ARENA ((size_t)64 << 30)         /* host address space reserved per device */
+
+/* Every exported API, once: generates the counter and fault tables. */
+#define SIM_APIS(X) \
+    X(cudaMallocAsync) X(cudaFreeAsync) X(cudaMallocFromPoolAsync) X(cudaMemPoolCreate) \
+    X(cudaMemPoolDestroy) X(cudaDeviceGetDefaultMemPool) X(cudaDeviceSetMemPool) \
+    X(cudaDeviceGetMemPool) X(cudaMemPoolSetAttribute) X(cudaMemPoolGetAttribute) \
+    X(cudaMemPoolTrimTo) X(cudaMemPoolSetAccess) X(cudaMemPoolExportToShareableHandle) \
+    X(cudaMemPoolImportFromShareableHandle) X(cudaStreamCreate) X(cudaStreamCreateWithFlags) \
+    X(cudaStreamCreateWithPriority) X(cudaStreamDestroy) X(cudaStreamSynchronize) \
+    X(cudaStreamQuery) X(cudaStreamWaitEvent) X(cudaLaunchHostFunc) X(cudaEventCreate) \
+    X(cudaEventCreateWithFlags) X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize) \
+    X(cudaEventDestroy) X(cudaEventElapsedTime) X(cudaMemsetAsync) X(cudaMemcpyAsync) \
+    X(cudaMalloc) X(cudaFree) X(cudaMallocHost) X(cudaFreeHost) X(cudaHostAlloc) \
+    X(cudaMemGetInfo) X(cudaDeviceSynchronize) X(cudaGetDeviceCount) X(cudaSetDevice) \
+    X(cudaGetDevice) X(cudaDeviceGetAttribute) X(cudaDriverGetVersion) \
+    X(cudaRuntimeGetVersion) X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorName) \
+    X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties)
+
+typedef enum {
+#define SIM_API_ENUM(name) SIM_API_##name,
+    SIM_APIS(SIM_API_ENUM)
+#undef SIM_API_ENUM
+    SIM_API_COUNT
+} sim_api;
+
+/* A vector clock entry: this stream's future work is ordered after `stream_id`'s op `seq`. */
+typedef struct {
+    uint64_t stream_id;
+    uint64_t seq;
+} sim_tick;
+
+typedef struct {
+    sim_tick *ticks;
+    uint32_t len, cap;
+} sim_clock;
+
+typedef struct sim_stream sim_stream;
+typedef struct sim_pool sim_pool;
+typedef struct sim_chunk sim_chunk;
+
+typedef enum { OP_HOST, OP_MEMSET, OP_MEMCPY, OP_RECORD, OP_WAIT, OP_FREE } sim_op_kind;
+
+typedef struct sim_op {
+    struct sim_op *next;
+    sim_op_kind kind;
+    bool bad_address; /* memset/memcpy whose range was not live when enqueued */
+    uint64_t seq;
+    union {
+        struct { cudaHostFn_t fn; void *arg; } host;
+        struct { void *dst; int value; size_t count; } set;
+        struct { void *dst; const void *src; size_t count; } copy;
+        struct { struct CUevent_st *event; uint64_t gen; } record;
+        struct { sim_stream *target; uint64_t seq; } wait;
+    } u;
+} sim_op;
+
+struct sim_stream {
+    uint64_t id;             /* never reused, unlike handle values */
+    int device;
+    unsigned flags;
+    int priority;
+    bool legacy, destroyed, has_worker;
+    uint64_t submitted;      /* seq of the last op enqueued */
+    uint64_t completed;      /* seq of the last op executed */
+    uint64_t observed;       /* highest seq a host synchronize has seen complete */
+    sim_clock clock;
+    sim_op *head, *tail;
+    pthread_cond_t work_cv;  /* worker: new work or destroy */
+    pthread_cond_t done_cv;  /* waiters: `completed` moved */
+    unsigned refs;
+    sim_stream *next_in_device;
+};
+
+struct CUstream_st { sim_stream s; };
+
+struct CUevent_st {
+    unsigned flags;
+    int device;
+    bool recorded;
+    bool time_valid;
+    bool destroyed;          /* handle gone; freed when its last pending record has run */
+    unsigned pending;        /* record ops not yet executed */
+    sim_stream *stream;      /* of the most recent record (a reference) */
+    uint64_t seq, gen;
+    sim_clock clock;         /* the recording stream's clock at record time, plus its own tick */
+    struct timespec time;
+};
+
+/* A range inside a chunk: allocated, or free with the stream-ordered free that released it. */
+typedef struct sim_seg {
+    struct sim_seg *prev, *next;           /* address order within the chunk */
+    struct sim_seg *free_prev, *free_next; /* the pool's list of free segments */
+    sim_chunk *chunk;
+    size_t offset, size;
+    bool allocated;
+    sim_stream *freed_on;    /* NULL: free and known complete to the host (reusable anywhere) */
+    uint64_t freed_seq;
+} sim_seg;
+
+struct sim_chunk {
+    sim_chunk *next;
+    sim_pool *pool;
+    char *base;
+    size_t size;
+    sim_seg *segs;           /* sorted by offset, covering the chunk */
+};
+
+struct sim_pool {
+    int device;
+    bool is_default, is_sync, destroyed;
+    int reuse_follow, reuse_opportunistic, reuse_internal;
+    uint64_t release_threshold;
+    size_t max_size;         /* 0: no cap beyond the device */
+    size_t reserved, reserved_high, used, used_high;
+    size_t live_allocs;
+    sim_chunk *chunks;
+    sim_seg *free_segs;
+    sim_pool *next_in_device;
+};
+
+struct CUmemPoolHandle_st { sim_pool p; };
+
+typedef struct {
+    bool ready;
+    size_t capacity;
+    size_t reserved;         /* all chunks of all pools, the sync pool included */
+    char *arena;
+    size_t arena_size;
+    sim_chunk **chunk_map;   /* one slot per SIM_CHUNK of the arena */
+    size_t map_len, map_hint;
+    sim_pool *pools;         /* every pool, default and sync pool included */
+    sim_pool *default_pool, *current_pool, *sync_pool;
+    sim_stream *streams;     /* every stream alive (legacy and per-thread included) */
+    sim_stream *legacy;
+    cudaError_t sticky;
+} sim_device;
+
+typedef struct {
+    pthread_mutex_t lock;
+    bool started;
+    int device_count;
+    size_t env_capacity;
+    uint64_t next_stream_id;
+    uint64_t generation;     /* bumped by cudasimReset, invalidates per-thread streams */
+    unsigned workers;        /* live worker threads */
+    pthread_cond_t workers_cv;
+    sim_device devices[SIM_MAX_DEVICES];
+} sim_state;
+
+extern sim_state sim_g;
+
+/* ---- sim_core.c ---- */
+/* Counts the call, applies injected faults; returns cudaSuccess or the error to return. Takes
+ * no lock; callers call it first. */
+cudaError_t sim_enter(sim_api api);
+/* Records err as the thread's last error (if not success) and returns it. */
+cudaError_t sim_ret(cudaError_t err);
+void sim_lock(void);
+void sim_unlock(void);
+int sim_current_device(void); /* under the lock */
+sim_device *sim_dev(int device); /* under the lock; initialises the device on first use */
+bool sim_handle_valid(const void *handle, int type);
+void sim_handle_add(const void *handle, int type);
+void sim_handle_remove(const void *handle);
+void sim_handle_put(const void *key, int type, void *value);
+void *sim_handle_get(const void *key, int type);
+/* Copies every live handle of `type` into a malloc'ed array (caller frees). */
+size_t sim_handles_of_type(int type, void ***out);
+enum { SIM_H_STREAM = 1, SIM_H_EVENT, SIM_H_POOL, SIM_H_HOST, SIM_H_ALLOC };
+size_t sim_parse_size(const char *s, bool *ok);
+extern _Thread_local bool sim_in_host_fn;
+
+/* ---- sim_stream.c ---- */
+/* Resolves a cudaStream_t (0, legacy, per-thread or a live handle) under the lock. */
+sim_stream *sim_stream_resolve(cudaStream_t handle, cudaError_t *err);
+void sim_stream_ref(sim_stream *s);
+void sim_stream_unref(sim_stream *s);
+/* Applies the legacy stream's implicit synchronization before work is enqueued on s. */
+void sim_stream_implicit_sync(sim_stream *s);
+/* Appends op to s (assigns its seq) and wakes the worker; returns the seq. */
+cudaError_t sim_stream_enqueue(sim_stream *s, sim_op *op);
+sim_op *sim_op_new(sim_op_kind kind);
+/* Makes s wait for target's op `seq`, as cudaStreamWaitEvent would; target_clock is target's
+ * clock as of that op (NULL: only the direct dependency is known). */
+cudaError_t sim_stream_wait_for(sim_stream *s, sim_stream *target, uint64_t seq,
+                                const sim_clock *target_clock);
+uint64_t sim_clock_get(const sim_clock *c, uint64_t stream_id);
+bool sim_clock_set_max(sim_clock *c, uint64_t stream_id, uint64_t seq);
+bool sim_clock_merge(sim_clock *into, const sim_clock *from, uint64_t self_id);
+void sim_clock_free(sim_clock *c);
+/* Blocks (releasing the lock) until s has executed op `seq`, then marks it observed. */
+void sim_stream_sync_to(sim_stream *s, uint64_t seq);
+void sim_device_sync(int device);
+void sim_streams_reset(void);
+
+/* ---- sim_pool.c ---- */
+/* Is [p, p+n) inside one live allocation of device `device`? */
+bool sim_range_live(const void *p, size_t n);
+bool sim_is_device_address(const void *p);
+cudaError_t sim_device_memory_init(sim_device *d, int device);
+/* Releases memory above each pool's threshold after a host synchronize (rule 12). */
+void sim_pools_release_after_sync(int device);
+void sim_pools_reset(void);
+
+#endif

@@ -1,0 +1,869 @@
+/* cudasim device memory: each device reserves host address space once (an arena, untouched
+ * pages cost no RAM) and hands it out in 2 MiB chunks up to its capacity. Pools sub-allocate
+ * chunks in 512-byte units. A freed range remembers the stream-ordered free that released it
+ * and is handed to another stream only under CUDA's reuse rules (CUDA-SEMANTICS B.9-11). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "sim_internal.h"
+
+static size_t round_up(size_t n, size_t unit)
+{
+    return (n + unit - 1) / unit * unit;
+}
+
+/* ---- device arena ---- */
+
+static sim_pool *pool_new(int device, bool is_default, bool is_sync);
+
+cudaError_t sim_device_memory_init(sim_device *d, int device)
+{
+    memset(d, 0, sizeof *d);
+    d->capacity = sim_g.env_capacity;
+    size_t want = d->capacity > SIM_MIN_ARENA / 2 ? d->capacity * 2 : SIM_MIN_ARENA;
+    d->arena_size = round_up(want, SIM_CHUNK);
+    void *arena = mmap(NULL, d->arena_size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (arena == MAP_FAILED)
+        return cudaErrorInitializationError;
+    d->arena = arena;
+    d->map_len = d->arena_size / SIM_CHUNK;
+    d->chunk_map = calloc(d->map_len, sizeof *d->chunk_map);
+    d->default_pool = pool_new(device, true, false);
+    d->sync_pool = pool_new(device, false, true);
+    if (!d->chunk_map || !d->default_pool || !d->sync_pool)
+        abort();
+    d->current_pool = d->default_pool;
+    d->ready = true;
+    return cudaSuccess;
+}
+
+/* Next-fit search for `slots` free consecutive chunk slots. */
+static char *arena_take(sim_device *d, size_t slots, sim_chunk *c)
+{
+    for (size_t tries = 0, i = d->map_hint; tries < d->map_len; tries++, i++) {
+        if (i + slots > d->map_len) {
+            i = (size_t)-1; /* wrap */
+            continue;
+        }
+        size_t k = 0;
+        while (k < slots && !d->chunk_map[i + k])
+            k++;
+        if (k == slots) {
+            for (k = 0; k < slots; k++)
+                d->chunk_map[i + k] = c;
+            d->map_hint = i + slots;
+            return d->arena + i * SIM_CHUNK;
+        }
+        i += k;
+        tries += k;
+    }
+    return NULL;
+}
+
+static sim_chunk *chunk_at(const void *p, sim_device **dev_out)
+{
+    for (int dev = 0; dev < sim_g.device_count; dev++) {
+        sim_device *d = &sim_g.devices[dev];
+        const char *c = p;
+        if (d->ready && c >= d->arena && c < d->arena + d->arena_size) {
+            if (dev_out)
+                *dev_out = d;
+            return d->chunk_map[(size_t)(c - d->arena) / SIM_CHUNK];
+        }
+    }
+    return NULL;
+}
+
+bool sim_is_device_address(const void *p)
+{
+    sim_device *d = NULL;
+    (void)chunk_at(p, &d);
+    return d != NULL;
+}
+
+bool sim_range_live(const void *p, size_t n)
+{
+    sim_chunk *c = chunk_at(p, NULL);
+    if (!c || n == 0)
+        return c != NULL;
+    size_t off = (size_t)((const char *)p - c->base);
+    sim_seg *seg = sim_handle_get(p, SIM_H_ALLOC); /* the common case: the allocation's start */
+    for (sim_seg *s = c->segs; !seg && s; s = s->next)
+        if (off >= s->offset && off < s->offset + s->size)
+            seg = s;
+    return seg && seg->allocated && n <= seg->offset + seg->size - off;
+}
+
+/* ---- segments and free lists ---- */
+
+static void free_list_push(sim_pool *pool, sim_seg *s)
+{
+    s->free_prev = NULL;
+    s->free_next = pool->free_segs;
+    if (pool->free_segs)
+        pool->free_segs->free_prev = s;
+    pool->free_segs = s;
+}
+
+static void free_list_remove(sim_pool *pool, sim_seg *s)
+{
+    if (s->free_prev)
+        s->free_prev->free_next = s->free_next;
+    else
+        pool->free_segs = s->free_next;
+    if (s->free_next)
+        s->free_next->free_prev = s->free_prev;
+    s->free_prev = s->free_next = NULL;
+}
+
+static void tag_set(sim_seg *s, sim_stream *stream, uint64_t seq)
+{
+    if (stream)
+        sim_stream_ref(stream);
+    if (s->freed_on)
+        sim_stream_unref(s->freed_on);
+    s->freed_on = stream;
+    s->freed_seq = seq;
+}
+
+/* Rule 11(c): once a host synchronize has seen the free complete, any stream may reuse it. */
+static void tag_settle(sim_seg *s)
+{
+    if (s->freed_on && s->freed_on->observed >= s->freed_seq)
+        tag_set(s, NULL, 0);
+}
+
+static bool seg_reusable(const sim_pool *pool, sim_seg *s, sim_stream *b)
+{
+    tag_settle(s);
+    sim_stream *a = s->freed_on;
+    if (!a || a == b)
+        return true; /* never used, observed complete, or the same stream (rule 9) */
+    if (!b)
+        return false;
+    if (pool->reuse_follow && sim_clock_get(&b->clock, a->id) >= s->freed_seq)
+        return true; /* 11(a) */
+    if (pool->reuse_opportunistic && a->completed >= s->freed_seq)
+        return true; /* 11(b) */
+    return false;
+}
+
+/* Two neighbouring free ranges merge only if the result is no easier to reuse than either. */
+static bool merge_tags(sim_seg *a, sim_seg *b, sim_stream **stream, uint64_t *seq)
+{
+    tag_settle(a);
+    tag_settle(b);
+    if (a->freed_on && b->freed_on && a->freed_on != b->freed_on)
+        return false;
+    *stream = a->freed_on ? a->freed_on : b->freed_on;
+    *seq = a->freed_seq > b->freed_seq ? a->freed_seq : b->freed_seq;
+    return true;
+}
+
+/* Merges s with its successor when both are free and compatible. */
+static void try_merge_next(sim_pool *pool, sim_seg *s)
+{
+    sim_seg *n = s->next;
+    sim_stream *stream;
+    uint64_t seq;
+    if (!n || n->allocated || s->allocated || !merge_tags(s, n, &stream, &seq))
+        return;
+    tag_set(s, stream, seq);
+    s->size += n->size;
+    s->next = n->next;
+    if (n->next)
+        n->next->prev = s;
+    free_list_remove(pool, n);
+    tag_set(n, NULL, 0);
+    free(n);
+}
+
+static sim_seg *seg_take(sim_pool *pool, sim_seg *s, size_t need)
+{
+    if (s->size > need) {
+        sim_seg *rest = calloc(1, sizeof *rest);
+        if (!rest)
+            return NULL;
+        rest->chunk = s->chunk;
+        rest->offset = s->offset + need;
+        rest->size = s->size - need;
+        tag_set(rest, s->freed_on, s->freed_seq);
+        rest->prev = s;
+        rest->next = s->next;
+        if (s->next)
+            s->next->prev = rest;
+        s->next = rest;
+        s->size = need;
+        free_list_push(pool, rest);
+    }
+    free_list_remove(pool, s);
+    tag_set(s, NULL, 0);
+    s->allocated = true;
+    pool->used += need;
+    if (pool->used > pool->used_high)
+        pool->used_high = pool->used;
+    pool->live_allocs++;
+    sim_handle_put(s->chunk->base + s->offset, SIM_H_ALLOC, s);
+    return s;
+}
+
+/* ---- chunks ---- */
+
+static sim_chunk *chunk_new(sim_pool *pool, size_t need)
+{
+    sim_device *d = &sim_g.devices[pool->device];
+    size_t size = round_up(need, SIM_CHUNK);
+    if (size < need || size > d->capacity - d->reserved)
+        return NULL;
+    if (pool->max_size && pool->reserved + size > pool->max_size)
+        return NULL;
+    sim_chunk *c = calloc(1, sizeof *c);
+    sim_seg *s = calloc(1, sizeof *s);
+    if (!c || !s || !(c->base = arena_take(d, size / SIM_CHUNK, c))) {
+        free(c);
+        free(s);
+        return NULL;
+    }
+    c->pool = pool;
+    c->size = size;
+    s->chunk = c;
+    s->size = size;
+    c->segs = s;
+    free_list_push(pool, s);
+    c->next = pool->chunks;
+    pool->chunks = c;
+    pool->reserved += size;
+    if (pool->reserved > pool->reserved_high)
+        pool->reserved_high = pool->reserved;
+    d->reserved += size;
+    return c;
+}
+
+static bool chunk_releasable(sim_chunk *c)
+{
+    sim_seg *s = c->segs;
+    if (s->allocated || s->next)
+        return false;
+    tag_settle(s);
+    return s->freed_on == NULL; /* rule 13: a free the host has not seen is still outstanding */
+}
+
+static void chunk_release(sim_pool *pool, sim_chunk *c)
+{
+    sim_device *d = &sim_g.devices[pool->device];
+    for (sim_chunk **p = &pool->chunks; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    free_list_remove(pool, c->segs);
+    tag_set(c->segs, NULL, 0);
+    free(c->segs);
+    madvise(c->base, c->size, MADV_DONTNEED); /* give the pages back to the host */
+    size_t first = (size_t)(c->base - d->arena) / SIM_CHUNK;
+    for (size_t i = 0; i < c->size / SIM_CHUNK; i++)
+        d->chunk_map[first + i] = NULL;
+    pool->reserved -= c->size;
+    d->reserved -= c->size;
+    free(c);
+}
+
+/* Releases fully free, settled chunks while the pool holds more than `keep`. */
+static void pool_release_to(sim_pool *pool, uint64_t keep)
+{
+    sim_chunk *c = pool->chunks;
+    while (c && pool->reserved > keep) {
+        sim_chunk *next = c->next;
+        if (chunk_releasable(c))
+            chunk_release(pool, c);
+        c = next;
+    }
+}
+
+/* ---- pools ---- */
+
+static sim_pool *pool_new(int device, bool is_default, bool is_sync)
+{
+    struct CUmemPoolHandle_st *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    sim_pool *p = &h->p;
+    p->device = device;
+    p->is_default = is_default;
+    p->is_sync = is_sync;
+    p->reuse_follow = p->reuse_opportunistic = p->reuse_internal = 1;
+    p->release_threshold = 0; /* CUDA's default: release at every synchronize */
+    sim_device *d = &sim_g.devices[device];
+    p->next_in_device = d->pools;
+    d->pools = p;
+    if (!is_sync)
+        sim_handle_add(h, SIM_H_POOL);
+    return p;
+}
+
+static void pool_free(sim_pool *p)
+{
+    sim_device *d = &sim_g.devices[p->device];
+    for (sim_pool **pp = &d->pools; *pp; pp = &(*pp)->next_in_device) {
+        if (*pp == p) {
+            *pp = p->next_in_device;
+            break;
+        }
+    }
+    sim_handle_remove(p);
+    free((struct CUmemPoolHandle_st *)p);
+}
+
+/* A destroyed pool goes once nothing is outstanding and its memory has been released. */
+static void pool_reap(sim_pool *p)
+{
+    if (!p->destroyed || p->live_allocs)
+        return;
+    pool_release_to(p, 0);
+    if (!p->chunks)
+        pool_free(p);
+}
+
+void sim_pools_release_after_sync(int device)
+{
+    sim_device *d = &sim_g.devices[device];
+    sim_pool *p = d->pools;
+    while (p) {
+        sim_pool *next = p->next_in_device;
+        if (p->destroyed)
+            pool_reap(p);
+        else if (p->reserved > p->release_threshold)
+            pool_release_to(p, p->release_threshold);
+        p = next;
+    }
+}
+
+void sim_pools_reset(void)
+{
+    for (int dev = 0; dev < SIM_MAX_DEVICES; dev++) {
+        sim_device *d = &sim_g.devices[dev];
+        if (!d->ready)
+            continue;
+        while (d->pools) {
+            sim_pool *p = d->pools;
+            while (p->chunks) {
+                sim_chunk *c = p->chunks;
+                for (sim_seg *s = c->segs, *n; s; s = n) {
+                    n = s->next;
+                    if (s->allocated)
+                        sim_handle_remove(c->base + s->offset);
+                    tag_set(s, NULL, 0);
+                    free(s);
+                }
+                c->segs = NULL;
+                p->chunks = c->next;
+                d->reserved -= c->size;
+                free(c);
+            }
+            pool_free(p);
+        }
+        munmap(d->arena, d->arena_size);
+        free(d->chunk_map);
+        memset(d, 0, sizeof *d);
+    }
+}
+
+/* Allocates from `pool` in the order CUDA gives: reuse (rules 9-11c) before new memory
+ * (rule 10), and a reuse that inserts a wait (11d) only when no memory can be had. */
+static cudaError_t pool_alloc(sim_pool *pool, sim_stream *b, size_t size, void **out)
+{
+    sim_device *d = &sim_g.devices[pool->device];
+    if (size > d->capacity)
+        return cudaErrorMemoryAllocation;
+    size_t need = round_up(size ? size : 1, SIM_ALLOC_ALIGN);
+    if (b)
+        sim_stream_implicit_sync(b);
+    sim_seg *found = NULL;
+    for (sim_seg *s = pool->free_segs; s && !found; s = s->free_next)
+        if (s->size >= need && seg_reusable(pool, s, b))
+            found = s;
+    if (!found) {
+        sim_chunk *c = chunk_new(pool, need);
+        if (c)
+            found = c->segs;
+    }
+    if (!found && pool->reuse_internal && b) {
+        for (sim_seg *s = pool->free_segs; s && !found; s = s->free_next) {
+            if (s->size >= need && s->freed_on &&
+                sim_stream_wait_for(b, s->freed_on, s->freed_seq, NULL) == cudaSuccess)
+                found = s; /* 11(d): b now waits for the free */
+        }
+    }
+    if (!found || !seg_take(pool, found, need))
+        return cudaErrorMemoryAllocation;
+    *out = found->chunk->base + found->offset;
+    return cudaSuccess;
+}
+
+/* Finds the live allocation starting at p. */
+static sim_seg *alloc_lookup(const void *p)
+{
+    sim_seg *s = p ? sim_handle_get(p, SIM_H_ALLOC) : NULL;
+    return s && s->allocated ? s : NULL;
+}
+
+/* Frees s; with a stream, reuse elsewhere waits for the free to be reached in stream order. */
+static void pool_release_alloc(sim_seg *s, sim_stream *stream, uint64_t seq)
+{
+    sim_chunk *c = s->chunk;
+    sim_pool *pool = c->pool;
+    sim_handle_remove(c->base + s->offset);
+    s->allocated = false;
+    pool->used -= s->size;
+    pool->live_allocs--;
+    tag_set(s, stream, seq);
+    free_list_push(pool, s);
+    try_merge_next(pool, s);
+    if (s->prev)
+        try_merge_next(pool, s->prev);
+}
+
+static cudaError_t free_on_stream(void *ptr, sim_stream *s)
+{
+    sim_seg *seg = alloc_lookup(ptr);
+    if (!seg || seg->chunk->pool->is_sync)
+        return cudaErrorInvalidValue;
+    sim_op *op = sim_op_new(OP_FREE);
+    if (!op)
+        return cudaErrorMemoryAllocation;
+    sim_stream_implicit_sync(s);
+    cudaError_t err = sim_stream_enqueue(s, op);
+    if (err)
+        return err;
+    sim_pool *pool = seg->chunk->pool;
+    pool_release_alloc(seg, s, s->submitted);
+    pool_reap(pool);
+    return cudaSuccess;
+}
+
+/* ---- API: stream-ordered allocation ---- */
+
+/* Resolves a pool handle under the lock. */
+static sim_pool *pool_resolve(cudaMemPool_t h)
+{
+    return sim_handle_valid(h, SIM_H_POOL) && !h->p.destroyed ? &h->p : NULL;
+}
+
+/* handle NULL: the stream's device's current pool (cudaMallocAsync). */
+static cudaError_t malloc_async(sim_api api, void **ptr, size_t size, cudaMemPool_t handle,
+                                cudaStream_t stream)
+{
+    cudaError_t err = sim_enter(api);
+    if (err)
+        return sim_ret(err);
+    if (!ptr)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_stream *s = sim_stream_resolve(stream, &err);
+    sim_pool *pool = NULL;
+    if (s && sim_g.devices[s->device].sticky)
+        err = sim_g.devices[s->device].sticky;
+    else if (s && !handle)
+        pool = sim_g.devices[s->device].current_pool;
+    else if (s && !(pool = pool_resolve(handle)))
+        err = cudaErrorInvalidValue;
+    if (!err && size == 0) {
+        *ptr = NULL; /* as cudaMalloc: no memory, nothing to free */
+    } else if (!err) {
+        void *p = NULL;
+        err = pool_alloc(pool, s, size, &p);
+        if (!err)
+            *ptr = p;
+    }
+    sim_unlock();
+    return sim_ret(err);
+}
+
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return malloc_async(SIM_API_cudaMallocAsync, devPtr, size, NULL, hStream);
+}
+
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                    cudaStream_t stream)
+{
+    if (!memPool) {
+        (void)sim_enter(SIM_API_cudaMallocFromPoolAsync);
+        return sim_ret(cudaErrorInvalidValue);
+    }
+    return malloc_async(SIM_API_cudaMallocFromPoolAsync, ptr, size, memPool, stream);
+}
+
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaFreeAsync);
+    if (err)
+        return sim_ret(err);
+    sim_lock();
+    sim_stream *s = sim_stream_resolve(hStream, &err);
+    if (s && sim_g.devices[s->device].sticky)
+        err = sim_g.devices[s->device].sticky;
+    else if (s && devPtr)
+        err = free_on_stream(devPtr, s);
+    sim_unlock();
+    return sim_ret(err);
+}
+
+/* ---- API: synchronous allocation (rule 22: synchronizes the device) ---- */
+
+cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMalloc);
+    if (err)
+        return sim_ret(err);
+    if (!devPtr)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    int dev = sim_current_device();
+    sim_device *d = sim_dev(dev);
+    if (!d) {
+        err = cudaErrorInvalidDevice;
+    } else if (d->sticky) {
+        err = d->sticky;
+    } else if (size == 0) {
+        *devPtr = NULL; /* rule 4 */
+    } else {
+        sim_device_sync(dev);
+        void *p = NULL;
+        err = pool_alloc(d->sync_pool, NULL, size, &p);
+        if (!err)
+            *devPtr = p;
+    }
+    sim_unlock();
+    return sim_ret(err);
+}
+
+cudaError_t cudaFree(void *devPtr)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaFree);
+    if (err)
+        return sim_ret(err);
+    if (!devPtr)
+        return cudaSuccess; /* rule 4 */
+    sim_lock();
+    sim_seg *seg = alloc_lookup(devPtr);
+    if (!seg) {
+        err = cudaErrorInvalidValue;
+    } else if (!seg->chunk->pool->is_sync) {
+        /* rule 4: a stream-ordered pointer is freed without synchronizing, in legacy order */
+        sim_stream *legacy = sim_stream_resolve(cudaStreamLegacy, &err);
+        if (legacy)
+            err = free_on_stream(devPtr, legacy);
+    } else {
+        sim_pool *pool = seg->chunk->pool;
+        sim_device_sync(pool->device);
+        pool_release_alloc(seg, NULL, 0);
+        pool_release_to(pool, 0);
+        err = sim_g.devices[pool->device].sticky;
+    }
+    sim_unlock();
+    return sim_ret(err);
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMemGetInfo);
+    if (err)
+        return sim_ret(err);
+    if (!free_bytes || !total)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_device *d = sim_dev(sim_current_device());
+    if (d) {
+        *free_bytes = d->capacity - d->reserved;
+        *total = d->capacity;
+    }
+    sim_unlock();
+    return d ? cudaSuccess : sim_ret(cudaErrorInvalidDevice);
+}
+
+/* ---- API: pinned host memory (plain host memory here) ---- */
+
+static cudaError_t host_alloc(sim_api api, void **ptr, size_t size, unsigned flags)
+{
+    cudaError_t err = sim_enter(api);
+    if (err)
+        return sim_ret(err);
+    if (!ptr || flags > (cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
+        return sim_ret(cudaErrorInvalidValue);
+    void *p = NULL;
+    if (size && posix_memalign(&p, 4096, size) != 0)
+        return sim_ret(cudaErrorMemoryAllocation);
+    if (p) {
+        sim_lock();
+        sim_handle_add(p, SIM_H_HOST);
+        sim_unlock();
+    }
+    *ptr = p;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+    return host_alloc(SIM_API_cudaMallocHost, ptr, size, 0);
+}
+
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+    return host_alloc(SIM_API_cudaHostAlloc, pHost, size, flags);
+}
+
+cudaError_t cudaFreeHost(void *ptr)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaFreeHost);
+    if (err)
+        return sim_ret(err);
+    if (!ptr)
+        return cudaSuccess;
+    sim_lock();
+    bool ok = sim_handle_valid(ptr, SIM_H_HOST);
+    if (ok)
+        sim_handle_remove(ptr);
+    sim_unlock();
+    if (!ok)
+        return sim_ret(cudaErrorInvalidValue);
+    free(ptr);
+    return cudaSuccess;
+}
+
+/* ---- API: pools ---- */
+
+static bool props_zero(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *props)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolCreate);
+    if (err)
+        return sim_ret(err);
+    if (!memPool || !props || props->allocType != cudaMemAllocationTypePinned ||
+        props->location.type != cudaMemLocationTypeDevice || props->win32SecurityAttributes ||
+        !props_zero(props->reserved, sizeof props->reserved))
+        return sim_ret(cudaErrorInvalidValue);
+    if (props->handleTypes != cudaMemHandleTypeNone)
+        return sim_ret(cudaErrorNotSupported); /* no IPC in the emulator */
+    sim_lock();
+    sim_device *d = sim_dev(props->location.id);
+    sim_pool *p = NULL;
+    if (!d)
+        err = cudaErrorInvalidDevice;
+    else if (!(p = pool_new(props->location.id, false, false)))
+        err = cudaErrorMemoryAllocation;
+#if CUDART_VERSION >= 12020
+    else
+        p->max_size = props->maxSize;
+#endif
+    sim_unlock();
+    if (err)
+        return sim_ret(err);
+    *memPool = (cudaMemPool_t)p;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolDestroy);
+    if (err)
+        return sim_ret(err);
+    sim_lock();
+    sim_pool *p = pool_resolve(memPool);
+    if (!p || p->is_default) {
+        err = cudaErrorInvalidValue;
+    } else {
+        sim_device *d = &sim_g.devices[p->device];
+        if (d->current_pool == p)
+            d->current_pool = d->default_pool;
+        /* rule 7: returns at once; the memory goes when nothing is outstanding */
+        p->destroyed = true;
+        pool_reap(p);
+    }
+    sim_unlock();
+    return sim_ret(err);
+}
+
+static cudaError_t device_pool(sim_api api, cudaMemPool_t *out, int device, bool current)
+{
+    cudaError_t err = sim_enter(api);
+    if (err)
+        return sim_ret(err);
+    if (!out)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_device *d = sim_dev(device);
+    if (d)
+        *out = (cudaMemPool_t)(current ? d->current_pool : d->default_pool);
+    sim_unlock();
+    return d ? cudaSuccess : sim_ret(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+    return device_pool(SIM_API_cudaDeviceGetDefaultMemPool, memPool, device, false);
+}
+
+cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
+{
+    return device_pool(SIM_API_cudaDeviceGetMemPool, memPool, device, true);
+}
+
+cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaDeviceSetMemPool);
+    if (err)
+        return sim_ret(err);
+    sim_lock();
+    sim_device *d = sim_dev(device);
+    sim_pool *p = pool_resolve(memPool);
+    if (!d)
+        err = cudaErrorInvalidDevice;
+    else if (!p || p->device != device)
+        err = cudaErrorInvalidValue;
+    else
+        d->current_pool = p;
+    sim_unlock();
+    return sim_ret(err);
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolSetAttribute);
+    if (err)
+        return sim_ret(err);
+    if (!value)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_pool *p = pool_resolve(memPool);
+    if (!p) {
+        err = cudaErrorInvalidValue;
+    } else {
+        int flag = *(int *)value;
+        uint64_t v64 = 0;
+        switch (attr) {
+        case cudaMemPoolReuseFollowEventDependencies: p->reuse_follow = flag != 0; break;
+        case cudaMemPoolReuseAllowOpportunistic: p->reuse_opportunistic = flag != 0; break;
+        case cudaMemPoolReuseAllowInternalDependencies: p->reuse_internal = flag != 0; break;
+        case cudaMemPoolAttrReleaseThreshold:
+            memcpy(&v64, value, sizeof v64);
+            p->release_threshold = v64;
+            break;
+        case cudaMemPoolAttrReservedMemHigh:
+        case cudaMemPoolAttrUsedMemHigh: /* rule 8: only 0, which resets to current */
+            memcpy(&v64, value, sizeof v64);
+            if (v64 != 0)
+                err = cudaErrorInvalidValue;
+            else if (attr == cudaMemPoolAttrReservedMemHigh)
+                p->reserved_high = p->reserved;
+            else
+                p->used_high = p->used;
+            break;
+        default: err = cudaErrorInvalidValue; break; /* read-only or unknown */
+        }
+    }
+    sim_unlock();
+    return sim_ret(err);
+}
+
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolGetAttribute);
+    if (err)
+        return sim_ret(err);
+    if (!value)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_pool *p = pool_resolve(memPool);
+    int flag = -1;
+    uint64_t v64 = 0;
+    if (!p) {
+        err = cudaErrorInvalidValue;
+    } else {
+        switch (attr) {
+        case cudaMemPoolReuseFollowEventDependencies: flag = p->reuse_follow; break;
+        case cudaMemPoolReuseAllowOpportunistic: flag = p->reuse_opportunistic; break;
+        case cudaMemPoolReuseAllowInternalDependencies: flag = p->reuse_internal; break;
+        case cudaMemPoolAttrReleaseThreshold: v64 = p->release_threshold; break;
+        case cudaMemPoolAttrReservedMemCurrent: v64 = p->reserved; break;
+        case cudaMemPoolAttrReservedMemHigh: v64 = p->reserved_high; break;
+        case cudaMemPoolAttrUsedMemCurrent: v64 = p->used; break;
+        case cudaMemPoolAttrUsedMemHigh: v64 = p->used_high; break;
+        default: err = cudaErrorInvalidValue; break;
+        }
+    }
+    sim_unlock();
+    if (err)
+        return sim_ret(err);
+    if (flag >= 0)
+        *(int *)value = flag;
+    else
+        memcpy(value, &v64, sizeof v64);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolTrimTo);
+    if (err)
+        return sim_ret(err);
+    sim_lock();
+    sim_pool *p = pool_resolve(memPool);
+    if (p)
+        pool_release_to(p, minBytesToKeep); /* rule 13: unobserved frees stay outstanding */
+    sim_unlock();
+    return p ? cudaSuccess : sim_ret(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList,
+                                 size_t count)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolSetAccess);
+    if (err)
+        return sim_ret(err);
+    if (count && !descList)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_pool *p = pool_resolve(memPool);
+    if (!p)
+        err = cudaErrorInvalidValue;
+    for (size_t i = 0; !err && i < count; i++) {
+        const struct cudaMemAccessDesc *a = &descList[i];
+        if (a->location.type != cudaMemLocationTypeDevice || !sim_dev(a->location.id))
+            err = cudaErrorInvalidDevice;
+        else if (a->location.id == p->device && a->flags != cudaMemAccessFlagsProtReadWrite)
+            err = cudaErrorInvalidValue; /* the owning device always keeps read-write */
+        else if (a->location.id != p->device)
+            err = cudaErrorNotSupported;  /* no peer access between emulated devices */
+    }
+    sim_unlock();
+    return sim_ret(err);
+}
+
+cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool,
+                                               enum cudaMemAllocationHandleType handleType,
+                                               unsigned int flags)
+{
+    (void)shareableHandle, (void)memPool, (void)handleType, (void)flags;
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolExportToShareableHandle);
+    return sim_ret(err ? err : cudaErrorNotSupported);
+}
+
+cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle,
+                                                 enum cudaMemAllocationHandleType handleType,
+                                                 unsigned int flags)
+{
+    (void)memPool, (void)shareableHandle, (void)handleType, (void)flags;
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolImportFromShareableHandle);
+    return sim_ret(err ? err : cudaErrorNotSupported);
+}
