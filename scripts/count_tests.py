@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Counts test cases across Meson test logs: every TAP "ok"/"not ok" line of a TAP test, and
-each non-TAP test as one case. Prints 'N passed, N failed' and exits non-zero on any failure
+"""Counts test cases across Meson test logs (testlog.json): every "ok"/"not ok" line of a test
+that reports TAP, and each other test as one case. Prints 'N passed, N failed' and exits non-zero on any failure
 or on a log that ran nothing."""
 import json
 import sys
@@ -10,9 +10,10 @@ for path in sys.argv[1:]:
     with open(path) as f:
         for line in f:
             t = json.loads(line)
-            if t.get("protocol") == "tap":
+            out_lines = (t.get("stdout") or "").splitlines()
+            if any(l.startswith(("1..", "ok ", "not ok ")) for l in out_lines):
                 seen = 0
-                for out in (t.get("stdo") or "").splitlines():
+                for out in out_lines:
                     if out.startswith("ok "):
                         passed += 1
                         seen += 1
