@@ -162,14 +162,14 @@ static bool merge_tags(sim_seg *a, sim_seg *b, sim_stream **stream, uint64_t *se
     return true;
 }
 
-/* Merges s with its successor when both are free and compatible. */
-static void try_merge_next(sim_pool *pool, sim_seg *s)
+/* Merges s with its successor when both are free and compatible; says whether it did. */
+static bool try_merge_next_checked(sim_pool *pool, sim_seg *s)
 {
     sim_seg *n = s->next;
     sim_stream *stream;
     uint64_t seq;
     if (!n || n->allocated || s->allocated || !merge_tags(s, n, &stream, &seq))
-        return;
+        return false;
     tag_set(s, stream, seq);
     s->size += n->size;
     s->next = n->next;
@@ -178,6 +178,12 @@ static void try_merge_next(sim_pool *pool, sim_seg *s)
     free_list_remove(pool, n);
     tag_set(n, NULL, 0);
     free(n);
+    return true;
+}
+
+static void try_merge_next(sim_pool *pool, sim_seg *s)
+{
+    (void)try_merge_next_checked(pool, s);
 }
 
 static sim_seg *seg_take(sim_pool *pool, sim_seg *s, size_t need)
@@ -243,6 +249,10 @@ static sim_chunk *chunk_new(sim_pool *pool, size_t need)
 
 static bool chunk_releasable(sim_chunk *c)
 {
+    /* frees the host has since observed can now merge with their neighbours */
+    for (sim_seg *x = c->segs; x; x = x->next)
+        while (try_merge_next_checked(c->pool, x))
+            ;
     sim_seg *s = c->segs;
     if (s->allocated || s->next)
         return false;
