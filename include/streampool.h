@@ -1,0 +1,235 @@
+/* streampool: stream-ordered GPU memory for inference servers.
+ *
+ * A runtime per device holds named pools; each pool owns a cudaMemPool_t and keeps, per CUDA
+ * stream, free lists of blocks by size class, so that an allocation on the stream that freed a
+ * block is answered without a driver call. Blocks move between streams only behind an event
+ * fence. Every call returns 0 (SP_OK) or a negative SP_ERR_* status.
+ *
+ *   sp_runtime *rt;  sp_runtime_create(0, NULL, &rt);
+ *   sp_pool *pool;   sp_pool_create(rt, "llama", NULL, &pool);
+ *   void *kv;        sp_alloc(pool, &kv, bytes, stream);
+ *                    ... kernels on stream ...
+ *                    sp_free(pool, kv, stream);
+ *                    sp_stream_release(rt, stream);   before cudaStreamDestroy(stream)
+ *
+ * Thread safety: every call may be made from any thread, on any pool and stream, concurrently,
+ * except that a pool or runtime must not be destroyed while other threads still use it.
+ */
+#ifndef STREAMPOOL_H
+#define STREAMPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SP_API __attribute__((visibility("default")))
+#else
+#define SP_API
+#endif
+
+#define SP_VERSION_MAJOR 0
+#define SP_VERSION_MINOR 1
+#define SP_VERSION_PATCH 0
+#define SP_VERSION_HEX ((SP_VERSION_MAJOR << 16) | (SP_VERSION_MINOR << 8) | SP_VERSION_PATCH)
+
+/* The library's version as SP_VERSION_HEX, and as "major.minor.patch". */
+SP_API unsigned sp_version(void);
+SP_API const char *sp_version_string(void);
+
+/* ---- status codes ---- */
+
+#define SP_STATUS_MAP(X)                                                                        \
+    X(OK, 0, "success")                                                                         \
+    X(INVALID, -1, "invalid argument")                                                          \
+    X(TOO_LARGE, -2, "size too large to allocate")                                              \
+    X(OUT_OF_MEMORY, -3, "out of device memory")                                                \
+    X(LIMIT, -4, "the pool's limit would be exceeded")                                          \
+    X(BAD_POINTER, -5, "pointer was not allocated by streampool")                               \
+    X(DOUBLE_FREE, -6, "pointer is already free")                                               \
+    X(WRONG_POOL, -7, "pointer belongs to another pool")                                        \
+    X(EXISTS, -8, "a pool with that name already exists")                                       \
+    X(NOT_FOUND, -9, "no pool with that name")                                                  \
+    X(BUSY, -10, "pool still has live allocations")                                             \
+    X(NO_HOST_MEMORY, -11, "host memory exhausted")                                             \
+    X(CUDA, -12, "CUDA runtime error (see sp_last_cuda_error)")                                 \
+    X(NOT_SUPPORTED, -13, "not supported by this device or runtime")                            \
+    X(CONFIG, -14, "invalid configuration")
+
+enum {
+#define SP_STATUS_ENUM(name, value, text) SP_ERR_##name = (value),
+    SP_STATUS_MAP(SP_STATUS_ENUM)
+#undef SP_STATUS_ENUM
+};
+#define SP_OK SP_ERR_OK
+
+/* A sentence for a status, and its name ("SP_ERR_LIMIT"); "unknown status" otherwise. */
+SP_API const char *sp_strerror(int status);
+SP_API const char *sp_status_name(int status);
+
+/* The cudaError_t of the last CUDA call that failed in this thread inside streampool (0 if
+ * none): what an SP_ERR_CUDA, SP_ERR_OUT_OF_MEMORY or SP_ERR_NOT_SUPPORTED came from. */
+SP_API int sp_last_cuda_error(void);
+
+/* ---- runtime ---- */
+
+typedef struct sp_runtime sp_runtime;
+typedef struct sp_pool sp_pool;
+
+/* When an allocation finds no block on its own stream but one freed on another stream:
+ *  BALANCED  take a block whose fence has completed (no wait); else allocate new memory; only if
+ *            the device is out of memory, make the allocating stream wait on a fence.
+ *  WAIT      take a block behind a fence, making the allocating stream wait if the fence is
+ *            still pending, before allocating new memory (least memory, least concurrency).
+ *  NO_WAIT   never make a stream wait: completed fences only, else new memory. */
+typedef enum {
+    SP_CROSS_STREAM_BALANCED = 0,
+    SP_CROSS_STREAM_WAIT = 1,
+    SP_CROSS_STREAM_NO_WAIT = 2,
+} sp_cross_stream_policy;
+
+/* Graph capture (CUDA-SEMANTICS rule 24): a capturing stream must bypass the caches.
+ *  DECLARED  the application calls sp_stream_capture_begin/end around captures; the hot path
+ *            then costs no CUDA call while no capture is declared.
+ *  ALWAYS    sp_alloc and sp_free ask cudaStreamIsCapturing on every call. */
+typedef enum {
+    SP_CAPTURE_DECLARED = 0,
+    SP_CAPTURE_ALWAYS = 1,
+} sp_capture_check;
+
+typedef struct sp_runtime_config {
+    size_t size;                       /* sizeof(sp_runtime_config): lets the struct grow */
+    sp_capture_check capture_check;
+} sp_runtime_config;
+
+#define SP_RUNTIME_CONFIG_INIT {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED}
+
+/* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults. */
+SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out);
+
+/* Destroys every pool and the runtime. SP_ERR_BUSY (and nothing destroyed) if any pool has live
+ * allocations. */
+SP_API int sp_runtime_destroy(sp_runtime *rt);
+
+/* The runtime's default pool. */
+SP_API int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out);
+
+/* Forgets `stream`: call before cudaStreamDestroy. Its cached blocks in every pool move to the
+ * pool's shared list behind a final fence, so that a later stream with the same handle value
+ * never picks them up unfenced. Allocations still live on the stream stay valid. */
+SP_API int sp_stream_release(sp_runtime *rt, cudaStream_t stream);
+
+/* Declares that `stream` is about to be / is no longer captured into a CUDA graph. Between the
+ * two, allocations and frees on it go straight to the driver (graph nodes), never to a cache. */
+SP_API int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream);
+SP_API int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream);
+
+/* ---- pools ---- */
+
+#define SP_POOL_NAME_MAX 63
+
+typedef struct sp_pool_config {
+    size_t size;                       /* sizeof(sp_pool_config) */
+    uint64_t release_threshold;        /* bytes the cudaMemPool keeps at a synchronize;
+                                          default UINT64_MAX (keep), unlike CUDA's 0 */
+    sp_cross_stream_policy cross_stream;
+} sp_pool_config;
+
+#define SP_POOL_CONFIG_INIT {sizeof(sp_pool_config), UINT64_MAX, SP_CROSS_STREAM_BALANCED}
+
+/* Creates a pool named `name` (1..SP_POOL_NAME_MAX characters, unique in the runtime) with its
+ * own cudaMemPool_t. cfg NULL: defaults. */
+SP_API int sp_pool_create(sp_runtime *rt, const char *name, const sp_pool_config *cfg, sp_pool **out);
+
+/* Wraps an existing cudaMemPool_t (of the runtime's device) as a named pool. Its attributes are
+ * left as they are unless cfg is given; destroying the sp_pool does not destroy it. */
+SP_API int sp_pool_adopt(sp_runtime *rt, const char *name, cudaMemPool_t mem_pool,
+                  const sp_pool_config *cfg, sp_pool **out);
+
+SP_API int sp_pool_find(sp_runtime *rt, const char *name, sp_pool **out);
+SP_API const char *sp_pool_name(const sp_pool *pool);
+SP_API cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool);
+
+/* Returns the pool's cached memory to the device and destroys it. SP_ERR_BUSY (pool unchanged)
+ * while it has live allocations. The default pool is destroyed only with its runtime. */
+SP_API int sp_pool_destroy(sp_pool *pool);
+
+/* Changes the release threshold of the pool's cudaMemPool at run time. */
+SP_API int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes);
+
+/* Returns cached blocks to the device until the pool holds at most keep_bytes from it,
+ * synchronizing the streams of those frees so that the memory really goes (rule 13), then trims
+ * the cudaMemPool to keep_bytes. Blocks in use are never touched. */
+SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
+
+/* ---- allocation ---- */
+
+/* The largest request streampool accepts (SP_ERR_TOO_LARGE above it). */
+#define SP_MAX_ALLOC ((size_t)1 << 46)
+
+/* Allocates `bytes` usable on `stream` in stream order. bytes == 0 gives *ptr = NULL and SP_OK,
+ * as cudaMalloc does; on error *ptr is left unchanged. */
+SP_API int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream);
+
+/* Frees ptr in stream order on `stream`: work enqueued on `stream` before this call may still use
+ * it; it must not be used by work enqueued after. The block is reused by `stream` at once, and by
+ * other streams only behind a fence. ptr NULL: no-op. */
+SP_API int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream);
+
+/* The size a request of `bytes` is rounded to (its size class); 0 for 0 or too large. */
+SP_API size_t sp_size_class(size_t bytes);
+
+/* ---- stats ---- */
+
+#define SP_STATS_VERSION 1
+
+typedef struct {
+    uint64_t current, peak, total;
+} sp_stat_bytes;
+
+/* Counters, each once: name and meaning. Rendered by sp_stats_json. */
+#define SP_STATS_COUNTERS(X)                                                                   \
+    X(allocs, "successful sp_alloc calls (size > 0)")                                          \
+    X(frees, "successful sp_free calls (ptr != NULL)")                                         \
+    X(same_stream_hits, "allocations served from the stream's own cache")                      \
+    X(cross_stream_reuses, "blocks taken from another stream behind a completed fence")        \
+    X(cross_stream_waits, "blocks taken from another stream by waiting on a pending fence")    \
+    X(fences_recorded, "fence events recorded")                                                \
+    X(driver_allocs, "cudaMallocFromPoolAsync calls that succeeded")                           \
+    X(driver_frees, "cudaFreeAsync calls for cached or bypassed blocks")                       \
+    X(bad_frees, "frees rejected: unknown pointer, double free or wrong pool")                 \
+    X(capture_bypasses, "allocations passed straight to the driver during graph capture")      \
+    X(oom_retries, "allocations retried after releasing cached memory")                        \
+    X(ooms, "allocations that failed with SP_ERR_OUT_OF_MEMORY")
+
+typedef struct sp_stats {
+    uint32_t size;      /* set by the caller: sizeof(sp_stats) */
+    uint32_t version;   /* set by the library: SP_STATS_VERSION */
+    sp_stat_bytes requested;   /* bytes asked for by live allocations */
+    sp_stat_bytes active;      /* the same, rounded to size classes */
+    sp_stat_bytes cached;      /* freed blocks kept in stream caches and the shared list */
+    uint64_t pool_reserved;    /* the cudaMemPools' ReservedMemCurrent */
+    uint64_t pool_used;        /* the cudaMemPools' UsedMemCurrent */
+    uint64_t pools;            /* pools counted */
+#define SP_STATS_FIELD(name, text) uint64_t name;
+    SP_STATS_COUNTERS(SP_STATS_FIELD)
+#undef SP_STATS_FIELD
+} sp_stats;
+
+/* Fills *out (out->size must be set) for one pool, or for all pools of a runtime. */
+SP_API int sp_pool_stats(sp_pool *pool, sp_stats *out);
+SP_API int sp_runtime_stats(sp_runtime *rt, sp_stats *out);
+
+/* Writes stats as one JSON object into buf (always NUL-terminated when len > 0); returns the
+ * length the full text needs, excluding the NUL, like snprintf. */
+SP_API size_t sp_stats_json(const sp_stats *st, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STREAMPOOL_H */

@@ -1,0 +1,178 @@
+/* The only file that calls CUDA. Each wrapper maps cudaError_t to an SP_ERR_* status and keeps
+ * the raw error for sp_last_cuda_error(); calls that create per-device objects switch to the
+ * runtime's device and back, so the caller's current device is left as it was. */
+#include <string.h>
+
+#include "internal.h"
+
+static int check(cudaError_t err)
+{
+    if (sp_likely(err == cudaSuccess))
+        return SP_OK;
+    sp__set_cuda_error((int)err);
+    (void)cudaGetLastError(); /* streampool handled it: do not leave it for the application */
+    switch (err) {
+    case cudaErrorMemoryAllocation: return SP_ERR_OUT_OF_MEMORY;
+    case cudaErrorNotSupported: return SP_ERR_NOT_SUPPORTED;
+    case cudaErrorInvalidDevice: return SP_ERR_INVALID;
+    default: return SP_ERR_CUDA;
+    }
+}
+
+/* Runs with `device` current, restoring the caller's device after. */
+typedef struct {
+    int previous;
+    bool switched;
+} device_scope;
+
+static int device_enter(int device, device_scope *scope)
+{
+    scope->switched = false;
+    int rc = check(cudaGetDevice(&scope->previous));
+    if (rc == SP_OK && scope->previous != device) {
+        rc = check(cudaSetDevice(device));
+        scope->switched = rc == SP_OK;
+    }
+    return rc;
+}
+
+static void device_leave(const device_scope *scope)
+{
+    if (scope->switched)
+        (void)cudaSetDevice(scope->previous);
+}
+
+int sp__cuda_check_device(int device)
+{
+    int count = 0, pools = 0;
+    int rc = check(cudaGetDeviceCount(&count));
+    if (rc != SP_OK)
+        return rc;
+    if (device < 0 || device >= count)
+        return SP_ERR_INVALID;
+    rc = check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+    if (rc == SP_OK && !pools)
+        rc = SP_ERR_NOT_SUPPORTED; /* rule 5: some vGPU and Windows TCC setups */
+    return rc;
+}
+
+int sp__cuda_pool_create(int device, cudaMemPool_t *out)
+{
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    return check(cudaMemPoolCreate(out, &props));
+}
+
+int sp__cuda_pool_destroy(cudaMemPool_t pool)
+{
+    return check(cudaMemPoolDestroy(pool));
+}
+
+int sp__cuda_pool_set_threshold(cudaMemPool_t pool, uint64_t bytes)
+{
+    return check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes));
+}
+
+int sp__cuda_pool_usage(cudaMemPool_t pool, uint64_t *reserved, uint64_t *used)
+{
+    int rc = check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, reserved));
+    if (rc == SP_OK)
+        rc = check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, used));
+    return rc;
+}
+
+int sp__cuda_pool_trim(cudaMemPool_t pool, size_t keep)
+{
+    return check(cudaMemPoolTrimTo(pool, keep));
+}
+
+int sp__cuda_malloc(cudaMemPool_t pool, void **ptr, size_t bytes, cudaStream_t stream)
+{
+    return check(cudaMallocFromPoolAsync(ptr, bytes, pool, stream));
+}
+
+int sp__cuda_free(void *ptr, cudaStream_t stream)
+{
+    return check(cudaFreeAsync(ptr, stream));
+}
+
+int sp__cuda_event_create(int device, cudaEvent_t *out)
+{
+    device_scope scope;
+    int rc = device_enter(device, &scope);
+    if (rc == SP_OK)
+        rc = check(cudaEventCreateWithFlags(out, cudaEventDisableTiming));
+    device_leave(&scope);
+    return rc;
+}
+
+int sp__cuda_event_destroy(cudaEvent_t event)
+{
+    return check(cudaEventDestroy(event));
+}
+
+int sp__cuda_event_record(cudaEvent_t event, cudaStream_t stream)
+{
+    return check(cudaEventRecord(event, stream));
+}
+
+int sp__cuda_event_query(cudaEvent_t event, bool *done)
+{
+    cudaError_t err = cudaEventQuery(event);
+    *done = err == cudaSuccess;
+    return err == cudaErrorNotReady ? SP_OK : check(err);
+}
+
+int sp__cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event)
+{
+    return check(cudaStreamWaitEvent(stream, event, 0));
+}
+
+int sp__cuda_stream_create(int device, cudaStream_t *out)
+{
+    device_scope scope;
+    int rc = device_enter(device, &scope);
+    if (rc == SP_OK)
+        rc = check(cudaStreamCreateWithFlags(out, cudaStreamNonBlocking));
+    device_leave(&scope);
+    return rc;
+}
+
+int sp__cuda_stream_destroy(cudaStream_t stream)
+{
+    return check(cudaStreamDestroy(stream));
+}
+
+int sp__cuda_stream_sync(cudaStream_t stream)
+{
+    return check(cudaStreamSynchronize(stream));
+}
+
+int sp__cuda_stream_query(cudaStream_t stream, bool *idle)
+{
+    cudaError_t err = cudaStreamQuery(stream);
+    *idle = err == cudaSuccess;
+    return err == cudaErrorNotReady ? SP_OK : check(err);
+}
+
+int sp__cuda_stream_is_capturing(cudaStream_t stream, bool *capturing)
+{
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    int rc = check(cudaStreamIsCapturing(stream, &status));
+    *capturing = status != cudaStreamCaptureStatusNone;
+    return rc;
+}
+
+int sp__cuda_device_sync(int device)
+{
+    device_scope scope;
+    int rc = device_enter(device, &scope);
+    if (rc == SP_OK)
+        rc = check(cudaDeviceSynchronize());
+    device_leave(&scope);
+    return rc;
+}

@@ -1,0 +1,612 @@
+/* A named pool: its cudaMemPool, its stream caches and what moves blocks between them.
+ * sp_alloc and sp_free are the hot path: one cache lock and a few atomic counters, no driver
+ * call. Everything else (stealing behind a fence, the driver, releasing memory) is the slow
+ * path below them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static atomic_uint_least64_t next_pool_id = 1;
+
+/* ---- usage counters (pool and runtime) ---- */
+
+static void bytes_add(sp_bytes_counter *c, uint64_t n)
+{
+    uint64_t now = atomic_fetch_add_explicit(&c->current, n, memory_order_relaxed) + n;
+    uint64_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+    while (now > peak &&
+           !atomic_compare_exchange_weak_explicit(&c->peak, &peak, now, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+void sp__usage_add(sp_usage *u, size_t requested, size_t active)
+{
+    bytes_add(&u->requested, requested);
+    bytes_add(&u->active, active);
+}
+
+void sp__usage_sub(sp_usage *u, size_t requested, size_t active)
+{
+    atomic_fetch_sub_explicit(&u->requested.current, requested, memory_order_relaxed);
+    uint64_t active_now =
+        atomic_fetch_sub_explicit(&u->active.current, active, memory_order_relaxed) - active;
+    /* the bytes just freed went to a cache: cached = held - active may have reached a peak */
+    uint64_t cached = atomic_load_explicit(&u->held, memory_order_relaxed) - active_now;
+    uint64_t peak = atomic_load_explicit(&u->cached_peak, memory_order_relaxed);
+    while (cached > peak &&
+           !atomic_compare_exchange_weak_explicit(&u->cached_peak, &peak, cached,
+                                                  memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+static void count(sp_pool *pool, int counter)
+{
+    atomic_fetch_add_explicit(&pool->count[counter], 1, memory_order_relaxed);
+}
+
+static void held_add(sp_pool *pool, int64_t delta)
+{
+    atomic_fetch_add_explicit(&pool->usage.held, (uint64_t)delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->rt->usage.held, (uint64_t)delta, memory_order_relaxed);
+}
+
+/* ---- pool lifetime ---- */
+
+static int validate_config(const sp_pool_config *cfg)
+{
+    /* callers built against an older, shorter struct get defaults for the fields they lack */
+    if (cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
+        return SP_ERR_INVALID;
+    if ((unsigned)cfg->cross_stream > SP_CROSS_STREAM_NO_WAIT)
+        return SP_ERR_CONFIG;
+    return SP_OK;
+}
+
+int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp_pool_config *cfg,
+                 sp_pool **out)
+{
+    sp_pool_config defaults = SP_POOL_CONFIG_INIT;
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len > SP_POOL_NAME_MAX)
+        return SP_ERR_INVALID;
+    if (cfg) {
+        int rc = validate_config(cfg);
+        if (rc != SP_OK)
+            return rc;
+        memcpy(&defaults, cfg, cfg->size < sizeof defaults ? cfg->size : sizeof defaults);
+        defaults.size = sizeof defaults;
+    }
+    sp_pool *pool = calloc(1, sizeof *pool);
+    if (!pool)
+        return SP_ERR_NO_HOST_MEMORY;
+    memcpy(pool->name, name, len + 1);
+    pool->rt = rt;
+    pool->cfg = defaults;
+    pool->id = atomic_fetch_add(&next_pool_id, 1);
+    pool->shared.shared = true;
+    pool->shared.pool = pool;
+    int rc;
+    if (adopt) {
+        uint64_t reserved, used;
+        pool->cuda_pool = adopt;
+        rc = sp__cuda_pool_usage(adopt, &reserved, &used); /* a valid pool handle? */
+        if (rc == SP_OK && cfg)
+            rc = sp__cuda_pool_set_threshold(adopt, pool->cfg.release_threshold);
+    } else {
+        rc = sp__cuda_pool_create(rt->device, &pool->cuda_pool);
+        pool->owns_cuda_pool = rc == SP_OK;
+        if (rc == SP_OK)
+            rc = sp__cuda_pool_set_threshold(pool->cuda_pool, pool->cfg.release_threshold);
+    }
+    if (rc == SP_OK && pthread_mutex_init(&pool->lock, NULL) != 0)
+        rc = SP_ERR_NO_HOST_MEMORY;
+    if (rc != SP_OK) {
+        if (pool->owns_cuda_pool)
+            (void)sp__cuda_pool_destroy(pool->cuda_pool);
+        free(pool);
+        return rc;
+    }
+    *out = pool;
+    return SP_OK;
+}
+
+/* ---- giving cached blocks back to the driver ---- */
+
+typedef struct {
+    cudaStream_t *streams;
+    size_t len, cap;
+} stream_set;
+
+static void stream_set_add(stream_set *set, cudaStream_t s)
+{
+    for (size_t i = 0; i < set->len; i++)
+        if (set->streams[i] == s)
+            return;
+    if (set->len == set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 8;
+        cudaStream_t *grown = realloc(set->streams, cap * sizeof *grown);
+        if (!grown)
+            return; /* that stream is then not synchronized: memory is released later */
+        set->streams = grown;
+        set->cap = cap;
+    }
+    set->streams[set->len++] = s;
+}
+
+/* Gives one cached block back to the driver in stream order on `stream`. */
+static void block_release(sp_pool *pool, sp_block *b, cudaStream_t stream)
+{
+    sp__ptrmap_remove(&pool->rt->ptrmap, b->ptr);
+    if (sp__cuda_free(b->ptr, stream) == SP_OK)
+        count(pool, SP_COUNT_driver_frees);
+    held_add(pool, -(int64_t)b->size);
+    free(b);
+}
+
+static bool this_threads_stream(sp_stream_key key)
+{
+    return key.thread == 0 || key.thread == sp__stream_key(cudaStreamPerThread).thread;
+}
+
+/* Releases cached blocks of one cache until the pool holds at most `keep` bytes. A block of a
+ * released stream is freed on the runtime's service stream after waiting for its fence. Another
+ * thread's cudaStreamPerThread cannot be named from here: its blocks are skipped unless
+ * `device_synced` says the whole device is idle, when the service stream may free them. */
+static void cache_release(sp_pool *pool, sp_stream_cache *c, uint64_t keep, stream_set *synced,
+                          bool device_synced)
+{
+    sp_runtime *rt = pool->rt;
+    bool foreign = !c->shared && !this_threads_stream(c->key);
+    if (foreign && !device_synced)
+        return;
+    sp_spin_lock(&c->lock);
+    for (uint32_t cls = SP_CLASS_COUNT; cls-- > 0;) {
+        sp_block *b;
+        while (atomic_load_explicit(&pool->usage.held, memory_order_relaxed) > keep &&
+               (b = sp__bin_pop_newest(&c->bins[cls]))) {
+            cudaStream_t stream = foreign ? rt->service : c->key.stream;
+            if (c->shared) {
+                stream = rt->service;
+                if (b->fence)
+                    (void)sp__cuda_stream_wait_event(rt->service, b->fence->event);
+                if (b->fence && --b->fence->refs == 0)
+                    sp__fence_recycle(&rt->fences, b->fence);
+            }
+            block_release(pool, b, stream);
+            if (synced)
+                stream_set_add(synced, stream);
+        }
+    }
+    sp_spin_unlock(&c->lock);
+}
+
+/* Releases cached blocks, largest first, until the pool holds at most `keep` bytes from the
+ * driver; with `sync`, synchronizes the streams of those frees so the driver can reuse or
+ * release the memory at once (CUDA-SEMANTICS rules 11c and 13). */
+static void pool_release_cached(sp_pool *pool, uint64_t keep, bool sync)
+{
+    stream_set synced = {0};
+    stream_set *set = sync ? &synced : NULL;
+    pthread_mutex_lock(&pool->lock);
+    cache_release(pool, &pool->shared, keep, set, false);
+    for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
+        cache_release(pool, c, keep, set, false);
+    pthread_mutex_unlock(&pool->lock);
+    for (size_t i = 0; i < synced.len; i++)
+        (void)sp__cuda_stream_sync(synced.streams[i]);
+    free(synced.streams);
+}
+
+/* Cached blocks go back to the driver until the pool holds at most `keep` bytes, their frees
+ * are synchronized, and the cudaMemPool is trimmed to what is still held, so that the memory
+ * reaches the device: a pool that keeps its memory (threshold UINT64_MAX) would otherwise hold
+ * it in chunks that a larger request cannot use. */
+static int pool_give_back(sp_pool *pool, uint64_t keep)
+{
+    pool_release_cached(pool, keep, true);
+    int rc = sp__cuda_stream_sync(pool->rt->service);
+    uint64_t held = atomic_load_explicit(&pool->usage.held, memory_order_relaxed);
+    if (rc == SP_OK)
+        rc = sp__cuda_pool_trim(pool->cuda_pool, held > keep ? held : keep);
+    return rc;
+}
+
+static void cache_drop_fences(sp_runtime *rt, sp_stream_cache *c)
+{
+    while (c->fences) {
+        sp_fence *f = c->fences;
+        c->fences = f->next;
+        sp__fence_recycle(&rt->fences, f);
+    }
+    c->fence_count = 0;
+}
+
+static bool cache_empty(const sp_stream_cache *c)
+{
+    for (uint32_t cls = 0; cls < SP_CLASS_COUNT; cls++)
+        if (c->bins[cls].head)
+            return false;
+    return true;
+}
+
+void sp__pool_free(sp_pool *pool)
+{
+    pool_release_cached(pool, 0, false);
+    bool foreign_left = false;
+    for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
+        foreign_left |= !cache_empty(c);
+    if (foreign_left && sp__cuda_device_sync(pool->rt->device) == SP_OK)
+        for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
+            cache_release(pool, c, 0, NULL, true);
+    for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
+        cache_drop_fences(pool->rt, c);
+    sp__cache_table_free(pool);
+    if (pool->owns_cuda_pool)
+        (void)sp__cuda_pool_destroy(pool->cuda_pool); /* rule 7: returns at once */
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+}
+
+int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
+{
+    sp_runtime *rt = pool->rt;
+    sp_spin_lock(&c->lock);
+    c->released = true;
+    bool any = !cache_empty(c);
+    sp_fence *final = NULL;
+    int rc = SP_OK;
+    if (any) {
+        rc = sp__fence_record(&rt->fences, c->key.stream, c->free_epoch, &final);
+        if (rc != SP_OK) {
+            /* no fence on this stream (already destroyed?): hand its blocks back to the driver
+             * on the stream itself, which is the best ordering left */
+            sp_spin_unlock(&c->lock);
+            cache_release(pool, c, 0, NULL, false);
+            sp_spin_lock(&c->lock);
+        } else {
+            count(pool, SP_COUNT_fences_recorded);
+        }
+    }
+    cache_drop_fences(rt, c);
+    sp_spin_unlock(&c->lock);
+    if (!final)
+        return rc;
+    sp_spin_lock(&pool->shared.lock);
+    sp_spin_lock(&c->lock);
+    for (uint32_t cls = 0; cls < SP_CLASS_COUNT; cls++) {
+        sp_block *b;
+        while ((b = sp__bin_pop_newest(&c->bins[cls]))) {
+            b->fence = final;
+            final->refs++;
+            sp__bin_push(&pool->shared.bins[cls], b);
+        }
+    }
+    sp_spin_unlock(&c->lock);
+    sp_spin_unlock(&pool->shared.lock);
+    return SP_OK;
+}
+
+/* ---- the slow path of sp_alloc ---- */
+
+typedef enum { STEAL_COMPLETED, STEAL_WAIT } steal_mode;
+
+/* Is `b`, cached in `c`, covered by a completed fence? Finds or records the fence covering it
+ * (one per epoch range, never one per free); *cover gets it when still pending. */
+static int block_fenced(sp_runtime *rt, sp_pool *pool, sp_stream_cache *c, sp_block *b,
+                        bool *done, sp_fence **cover)
+{
+    *cover = NULL;
+    *done = false;
+    if (c->shared) {
+        if (!b->fence) {
+            *done = true;
+            return SP_OK;
+        }
+        *cover = b->fence;
+        return sp__fence_done(b->fence, done);
+    }
+    if (c->done_epoch >= b->epoch) {
+        *done = true;
+        return SP_OK;
+    }
+    sp_fence *f = NULL;
+    for (sp_fence *x = c->fences; x && x->epoch >= b->epoch; x = x->next)
+        f = x; /* the oldest fence that still covers b: likeliest complete */
+    if (!f && this_threads_stream(c->key)) {
+        /* an idle stream has completed every free it holds: no event needed */
+        bool idle = false;
+        int rc = sp__cuda_stream_query(c->key.stream, &idle);
+        if (rc != SP_OK)
+            return rc;
+        if (idle) {
+            c->done_epoch = c->free_epoch;
+            cache_drop_fences(rt, c);
+            *done = true;
+            return SP_OK;
+        }
+    }
+    if (!f) {
+        if (c->fence_count >= 8 || !this_threads_stream(c->key))
+            return SP_OK; /* bounded: no new fence; the block stays for later */
+        int rc = sp__fence_record(&rt->fences, c->key.stream, c->free_epoch, &f);
+        if (rc != SP_OK)
+            return rc;
+        count(pool, SP_COUNT_fences_recorded);
+        f->next = c->fences;
+        c->fences = f;
+        c->fence_count++;
+    }
+    *cover = f;
+    int rc = sp__fence_done(f, done);
+    if (rc == SP_OK && *done) {
+        /* f and every older fence of this stream are complete: stream order */
+        c->done_epoch = f->epoch;
+        sp_fence **p = &c->fences;
+        while (*p && *p != f)
+            p = &(*p)->next;
+        *p = NULL;
+        while (f) {
+            sp_fence *next = f->next;
+            sp__fence_recycle(&rt->fences, f);
+            c->fence_count--;
+            f = next;
+        }
+    }
+    return rc;
+}
+
+/* Takes a block of class `cls` that another stream cached, behind a completed fence or (mode
+ * STEAL_WAIT) by making `stream` wait on a pending one. */
+static int steal_from(sp_pool *pool, sp_stream_cache *c, sp_stream_key me, uint32_t cls,
+                      steal_mode mode, sp_block **out)
+{
+    sp_runtime *rt = pool->rt;
+    int rc = SP_OK;
+    sp_spin_lock(&c->lock);
+    sp_block *b = c->bins[cls].tail;
+    if (b && !c->released) {
+        bool done;
+        sp_fence *cover;
+        rc = block_fenced(rt, pool, c, b, &done, &cover);
+        if (rc == SP_OK && !done && mode == STEAL_WAIT && cover) {
+            rc = sp__cuda_stream_wait_event(me.stream, cover->event);
+            if (rc == SP_OK)
+                count(pool, SP_COUNT_cross_stream_waits);
+            done = rc == SP_OK;
+        } else if (rc == SP_OK && done) {
+            count(pool, SP_COUNT_cross_stream_reuses);
+        }
+        if (rc == SP_OK && done) {
+            sp__bin_remove(&c->bins[cls], b);
+            if (c->shared && b->fence && --b->fence->refs == 0)
+                sp__fence_recycle(&rt->fences, b->fence);
+            b->fence = NULL;
+            *out = b;
+        }
+    }
+    sp_spin_unlock(&c->lock);
+    return rc;
+}
+
+static int steal(sp_pool *pool, sp_stream_key me, uint32_t cls, steal_mode mode, sp_block **out)
+{
+    int rc = steal_from(pool, &pool->shared, me, cls, mode, out);
+    if (rc != SP_OK || *out)
+        return rc;
+    pthread_mutex_lock(&pool->lock);
+    for (sp_stream_cache *c = pool->caches; c && !*out && rc == SP_OK; c = c->next_in_pool)
+        if (!(c->key.stream == me.stream && c->key.thread == me.thread))
+            rc = steal_from(pool, c, me, cls, mode, out);
+    pthread_mutex_unlock(&pool->lock);
+    return rc;
+}
+
+static int driver_alloc(sp_pool *pool, cudaStream_t stream, uint32_t cls, int state,
+                        sp_block **out)
+{
+    sp_block *b = calloc(1, sizeof *b);
+    if (!b)
+        return SP_ERR_NO_HOST_MEMORY;
+    b->size = sp__class_size(cls);
+    b->cls = cls;
+    b->pool = pool;
+    atomic_init(&b->state, state);
+    int rc = sp__cuda_malloc(pool->cuda_pool, &b->ptr, b->size, stream);
+    if (rc == SP_OK && (rc = sp__ptrmap_insert(&pool->rt->ptrmap, b)) != SP_OK)
+        (void)sp__cuda_free(b->ptr, stream);
+    if (rc != SP_OK) {
+        free(b);
+        return rc;
+    }
+    count(pool, SP_COUNT_driver_allocs);
+    held_add(pool, (int64_t)b->size);
+    *out = b;
+    return SP_OK;
+}
+
+/* New memory from the driver; on out-of-memory, first a fenced wait (unless the policy forbids
+ * one), then the pool's own cached memory goes back to the driver and the request is retried. */
+static int alloc_fresh(sp_pool *pool, sp_stream_key key, uint32_t cls, sp_block **out)
+{
+    int rc = driver_alloc(pool, key.stream, cls, SP_BLOCK_LIVE, out);
+    if (rc != SP_ERR_OUT_OF_MEMORY)
+        return rc;
+    if (pool->cfg.cross_stream != SP_CROSS_STREAM_NO_WAIT) {
+        int steal_rc = steal(pool, key, cls, STEAL_WAIT, out);
+        if (steal_rc != SP_OK || *out)
+            return steal_rc;
+    }
+    count(pool, SP_COUNT_oom_retries);
+    pool_give_back(pool, 0);
+    rc = driver_alloc(pool, key.stream, cls, SP_BLOCK_LIVE, out);
+    if (rc == SP_ERR_OUT_OF_MEMORY)
+        count(pool, SP_COUNT_ooms);
+    return rc;
+}
+
+static void account_alloc(sp_pool *pool, sp_block *b, size_t bytes)
+{
+    b->requested = bytes;
+    sp__usage_add(&pool->usage, bytes, b->size);
+    sp__usage_add(&pool->rt->usage, bytes, b->size);
+}
+
+static int alloc_slow(sp_pool *pool, sp_stream_key key, uint32_t cls, size_t bytes, void **ptr)
+{
+    sp_block *b = NULL;
+    int rc = steal(pool, key, cls, STEAL_COMPLETED, &b);
+    if (rc == SP_OK && !b && pool->cfg.cross_stream == SP_CROSS_STREAM_WAIT)
+        rc = steal(pool, key, cls, STEAL_WAIT, &b);
+    if (rc == SP_OK && !b)
+        rc = alloc_fresh(pool, key, cls, &b);
+    if (rc != SP_OK)
+        return rc;
+    atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+    account_alloc(pool, b, bytes);
+    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
+    *ptr = b->ptr;
+    return SP_OK;
+}
+
+/* Rule 24: a capturing stream's allocations become graph nodes; they never touch a cache. */
+static int alloc_bypass(sp_pool *pool, sp_stream_key key, size_t bytes, void **ptr)
+{
+    sp_block *b;
+    int rc = driver_alloc(pool, key.stream, sp__class_of(bytes), SP_BLOCK_BYPASS, &b);
+    if (rc != SP_OK)
+        return rc;
+    account_alloc(pool, b, bytes);
+    count(pool, SP_COUNT_capture_bypasses);
+    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
+    *ptr = b->ptr;
+    return SP_OK;
+}
+
+static bool capture_possible(const sp_runtime *rt)
+{
+    return rt->cfg.capture_check == SP_CAPTURE_ALWAYS ||
+           atomic_load_explicit(&rt->captures, memory_order_relaxed) != 0;
+}
+
+/* ---- the hot path ---- */
+
+int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+{
+    if (sp_unlikely(!pool || !ptr))
+        return SP_ERR_INVALID;
+    if (sp_unlikely(bytes == 0)) {
+        *ptr = NULL;
+        return SP_OK;
+    }
+    if (sp_unlikely(bytes > SP_MAX_ALLOC))
+        return SP_ERR_TOO_LARGE;
+    uint32_t cls = sp__class_of(bytes);
+    sp_stream_key key = sp__stream_key(stream);
+    if (sp_unlikely(capture_possible(pool->rt))) {
+        bool capturing = false;
+        int rc = sp__stream_capturing(pool->rt, key, &capturing);
+        if (rc != SP_OK)
+            return rc;
+        if (capturing)
+            return alloc_bypass(pool, key, bytes, ptr);
+    }
+    for (;;) {
+        sp_stream_cache *c = sp__cache_get(pool, key);
+        if (sp_unlikely(!c))
+            return SP_ERR_NO_HOST_MEMORY;
+        sp_spin_lock(&c->lock);
+        if (sp_unlikely(c->released)) { /* released meanwhile: look the stream up again */
+            sp_spin_unlock(&c->lock);
+            continue;
+        }
+        sp_block *b = sp__bin_pop_newest(&c->bins[cls]);
+        if (sp_likely(b != NULL)) {
+            c->hits++;
+            c->requested_total += bytes;
+            c->active_total += b->size;
+            sp_spin_unlock(&c->lock);
+            atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+            account_alloc(pool, b, bytes);
+            *ptr = b->ptr;
+            return SP_OK;
+        }
+        sp_spin_unlock(&c->lock);
+        return alloc_slow(pool, key, cls, bytes, ptr);
+    }
+}
+
+/* A block that goes straight back to the driver: a bypassed one, or any freed during capture. */
+static int free_to_driver(sp_pool *pool, sp_block *b, cudaStream_t stream)
+{
+    sp__usage_sub(&pool->usage, b->requested, b->size);
+    sp__usage_sub(&pool->rt->usage, b->requested, b->size);
+    count(pool, SP_COUNT_frees);
+    block_release(pool, b, stream);
+    return SP_OK;
+}
+
+int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
+{
+    if (sp_unlikely(!pool))
+        return SP_ERR_INVALID;
+    if (sp_unlikely(!ptr))
+        return SP_OK;
+    sp_block *b = NULL;
+    int rc = sp__ptrmap_take_for_free(&pool->rt->ptrmap, ptr, pool, &b);
+    if (sp_unlikely(rc != SP_OK)) {
+        count(pool, SP_COUNT_bad_frees);
+        return rc;
+    }
+    if (sp_unlikely(atomic_load_explicit(&b->state, memory_order_relaxed) == SP_BLOCK_BYPASS))
+        return free_to_driver(pool, b, stream);
+    sp_stream_key key = sp__stream_key(stream);
+    if (sp_unlikely(capture_possible(pool->rt))) {
+        bool capturing = false;
+        if (sp__stream_capturing(pool->rt, key, &capturing) != SP_OK || capturing)
+            return free_to_driver(pool, b, stream); /* rule 24: never into a cache */
+    }
+    for (;;) {
+        sp_stream_cache *c = sp__cache_get(pool, key);
+        if (sp_unlikely(!c))
+            return free_to_driver(pool, b, stream); /* no host memory for a cache */
+        sp_spin_lock(&c->lock);
+        if (sp_unlikely(c->released)) {
+            sp_spin_unlock(&c->lock);
+            continue;
+        }
+        b->epoch = ++c->free_epoch;
+        sp__bin_push(&c->bins[b->cls], b);
+        c->frees++;
+        c->freed_bytes += b->size;
+        sp_spin_unlock(&c->lock);
+        break;
+    }
+    sp__usage_sub(&pool->usage, b->requested, b->size);
+    sp__usage_sub(&pool->rt->usage, b->requested, b->size);
+    return SP_OK;
+}
+
+/* ---- settings and trim ---- */
+
+int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
+{
+    if (!pool)
+        return SP_ERR_INVALID;
+    int rc = sp__cuda_pool_set_threshold(pool->cuda_pool, bytes);
+    if (rc == SP_OK)
+        pool->cfg.release_threshold = bytes;
+    return rc;
+}
+
+int sp_pool_trim(sp_pool *pool, size_t keep_bytes)
+{
+    if (!pool)
+        return SP_ERR_INVALID;
+    return pool_give_back(pool, keep_bytes);
+}

@@ -1,0 +1,133 @@
+/* Pointer -> block for every block a runtime holds, live or cached: sp_free's lookup, and what
+ * tells an unknown pointer, a double free and a pointer of another pool apart. Sharded by
+ * pointer hash, one spin lock per shard, open addressing with backward-shift deletion. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+struct sp_ptrmap_slot {
+    const void *key;
+    sp_block *block;
+};
+
+static uint64_t hash_ptr(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ull;
+    x ^= x >> 27;
+    return x;
+}
+
+static sp_ptrmap_shard *shard_of(sp_ptrmap *m, uint64_t h)
+{
+    return &m->shards[h >> 58]; /* top 6 bits: 64 shards; the low bits index the slots */
+}
+
+static size_t find_slot(const sp_ptrmap_shard *s, const void *key, uint64_t h)
+{
+    size_t mask = s->cap - 1;
+    size_t i = (size_t)h & mask;
+    while (s->slots[i].key && s->slots[i].key != key)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static int grow(sp_ptrmap_shard *s)
+{
+    size_t cap = s->cap ? s->cap * 2 : 64;
+    struct sp_ptrmap_slot *slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return SP_ERR_NO_HOST_MEMORY;
+    struct sp_ptrmap_slot *old = s->slots;
+    size_t old_cap = s->cap;
+    s->slots = slots;
+    s->cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].key)
+            s->slots[find_slot(s, old[i].key, hash_ptr(old[i].key))] = old[i];
+    free(old);
+    return SP_OK;
+}
+
+int sp__ptrmap_insert(sp_ptrmap *m, sp_block *b)
+{
+    uint64_t h = hash_ptr(b->ptr);
+    sp_ptrmap_shard *s = shard_of(m, h);
+    int rc = SP_OK;
+    sp_spin_lock(&s->lock);
+    if ((s->len + 1) * 4 > s->cap * 3)
+        rc = grow(s);
+    if (rc == SP_OK) {
+        size_t i = find_slot(s, b->ptr, h);
+        if (!s->slots[i].key)
+            s->len++;
+        s->slots[i] = (struct sp_ptrmap_slot){b->ptr, b};
+    }
+    sp_spin_unlock(&s->lock);
+    return rc;
+}
+
+static void remove_at(sp_ptrmap_shard *s, size_t i)
+{
+    size_t mask = s->cap - 1;
+    s->slots[i].key = NULL;
+    s->len--;
+    for (size_t j = (i + 1) & mask; s->slots[j].key; j = (j + 1) & mask) {
+        size_t home = (size_t)hash_ptr(s->slots[j].key) & mask;
+        bool between = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (!between) {
+            s->slots[i] = s->slots[j];
+            s->slots[j].key = NULL;
+            i = j;
+        }
+    }
+}
+
+void sp__ptrmap_remove(sp_ptrmap *m, const void *ptr)
+{
+    uint64_t h = hash_ptr(ptr);
+    sp_ptrmap_shard *s = shard_of(m, h);
+    sp_spin_lock(&s->lock);
+    if (s->cap) {
+        size_t i = find_slot(s, ptr, h);
+        if (s->slots[i].key)
+            remove_at(s, i);
+    }
+    sp_spin_unlock(&s->lock);
+}
+
+int sp__ptrmap_take_for_free(sp_ptrmap *m, const void *ptr, const sp_pool *pool, sp_block **out)
+{
+    uint64_t h = hash_ptr(ptr);
+    sp_ptrmap_shard *s = shard_of(m, h);
+    int rc = SP_ERR_BAD_POINTER;
+    sp_spin_lock(&s->lock);
+    size_t i = s->cap ? find_slot(s, ptr, h) : 0;
+    sp_block *b = s->cap ? s->slots[i].block : NULL;
+    if (b && s->slots[i].key) {
+        int live = SP_BLOCK_LIVE;
+        if (b->pool != pool) {
+            rc = SP_ERR_WRONG_POOL;
+        } else if (atomic_compare_exchange_strong(&b->state, &live, SP_BLOCK_CACHED)) {
+            rc = SP_OK;
+        } else if (live == SP_BLOCK_BYPASS) {
+            remove_at(s, i); /* goes straight back to the driver */
+            rc = SP_OK;
+        } else {
+            rc = SP_ERR_DOUBLE_FREE;
+        }
+        *out = b;
+    }
+    sp_spin_unlock(&s->lock);
+    return rc;
+}
+
+void sp__ptrmap_free(sp_ptrmap *m)
+{
+    for (int i = 0; i < SP_PTRMAP_SHARDS; i++) {
+        free(m->shards[i].slots);
+        m->shards[i].slots = NULL;
+        m->shards[i].cap = m->shards[i].len = 0;
+    }
+}

@@ -1,0 +1,255 @@
+/* The runtime of one device: its registry of pools by name (the default pool among them), the
+ * service stream and fences its pools share, the pointer map that catches bad frees across
+ * pools, stream release, and declared graph captures. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out)
+{
+    sp_runtime_config config = SP_RUNTIME_CONFIG_INIT;
+    if (!out)
+        return SP_ERR_INVALID;
+    if (cfg) {
+        if (cfg->size < offsetof(sp_runtime_config, capture_check) + sizeof cfg->capture_check)
+            return SP_ERR_INVALID;
+        if ((unsigned)cfg->capture_check > SP_CAPTURE_ALWAYS)
+            return SP_ERR_CONFIG;
+        memcpy(&config, cfg, cfg->size < sizeof config ? cfg->size : sizeof config);
+        config.size = sizeof config;
+    }
+    int rc = sp__cuda_check_device(device);
+    if (rc != SP_OK)
+        return rc;
+    sp_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return SP_ERR_NO_HOST_MEMORY;
+    rt->device = device;
+    rt->cfg = config;
+    if (pthread_mutex_init(&rt->lock, NULL) != 0) {
+        free(rt);
+        return SP_ERR_NO_HOST_MEMORY;
+    }
+    rc = sp__fence_pool_init(&rt->fences, device);
+    if (rc == SP_OK) {
+        rc = sp__cuda_stream_create(device, &rt->service);
+        if (rc == SP_OK) {
+            rc = sp__pool_new(rt, "default", NULL, NULL, &rt->default_pool);
+            if (rc == SP_OK) {
+                rt->default_pool->is_default = true;
+                rt->pools = rt->default_pool;
+                *out = rt;
+                return SP_OK;
+            }
+            (void)sp__cuda_stream_destroy(rt->service);
+        }
+        sp__fence_pool_destroy(&rt->fences);
+    }
+    pthread_mutex_destroy(&rt->lock);
+    free(rt);
+    return rc;
+}
+
+static bool pool_has_live(const sp_pool *pool)
+{
+    return atomic_load(&pool->usage.active.current) != 0;
+}
+
+int sp_runtime_destroy(sp_runtime *rt)
+{
+    if (!rt)
+        return SP_ERR_INVALID;
+    pthread_mutex_lock(&rt->lock);
+    for (sp_pool *p = rt->pools; p; p = p->next) {
+        if (pool_has_live(p)) {
+            pthread_mutex_unlock(&rt->lock);
+            return SP_ERR_BUSY;
+        }
+    }
+    while (rt->pools) {
+        sp_pool *p = rt->pools;
+        rt->pools = p->next;
+        sp__pool_free(p);
+    }
+    pthread_mutex_unlock(&rt->lock);
+    (void)sp__cuda_stream_sync(rt->service);
+    (void)sp__cuda_stream_destroy(rt->service);
+    sp__fence_pool_destroy(&rt->fences);
+    sp__ptrmap_free(&rt->ptrmap);
+    pthread_mutex_destroy(&rt->lock);
+    free(rt->capturing);
+    free(rt);
+    return SP_OK;
+}
+
+int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out)
+{
+    if (!rt || !out)
+        return SP_ERR_INVALID;
+    *out = rt->default_pool;
+    return SP_OK;
+}
+
+static sp_pool *find_locked(sp_runtime *rt, const char *name)
+{
+    for (sp_pool *p = rt->pools; p; p = p->next)
+        if (strcmp(p->name, name) == 0)
+            return p;
+    return NULL;
+}
+
+static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
+                         const sp_pool_config *cfg, sp_pool **out)
+{
+    if (!rt || !name || !out)
+        return SP_ERR_INVALID;
+    pthread_mutex_lock(&rt->lock);
+    int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
+    sp_pool *pool = NULL;
+    if (rc == SP_OK)
+        rc = sp__pool_new(rt, name, adopt, cfg, &pool);
+    if (rc == SP_OK) {
+        pool->next = rt->pools;
+        rt->pools = pool;
+        *out = pool;
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+int sp_pool_create(sp_runtime *rt, const char *name, const sp_pool_config *cfg, sp_pool **out)
+{
+    return pool_register(rt, name, NULL, cfg, out);
+}
+
+int sp_pool_adopt(sp_runtime *rt, const char *name, cudaMemPool_t mem_pool,
+                  const sp_pool_config *cfg, sp_pool **out)
+{
+    if (!mem_pool)
+        return SP_ERR_INVALID;
+    return pool_register(rt, name, mem_pool, cfg, out);
+}
+
+int sp_pool_find(sp_runtime *rt, const char *name, sp_pool **out)
+{
+    if (!rt || !name || !out)
+        return SP_ERR_INVALID;
+    pthread_mutex_lock(&rt->lock);
+    sp_pool *p = find_locked(rt, name);
+    pthread_mutex_unlock(&rt->lock);
+    if (!p)
+        return SP_ERR_NOT_FOUND;
+    *out = p;
+    return SP_OK;
+}
+
+const char *sp_pool_name(const sp_pool *pool)
+{
+    return pool ? pool->name : NULL;
+}
+
+cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool)
+{
+    return pool ? pool->cuda_pool : NULL;
+}
+
+int sp_pool_destroy(sp_pool *pool)
+{
+    if (!pool || pool->is_default)
+        return SP_ERR_INVALID;
+    sp_runtime *rt = pool->rt;
+    pthread_mutex_lock(&rt->lock);
+    if (pool_has_live(pool)) {
+        pthread_mutex_unlock(&rt->lock);
+        return SP_ERR_BUSY;
+    }
+    sp_pool **p = &rt->pools;
+    while (*p != pool)
+        p = &(*p)->next;
+    *p = pool->next;
+    pthread_mutex_unlock(&rt->lock);
+    sp__pool_free(pool);
+    return SP_OK;
+}
+
+int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
+{
+    if (!rt)
+        return SP_ERR_INVALID;
+    sp_stream_key key = sp__stream_key(stream);
+    int rc = SP_OK;
+    pthread_mutex_lock(&rt->lock);
+    for (sp_pool *p = rt->pools; p; p = p->next) {
+        sp_stream_cache *c = sp__cache_detach(p, key);
+        if (c) {
+            int prc = sp__pool_orphan_cache(p, c);
+            if (rc == SP_OK)
+                rc = prc;
+        }
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+/* ---- declared graph captures ---- */
+
+static size_t capture_find(const sp_runtime *rt, sp_stream_key key)
+{
+    for (size_t i = 0; i < rt->capturing_len; i++)
+        if (rt->capturing[i].stream == key.stream && rt->capturing[i].thread == key.thread)
+            return i;
+    return SIZE_MAX;
+}
+
+int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
+{
+    if (!rt)
+        return SP_ERR_INVALID;
+    sp_stream_key key = sp__stream_key(stream);
+    int rc = SP_OK;
+    pthread_mutex_lock(&rt->lock);
+    if (capture_find(rt, key) == SIZE_MAX) {
+        if (rt->capturing_len == rt->capturing_cap) {
+            size_t cap = rt->capturing_cap ? rt->capturing_cap * 2 : 4;
+            sp_stream_key *grown = realloc(rt->capturing, cap * sizeof *grown);
+            if (!grown)
+                rc = SP_ERR_NO_HOST_MEMORY;
+            else {
+                rt->capturing = grown;
+                rt->capturing_cap = cap;
+            }
+        }
+        if (rc == SP_OK) {
+            rt->capturing[rt->capturing_len++] = key;
+            atomic_fetch_add(&rt->captures, 1);
+        }
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
+{
+    if (!rt)
+        return SP_ERR_INVALID;
+    sp_stream_key key = sp__stream_key(stream);
+    pthread_mutex_lock(&rt->lock);
+    size_t i = capture_find(rt, key);
+    if (i != SIZE_MAX) {
+        rt->capturing[i] = rt->capturing[--rt->capturing_len];
+        atomic_fetch_sub(&rt->captures, 1);
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return i == SIZE_MAX ? SP_ERR_INVALID : SP_OK;
+}
+
+int sp__stream_capturing(sp_runtime *rt, sp_stream_key key, bool *capturing)
+{
+    if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS)
+        return sp__cuda_stream_is_capturing(key.stream, capturing);
+    pthread_mutex_lock(&rt->lock);
+    *capturing = capture_find(rt, key) != SIZE_MAX;
+    pthread_mutex_unlock(&rt->lock);
+    return SP_OK;
+}

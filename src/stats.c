@@ -1,0 +1,149 @@
+/* Stats: hot-path counters live in each stream cache (under its lock) and the slow-path ones in
+ * the pool (atomics); a read merges them into the caller's versioned struct. JSON rendering
+ * walks the same X-macro list as the struct, so a new counter is declared once. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static uint64_t load(const atomic_uint_least64_t *v)
+{
+    return atomic_load_explicit(v, memory_order_relaxed);
+}
+
+static void merge_cache(sp_stream_cache *c, sp_stats *st, uint64_t *requested_total,
+                        uint64_t *active_total)
+{
+    sp_spin_lock(&c->lock);
+    st->same_stream_hits += c->hits;
+    st->frees += c->frees;
+    st->cached.total += c->freed_bytes;
+    *requested_total += c->requested_total;
+    *active_total += c->active_total;
+    sp_spin_unlock(&c->lock);
+}
+
+/* Adds one pool's counters to st (current/peak bytes are filled by the caller). */
+static int add_pool(sp_pool *pool, sp_stats *st)
+{
+    uint64_t requested_total = load(&pool->miss_requested_total);
+    uint64_t active_total = load(&pool->miss_active_total);
+    pthread_mutex_lock(&pool->lock);
+    merge_cache(&pool->shared, st, &requested_total, &active_total);
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+        for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
+            merge_cache(c, st, &requested_total, &active_total);
+    pthread_mutex_unlock(&pool->lock);
+    st->requested.total += requested_total;
+    st->active.total += active_total;
+#define SP_ADD_COUNTER(name, text) st->name += load(&pool->count[SP_COUNT_##name]);
+    SP_STATS_COUNTERS(SP_ADD_COUNTER)
+#undef SP_ADD_COUNTER
+    st->allocs += load(&pool->miss_allocs);
+    uint64_t reserved = 0, used = 0;
+    int rc = sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used);
+    st->pool_reserved += reserved;
+    st->pool_used += used;
+    st->pools++;
+    return rc;
+}
+
+static void fill_usage(const sp_usage *u, sp_stats *st)
+{
+    st->requested.current = load(&u->requested.current);
+    st->requested.peak = load(&u->requested.peak);
+    st->active.current = load(&u->active.current);
+    st->active.peak = load(&u->active.peak);
+    uint64_t held = load(&u->held);
+    st->cached.current = held > st->active.current ? held - st->active.current : 0;
+    st->cached.peak = load(&u->cached_peak);
+    if (st->cached.peak < st->cached.current)
+        st->cached.peak = st->cached.current;
+}
+
+static int begin(sp_stats *out, sp_stats *st)
+{
+    if (!out || out->size < offsetof(sp_stats, requested))
+        return SP_ERR_INVALID;
+    memset(st, 0, sizeof *st);
+    st->size = sizeof *st;
+    st->version = SP_STATS_VERSION;
+    return SP_OK;
+}
+
+static void finish(const sp_stats *st, sp_stats *out)
+{
+    uint32_t size = out->size;
+    memcpy(out, st, size < sizeof *st ? size : sizeof *st);
+    out->size = size < sizeof *st ? size : (uint32_t)sizeof *st;
+}
+
+int sp_pool_stats(sp_pool *pool, sp_stats *out)
+{
+    sp_stats st;
+    if (!pool)
+        return SP_ERR_INVALID;
+    int rc = begin(out, &st);
+    if (rc != SP_OK)
+        return rc;
+    rc = add_pool(pool, &st);
+    st.allocs += st.same_stream_hits;
+    fill_usage(&pool->usage, &st);
+    finish(&st, out);
+    return rc;
+}
+
+int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
+{
+    sp_stats st;
+    if (!rt)
+        return SP_ERR_INVALID;
+    int rc = begin(out, &st);
+    if (rc != SP_OK)
+        return rc;
+    pthread_mutex_lock(&rt->lock);
+    for (sp_pool *p = rt->pools; p; p = p->next) {
+        int prc = add_pool(p, &st);
+        if (rc == SP_OK)
+            rc = prc;
+    }
+    pthread_mutex_unlock(&rt->lock);
+    st.allocs += st.same_stream_hits;
+    fill_usage(&rt->usage, &st);
+    finish(&st, out);
+    return rc;
+}
+
+size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)
+{
+    size_t used = 0;
+#define SP_EMIT(...)                                                                      \
+    do {                                                                                  \
+        int n = snprintf(used < len ? buf + used : NULL, used < len ? len - used : 0,     \
+                         __VA_ARGS__);                                                    \
+        if (n > 0)                                                                        \
+            used += (size_t)n;                                                            \
+    } while (0)
+    if (len > 0)
+        buf[0] = '\0';
+    if (!st)
+        return 0;
+    SP_EMIT("{\"version\":%u", st->version);
+#define SP_EMIT_BYTES(field)                                                                  \
+    SP_EMIT(",\"" #field "\":{\"current\":%llu,\"peak\":%llu,\"total\":%llu}",               \
+            (unsigned long long)st->field.current, (unsigned long long)st->field.peak,       \
+            (unsigned long long)st->field.total)
+    SP_EMIT_BYTES(requested);
+    SP_EMIT_BYTES(active);
+    SP_EMIT_BYTES(cached);
+#undef SP_EMIT_BYTES
+    SP_EMIT(",\"pool_reserved\":%llu,\"pool_used\":%llu,\"pools\":%llu",
+            (unsigned long long)st->pool_reserved, (unsigned long long)st->pool_used,
+            (unsigned long long)st->pools);
+#define SP_EMIT_COUNTER(name, text) SP_EMIT(",\"" #name "\":%llu", (unsigned long long)st->name);
+    SP_STATS_COUNTERS(SP_EMIT_COUNTER)
+#undef SP_EMIT_COUNTER
+    SP_EMIT("}");
+#undef SP_EMIT
+    return used;
+}

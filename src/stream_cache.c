@@ -1,0 +1,190 @@
+/* Per-stream caches: a pool keeps, for every stream it has seen, bins of freed blocks by size
+ * class. Finding the cache is the first step of every sp_alloc and sp_free, so a per-thread
+ * memo of the last few (pool, stream) pairs answers it with a compare; the pool's table, under
+ * its mutex, is consulted only on a memo miss. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* ---- bins: doubly linked, newest at the head (same-stream reuse takes the warmest block, a
+ * steal from another stream the oldest, whose fence is likeliest complete) ---- */
+
+void sp__bin_push(sp_bin *bin, sp_block *b)
+{
+    b->prev = NULL;
+    b->next = bin->head;
+    if (bin->head)
+        bin->head->prev = b;
+    else
+        bin->tail = b;
+    bin->head = b;
+}
+
+void sp__bin_remove(sp_bin *bin, sp_block *b)
+{
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        bin->head = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    else
+        bin->tail = b->prev;
+    b->prev = b->next = NULL;
+}
+
+sp_block *sp__bin_pop_newest(sp_bin *bin)
+{
+    sp_block *b = bin->head;
+    if (b)
+        sp__bin_remove(bin, b);
+    return b;
+}
+
+/* ---- stream keys ---- */
+
+static atomic_uint_least64_t next_thread_id = 1;
+static _Thread_local uint64_t this_thread_id;
+
+sp_stream_key sp__stream_key(cudaStream_t stream)
+{
+    sp_stream_key key = {stream, 0};
+    if (stream == cudaStreamPerThread) {
+        if (!this_thread_id)
+            this_thread_id = atomic_fetch_add(&next_thread_id, 1);
+        key.thread = this_thread_id;
+    }
+    return key;
+}
+
+static bool key_equal(sp_stream_key a, sp_stream_key b)
+{
+    return a.stream == b.stream && a.thread == b.thread;
+}
+
+static size_t key_hash(uint64_t pool_id, sp_stream_key key)
+{
+    uint64_t x = (uint64_t)(uintptr_t)key.stream ^ (key.thread << 32) ^ (pool_id * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return (size_t)(x ^ (x >> 32));
+}
+
+/* ---- the per-thread memo ---- */
+
+#define MEMO_SIZE 8
+
+typedef struct {
+    uint64_t pool_id;         /* 0: empty (pool ids start at 1) */
+    uint64_t gen;             /* the pool's stream_gen when memoised */
+    sp_stream_key key;
+    sp_stream_cache *cache;
+} memo_entry;
+
+static _Thread_local memo_entry memo[MEMO_SIZE];
+
+/* ---- the pool's table ---- */
+
+static sp_stream_cache *table_find(const sp_pool *pool, sp_stream_key key, size_t h)
+{
+    if (!pool->bucket_count)
+        return NULL;
+    for (sp_stream_cache *c = pool->buckets[h & (pool->bucket_count - 1)]; c; c = c->next_in_bucket)
+        if (key_equal(c->key, key))
+            return c;
+    return NULL;
+}
+
+static bool table_grow(sp_pool *pool)
+{
+    size_t count = pool->bucket_count ? pool->bucket_count * 2 : 16;
+    sp_stream_cache **buckets = calloc(count, sizeof *buckets);
+    if (!buckets)
+        return false;
+    for (size_t i = 0; i < pool->bucket_count; i++) {
+        for (sp_stream_cache *c = pool->buckets[i], *next; c; c = next) {
+            next = c->next_in_bucket;
+            size_t j = key_hash(pool->id, c->key) & (count - 1);
+            c->next_in_bucket = buckets[j];
+            buckets[j] = c;
+        }
+    }
+    free(pool->buckets);
+    pool->buckets = buckets;
+    pool->bucket_count = count;
+    return true;
+}
+
+static sp_stream_cache *table_insert(sp_pool *pool, sp_stream_key key)
+{
+    if (pool->cache_count >= pool->bucket_count && !table_grow(pool))
+        return NULL;
+    sp_stream_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->key = key;
+    c->pool = pool;
+    size_t i = key_hash(pool->id, key) & (pool->bucket_count - 1);
+    c->next_in_bucket = pool->buckets[i];
+    pool->buckets[i] = c;
+    c->next_in_pool = pool->caches;
+    pool->caches = c;
+    pool->cache_count++;
+    return c;
+}
+
+sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
+{
+    size_t h = key_hash(pool->id, key);
+    memo_entry *m = &memo[h & (MEMO_SIZE - 1)];
+    uint64_t gen = atomic_load_explicit(&pool->stream_gen, memory_order_acquire);
+    if (sp_likely(m->pool_id == pool->id && m->gen == gen && key_equal(m->key, key)))
+        return m->cache;
+    pthread_mutex_lock(&pool->lock);
+    sp_stream_cache *c = table_find(pool, key, h);
+    if (!c)
+        c = table_insert(pool, key);
+    gen = atomic_load_explicit(&pool->stream_gen, memory_order_relaxed);
+    pthread_mutex_unlock(&pool->lock);
+    if (c)
+        *m = (memo_entry){pool->id, gen, key, c};
+    return c;
+}
+
+sp_stream_cache *sp__cache_detach(sp_pool *pool, sp_stream_key key)
+{
+    size_t h = key_hash(pool->id, key);
+    pthread_mutex_lock(&pool->lock);
+    sp_stream_cache *c = table_find(pool, key, h);
+    if (c) {
+        sp_stream_cache **p = &pool->buckets[h & (pool->bucket_count - 1)];
+        while (*p != c)
+            p = &(*p)->next_in_bucket;
+        *p = c->next_in_bucket;
+        for (p = &pool->caches; *p != c; p = &(*p)->next_in_pool)
+            ;
+        *p = c->next_in_pool;
+        pool->cache_count--;
+        /* kept, not freed: another thread may still hold it from its memo; it will see
+         * `released` under the cache's lock and look again */
+        c->next_in_pool = pool->retired;
+        pool->retired = c;
+        atomic_fetch_add_explicit(&pool->stream_gen, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return c;
+}
+
+void sp__cache_table_free(sp_pool *pool)
+{
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {
+        for (sp_stream_cache *c = *l, *next; c; c = next) {
+            next = c->next_in_pool;
+            free(c);
+        }
+    }
+    free(pool->buckets);
+    pool->buckets = NULL;
+    pool->caches = pool->retired = NULL;
+    pool->bucket_count = pool->cache_count = 0;
+}

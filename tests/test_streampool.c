@@ -1,0 +1,662 @@
+/* streampool's behaviour through its public API, portable: the same file runs on a GPU.
+ * Asynchrony is held by gates this thread opens; data is checked through pinned host copies. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "streampool.h"
+#include "support/test_support.h"
+
+#define SP(call) assert_int_equal((call), SP_OK)
+
+static const size_t KiB = 1024, MiB = (size_t)1 << 20;
+
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pool;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (!f || sp_runtime_create(0, NULL, &f->rt) != SP_OK)
+        return -1;
+    if (sp_runtime_default_pool(f->rt, &f->pool) != SP_OK)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    reset_device(NULL); /* opens gates left by a failed test, synchronizes */
+    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
+    free(f);
+#ifdef SP_CUDASIM
+    cudasimReset();
+#endif
+    return rc == SP_OK ? 0 : -1;
+}
+
+static sp_stats stats_of(sp_pool *pool)
+{
+    sp_stats st = {.size = sizeof st};
+    SP(sp_pool_stats(pool, &st));
+    return st;
+}
+
+static cudaStream_t new_stream(void)
+{
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+}
+
+static void drop_stream(sp_runtime *rt, cudaStream_t s)
+{
+    SP(sp_stream_release(rt, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+}
+
+/* ---- basics ---- */
+
+static void version_and_status_strings(void **state)
+{
+    (void)state;
+    assert_int_equal(sp_version(), SP_VERSION_HEX);
+    assert_string_equal(sp_version_string(), "0.1.0");
+    assert_string_equal(sp_status_name(SP_ERR_LIMIT), "SP_ERR_LIMIT");
+    assert_string_equal(sp_status_name(SP_OK), "SP_ERR_OK");
+    assert_string_equal(sp_strerror(SP_ERR_DOUBLE_FREE), "pointer is already free");
+    assert_string_equal(sp_strerror(12345), "unknown status");
+}
+
+static void size_classes_bound_rounding_waste(void **state)
+{
+    (void)state;
+    assert_int_equal(sp_size_class(1), 256);
+    assert_int_equal(sp_size_class(256), 256);
+    assert_int_equal(sp_size_class(257), 512);
+    assert_int_equal(sp_size_class(4096), 4096);
+    assert_int_equal(sp_size_class(4097), 4096 + 256);
+    assert_int_equal(sp_size_class(8192), 8192);
+    assert_int_equal(sp_size_class(0), 0);
+    assert_int_equal(sp_size_class(SP_MAX_ALLOC + 1), 0);
+    assert_int_equal(sp_size_class(SP_MAX_ALLOC), SP_MAX_ALLOC);
+    /* above 4 KiB every request is rounded up by less than 1/16 of itself */
+    unsigned x = 12345;
+    double waste = 0, asked = 0;
+    for (int i = 0; i < 100000; i++) {
+        x = x * 1664525u + 1013904223u;
+        size_t n = 4097 + (size_t)x % (64 * MiB);
+        size_t c = sp_size_class(n);
+        assert_true(c >= n);
+        assert_true((c - n) * 16 < n);
+        waste += (double)(c - n);
+        asked += (double)n;
+    }
+    assert_true(waste / asked < 0.07);
+}
+
+static void same_stream_reuse_returns_the_block(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t s = new_stream();
+    void *p, *q;
+    SP(sp_alloc(f->pool, &p, 1000, s));
+    SP(sp_free(f->pool, p, s));
+    SP(sp_alloc(f->pool, &q, 900, s)); /* same 1 KiB class */
+    assert_ptr_equal(p, q);
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.same_stream_hits, 1);
+    assert_int_equal(st.driver_allocs, 1);
+    SP(sp_free(f->pool, q, s));
+    drop_stream(f->rt, s);
+}
+
+/* ---- the cross-stream canary ---- */
+
+/* Stream a writes a pattern, then, held by a gate, copies it to the host and frees the block.
+ * Stream b allocates the same size at once and writes another pattern. After the gate opens,
+ * a's copy must show a's pattern: b's write never overtook a's use. (a's write completes before
+ * the gate so that an unfenced write by b could only land between it and the copy.) */
+static void canary_run(fixture *f, sp_cross_stream_policy policy)
+{
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.cross_stream = policy;
+    char name[32];
+    snprintf(name, sizeof name, "canary-%d", (int)policy);
+    sp_pool *pool;
+    SP(sp_pool_create(f->rt, name, &cfg, &pool));
+    static const size_t sizes[] = {1, 255, 256, 4096, 5000, 65536, 100000, MiB, 3 * MiB + 17};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        cudaStream_t a = new_stream(), b = new_stream();
+        gate *g = gate_new();
+        unsigned char *host;
+        CK(cudaMallocHost((void **)&host, n));
+        void *pa, *pb;
+        SP(sp_alloc(pool, &pa, n, a));
+        CK(cudaMemsetAsync(pa, 0xaa, n, a));
+        CK(cudaStreamSynchronize(a)); /* a's pattern is in place before anything of b's */
+        gate_hold(g, a);
+        CK(cudaMemcpyAsync(host, pa, n, cudaMemcpyDeviceToHost, a));
+        SP(sp_free(pool, pa, a));
+        SP(sp_alloc(pool, &pb, n, b));
+        CK(cudaMemsetAsync(pb, 0xbb, n, b));
+        gate_open(g);
+        CK(cudaStreamSynchronize(a));
+        CK(cudaStreamSynchronize(b));
+        for (size_t k = 0; k < n; k++)
+            if (host[k] != 0xaa)
+                fail_msg("size %zu policy %d: byte %zu is 0x%02x", n, (int)policy, k, host[k]);
+        assert_true(device_bytes_are(pb, n, 0xbb, b));
+        if (policy == SP_CROSS_STREAM_WAIT)
+            assert_ptr_equal(pa, pb); /* reused behind a fence wait */
+        else
+            assert_ptr_not_equal(pa, pb); /* the fence was pending: fresh memory */
+        SP(sp_free(pool, pb, b));
+        CK(cudaFreeHost(host));
+        drop_stream(f->rt, a);
+        drop_stream(f->rt, b);
+    }
+    sp_stats st = stats_of(pool);
+    size_t rounds = sizeof sizes / sizeof sizes[0];
+    assert_int_equal(st.cross_stream_waits, policy == SP_CROSS_STREAM_WAIT ? rounds : 0);
+    assert_int_equal(st.bad_frees, 0);
+    assert_int_equal(st.requested.current, 0);
+    SP(sp_pool_destroy(pool));
+}
+
+static void canary_balanced(void **state) { canary_run(*state, SP_CROSS_STREAM_BALANCED); }
+static void canary_wait(void **state) { canary_run(*state, SP_CROSS_STREAM_WAIT); }
+static void canary_no_wait(void **state) { canary_run(*state, SP_CROSS_STREAM_NO_WAIT); }
+
+/* With the fence already complete, the block moves to another stream without a wait. */
+static void completed_fence_gives_reuse_without_wait(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t a = new_stream(), b = new_stream();
+    void *pa, *pb1, *pb2;
+    SP(sp_alloc(f->pool, &pa, 64 * KiB, a));
+    CK(cudaMemsetAsync(pa, 1, 64 * KiB, a));
+    SP(sp_free(f->pool, pa, a));
+    SP(sp_alloc(f->pool, &pb1, 64 * KiB, b)); /* records a fence on a; may be pending */
+    CK(cudaStreamSynchronize(a));              /* the fence is now complete */
+    sp_stats before = stats_of(f->pool);
+    if (pb1 == pa) {
+        /* a real GPU may have completed a's work before the first query */
+        assert_int_equal(before.cross_stream_reuses, 1);
+    } else {
+        SP(sp_alloc(f->pool, &pb2, 64 * KiB, b));
+        assert_ptr_equal(pb2, pa);
+        sp_stats st = stats_of(f->pool);
+        assert_int_equal(st.cross_stream_reuses, 1);
+        assert_int_equal(st.cross_stream_waits, 0);
+        assert_true(st.fences_recorded <= 1);
+        SP(sp_free(f->pool, pb2, b));
+    }
+    SP(sp_free(f->pool, pb1, b));
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+}
+
+/* One fence serves every block freed before it: many blocks, one event, and the allocating
+ * stream waits on it (policy WAIT) while the freeing stream is held. */
+static void one_fence_covers_many_frees(void **state)
+{
+    fixture *f = *state;
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.cross_stream = SP_CROSS_STREAM_WAIT;
+    sp_pool *pool;
+    SP(sp_pool_create(f->rt, "fenced", &cfg, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    gate *g = gate_new();
+    void *p[16], *q[16];
+    for (int i = 0; i < 16; i++)
+        SP(sp_alloc(pool, &p[i], 8 * KiB, a));
+    gate_hold(g, a);
+    for (int i = 0; i < 16; i++)
+        SP(sp_free(pool, p[i], a));
+    for (int i = 0; i < 16; i++)
+        SP(sp_alloc(pool, &q[i], 8 * KiB, b));
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.fences_recorded, 1);
+    assert_int_equal(st.cross_stream_waits, 16);
+    assert_int_equal(st.driver_allocs, 16);
+    assert_int_equal(cudaStreamQuery(b), cudaErrorNotReady); /* b waits behind a's gate */
+    gate_open(g);
+    for (int i = 0; i < 16; i++)
+        SP(sp_free(pool, q[i], b));
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+    SP(sp_pool_destroy(pool));
+}
+
+/* Blocks freed on a stream that has since gone idle move without any event at all. */
+static void idle_stream_needs_no_fence(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t a = new_stream(), b = new_stream();
+    void *p[16], *q[16];
+    for (int i = 0; i < 16; i++)
+        SP(sp_alloc(f->pool, &p[i], 8 * KiB, a));
+    for (int i = 0; i < 16; i++)
+        SP(sp_free(f->pool, p[i], a));
+    CK(cudaStreamSynchronize(a));
+    for (int i = 0; i < 16; i++)
+        SP(sp_alloc(f->pool, &q[i], 8 * KiB, b));
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.fences_recorded, 0);
+    assert_int_equal(st.cross_stream_reuses, 16);
+    assert_int_equal(st.driver_allocs, 16);
+    for (int i = 0; i < 16; i++)
+        SP(sp_free(f->pool, q[i], b));
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+}
+
+/* A released stream's blocks are reusable only behind its final fence; a stream that comes back
+ * with the same handle value starts with an empty cache and never takes them unfenced. */
+static void released_stream_blocks_stay_fenced(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t a = new_stream(), c = new_stream();
+    gate *g = gate_new();
+    unsigned char *host;
+    CK(cudaMallocHost((void **)&host, 4096));
+    void *p, *q, *r;
+    SP(sp_alloc(f->pool, &p, 4096, a));
+    CK(cudaMemsetAsync(p, 0x5c, 4096, a));
+    CK(cudaStreamSynchronize(a));
+    gate_hold(g, a);
+    CK(cudaMemcpyAsync(host, p, 4096, cudaMemcpyDeviceToHost, a));
+    SP(sp_free(f->pool, p, a));
+    SP(sp_stream_release(f->rt, a));
+    SP(sp_alloc(f->pool, &q, 4096, a)); /* the same handle value, as a new stream */
+    assert_ptr_not_equal(q, p);
+    CK(cudaMemsetAsync(q, 0x11, 4096, a));
+    gate_open(g);
+    CK(cudaStreamSynchronize(a));
+    for (int i = 0; i < 4096; i++)
+        assert_int_equal(host[i], 0x5c);
+    SP(sp_alloc(f->pool, &r, 4096, c)); /* the final fence has completed */
+    assert_ptr_equal(r, p);
+    SP(sp_free(f->pool, q, a));
+    SP(sp_free(f->pool, r, c));
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.cross_stream_reuses, 1);
+    CK(cudaFreeHost(host));
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, c);
+}
+
+/* ---- bad input ---- */
+
+static void bad_input_gives_errors_and_changes_nothing(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t s = new_stream();
+    sp_pool *other;
+    SP(sp_pool_create(f->rt, "other", NULL, &other));
+    void *keep, *p = (void *)0x77;
+    SP(sp_alloc(f->pool, &keep, 10000, s));
+    CK(cudaMemsetAsync(keep, 0x3d, 10000, s));
+    sp_stats before = stats_of(f->pool);
+
+    assert_int_equal(sp_alloc(NULL, &p, 16, s), SP_ERR_INVALID);
+    assert_int_equal(sp_alloc(f->pool, NULL, 16, s), SP_ERR_INVALID);
+    assert_int_equal(sp_alloc(f->pool, &p, SIZE_MAX, s), SP_ERR_TOO_LARGE);
+    assert_int_equal(sp_alloc(f->pool, &p, SIZE_MAX - 100, s), SP_ERR_TOO_LARGE);
+    assert_int_equal(sp_alloc(f->pool, &p, SP_MAX_ALLOC + 1, s), SP_ERR_TOO_LARGE);
+    assert_ptr_equal(p, (void *)0x77);
+    SP(sp_alloc(f->pool, &p, 0, s)); /* documented: NULL, like cudaMalloc */
+    assert_null(p);
+    SP(sp_free(f->pool, NULL, s));
+    assert_int_equal(sp_free(NULL, keep, s), SP_ERR_INVALID);
+    int on_stack;
+    assert_int_equal(sp_free(f->pool, &on_stack, s), SP_ERR_BAD_POINTER);
+    assert_int_equal(sp_free(f->pool, (char *)keep + 256, s), SP_ERR_BAD_POINTER);
+    assert_int_equal(sp_free(other, keep, s), SP_ERR_WRONG_POOL);
+    void *twice;
+    SP(sp_alloc(f->pool, &twice, 300, s));
+    SP(sp_free(f->pool, twice, s));
+    assert_int_equal(sp_free(f->pool, twice, s), SP_ERR_DOUBLE_FREE);
+
+    sp_pool *dup = NULL, *found = NULL;
+    assert_int_equal(sp_pool_create(f->rt, "other", NULL, &dup), SP_ERR_EXISTS);
+    assert_int_equal(sp_pool_create(f->rt, "", NULL, &dup), SP_ERR_INVALID);
+    char long_name[SP_POOL_NAME_MAX + 2];
+    memset(long_name, 'x', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    assert_int_equal(sp_pool_create(f->rt, long_name, NULL, &dup), SP_ERR_INVALID);
+    sp_pool_config bad = SP_POOL_CONFIG_INIT;
+    bad.cross_stream = (sp_cross_stream_policy)9;
+    assert_int_equal(sp_pool_create(f->rt, "bad", &bad, &dup), SP_ERR_CONFIG);
+    bad = (sp_pool_config)SP_POOL_CONFIG_INIT;
+    bad.size = 3;
+    assert_int_equal(sp_pool_create(f->rt, "bad", &bad, &dup), SP_ERR_INVALID);
+    assert_null(dup);
+    assert_int_equal(sp_pool_find(f->rt, "no-such-pool", &found), SP_ERR_NOT_FOUND);
+    SP(sp_pool_find(f->rt, "other", &found));
+    assert_ptr_equal(found, other);
+    assert_int_equal(sp_pool_destroy(f->pool), SP_ERR_INVALID); /* the default pool */
+
+    void *live;
+    SP(sp_alloc(other, &live, 5000, s));
+    assert_int_equal(sp_pool_destroy(other), SP_ERR_BUSY);
+    assert_int_equal(sp_runtime_destroy(f->rt), SP_ERR_BUSY);
+    SP(sp_pool_find(f->rt, "other", &found)); /* still there, still usable */
+    SP(sp_free(other, live, s));
+    SP(sp_pool_destroy(other));
+    assert_int_equal(sp_pool_find(f->rt, "other", &found), SP_ERR_NOT_FOUND);
+
+    sp_stats after = stats_of(f->pool);
+    /* two unknown pointers and a double free here; the wrong-pool free counts on `other` */
+    assert_int_equal(after.bad_frees, before.bad_frees + 3);
+    assert_int_equal(after.allocs, before.allocs + 1);
+    assert_int_equal(after.frees, before.frees + 1);
+    assert_int_equal(after.requested.current, 10000);
+    assert_int_equal(after.active.current, sp_size_class(10000));
+    assert_true(device_bytes_are(keep, 10000, 0x3d, s)); /* the live allocation survived */
+    SP(sp_free(f->pool, keep, s));
+    drop_stream(f->rt, s);
+}
+
+/* ---- stats ---- */
+
+static void stats_are_exact_after_a_script(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool;
+    SP(sp_pool_create(f->rt, "script", NULL, &pool));
+    void *p1, *p2, *p3, *p4;
+    SP(sp_alloc(pool, &p1, 1000, a));        /* driver, 1024 */
+    SP(sp_alloc(pool, &p2, 5000, a));        /* driver, 5120 */
+    SP(sp_free(pool, p1, a));
+    SP(sp_alloc(pool, &p3, 1024, a));        /* hit: p1's block */
+    assert_ptr_equal(p3, p1);
+    SP(sp_alloc(pool, &p4, 100, b));         /* driver, 256 */
+    SP(sp_free(pool, p2, a));
+    assert_int_equal(sp_free(pool, p2, a), SP_ERR_DOUBLE_FREE);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.version, SP_STATS_VERSION);
+    assert_int_equal(st.size, sizeof st);
+    assert_int_equal(st.allocs, 4);
+    assert_int_equal(st.frees, 2);
+    assert_int_equal(st.same_stream_hits, 1);
+    assert_int_equal(st.driver_allocs, 3);
+    assert_int_equal(st.driver_frees, 0);
+    assert_int_equal(st.bad_frees, 1);
+    assert_int_equal(st.cross_stream_reuses, 0);
+    assert_int_equal(st.cross_stream_waits, 0);
+    assert_int_equal(st.fences_recorded, 0);
+    assert_int_equal(st.requested.current, 1024 + 100);
+    assert_int_equal(st.requested.peak, 1000 + 5000 + 100 + 24);
+    assert_int_equal(st.requested.total, 1000 + 5000 + 1024 + 100);
+    assert_int_equal(st.active.current, 1024 + 256);
+    assert_int_equal(st.active.peak, 1024 + 5120 + 256);
+    assert_int_equal(st.active.total, 1024 + 5120 + 1024 + 256);
+    assert_int_equal(st.cached.current, 5120);
+    assert_int_equal(st.cached.peak, 5120);
+    assert_int_equal(st.cached.total, 1024 + 5120);
+    assert_true(st.pool_used >= 1024 + 5120 + 256);
+    assert_true(st.pool_reserved >= st.pool_used);
+    assert_int_equal(st.pools, 1);
+    char json[2048];
+    size_t n = sp_stats_json(&st, json, sizeof json);
+    assert_true(n < sizeof json);
+    assert_non_null(strstr(json, "\"same_stream_hits\":1"));
+    assert_non_null(strstr(json, "\"requested\":{\"current\":1124,\"peak\":6124,\"total\":7124}"));
+    assert_int_equal(sp_stats_json(&st, json, 8), n); /* truncated, length still reported */
+    assert_int_equal(strlen(json), 7);
+
+    sp_stats rst = {.size = sizeof rst};
+    SP(sp_runtime_stats(f->rt, &rst));
+    assert_int_equal(rst.pools, 2);
+    assert_int_equal(rst.allocs, 4);
+    assert_int_equal(rst.requested.current, 1124);
+
+    sp_stats small = {.size = offsetof(sp_stats, pool_reserved)}; /* an older, shorter struct */
+    SP(sp_pool_stats(pool, &small));
+    assert_int_equal(small.size, offsetof(sp_stats, pool_reserved));
+    assert_int_equal(small.requested.current, 1124);
+    sp_stats tiny = {.size = 4};
+    assert_int_equal(sp_pool_stats(pool, &tiny), SP_ERR_INVALID);
+
+    SP(sp_free(pool, p3, a));
+    SP(sp_free(pool, p4, b));
+    SP(sp_pool_trim(pool, 0));
+    st = stats_of(pool);
+    assert_int_equal(st.driver_frees, 3);
+    assert_int_equal(st.cached.current, 0);
+    assert_int_equal(st.pool_reserved, 0);
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+    SP(sp_pool_destroy(pool));
+}
+
+/* ---- pools ---- */
+
+static void pools_are_isolated(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t s = new_stream();
+    sp_pool *x, *y;
+    SP(sp_pool_create(f->rt, "x", NULL, &x));
+    SP(sp_pool_create(f->rt, "y", NULL, &y));
+    assert_string_equal(sp_pool_name(x), "x");
+    assert_ptr_not_equal(sp_pool_cuda_pool(x), sp_pool_cuda_pool(y));
+    void *px, *py;
+    SP(sp_alloc(x, &px, MiB, s));
+    SP(sp_free(x, px, s));
+    SP(sp_alloc(y, &py, MiB, s)); /* x's idle block is never handed to y */
+    assert_ptr_not_equal(px, py);
+    SP(sp_free(y, py, s));
+    uint64_t threshold = 0;
+    CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(x), cudaMemPoolAttrReleaseThreshold, &threshold));
+    assert_int_equal(threshold, UINT64_MAX); /* keeps memory, unlike CUDA's default of 0 */
+    SP(sp_pool_set_release_threshold(x, 4 * MiB));
+    CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(x), cudaMemPoolAttrReleaseThreshold, &threshold));
+    assert_int_equal(threshold, 4 * MiB);
+    drop_stream(f->rt, s);
+    SP(sp_pool_destroy(x));
+    SP(sp_pool_destroy(y));
+}
+
+static void adopted_pool_is_used_and_left_alive(void **state)
+{
+    fixture *f = *state;
+    cudaMemPool_t mine = new_pool(UINT64_MAX);
+    sp_pool *adopted;
+    SP(sp_pool_adopt(f->rt, "adopted", mine, NULL, &adopted));
+    assert_ptr_equal(sp_pool_cuda_pool(adopted), mine);
+    cudaStream_t s = new_stream();
+    void *p;
+    SP(sp_alloc(adopted, &p, 3 * MiB, s));
+    assert_true(pool_attr(mine, cudaMemPoolAttrUsedMemCurrent) >= 3 * MiB);
+    SP(sp_free(adopted, p, s));
+    drop_stream(f->rt, s);
+    SP(sp_pool_destroy(adopted));
+    CK(cudaDeviceSynchronize());
+    assert_int_equal(pool_attr(mine, cudaMemPoolAttrUsedMemCurrent), 0);
+    CK(cudaMemPoolDestroy(mine)); /* still ours, still valid */
+    assert_int_equal(sp_pool_adopt(f->rt, "null", NULL, NULL, &adopted), SP_ERR_INVALID);
+}
+
+static void declared_capture_bypasses_the_caches(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t s = new_stream();
+    void *p, *q;
+    SP(sp_alloc(f->pool, &p, 2048, s));
+    SP(sp_free(f->pool, p, s)); /* cached */
+    SP(sp_stream_capture_begin(f->rt, s));
+    SP(sp_alloc(f->pool, &q, 2048, s)); /* must not come from the cache */
+    assert_ptr_not_equal(q, p);
+    SP(sp_free(f->pool, q, s));        /* must not go into the cache */
+    SP(sp_stream_capture_end(f->rt, s));
+    assert_int_equal(sp_stream_capture_end(f->rt, s), SP_ERR_INVALID);
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.capture_bypasses, 1);
+    assert_int_equal(st.driver_frees, 1);
+    assert_int_equal(st.same_stream_hits, 0);
+    SP(sp_alloc(f->pool, &q, 2048, s)); /* capture over: the cache again */
+    assert_ptr_equal(q, p);
+    SP(sp_free(f->pool, q, s));
+    drop_stream(f->rt, s);
+}
+
+/* ---- threads ---- */
+
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t *streams;
+    int nstreams;
+    unsigned seed;
+    int failures;
+} worker_arg;
+
+static void yield_fn(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 3; i++)
+        sched_yield(); /* widens the window a missing fence would leave open */
+}
+
+static void *stress_worker(void *argp)
+{
+    worker_arg *w = argp;
+    unsigned x = w->seed;
+    enum { ROUNDS = 120, MAXN = 200 * 1024 };
+    unsigned char *host;
+    if (cudaMallocHost((void **)&host, MAXN) != cudaSuccess)
+        return (void *)1;
+    for (int i = 0; i < ROUNDS; i++) {
+        x = x * 1103515245u + 12345u;
+        cudaStream_t s = w->streams[(x >> 4) % (unsigned)w->nstreams];
+        size_t n = 1 + (x >> 9) % MAXN;
+        unsigned char pattern = (unsigned char)(x >> 20) | 1;
+        void *p;
+        if (sp_alloc(w->pool, &p, n, s) != SP_OK) {
+            w->failures++;
+            continue;
+        }
+        if (x & 1)
+            cudaLaunchHostFunc(s, yield_fn, NULL);
+        cudaMemsetAsync(p, pattern, n, s);
+        cudaMemcpyAsync(host, p, n, cudaMemcpyDeviceToHost, s);
+        if (sp_free(w->pool, p, s) != SP_OK)
+            w->failures++;
+        cudaStreamSynchronize(s);
+        for (size_t k = 0; k < n; k += 97)
+            if (host[k] != pattern) {
+                w->failures++;
+                break;
+            }
+    }
+    cudaFreeHost(host);
+    return NULL;
+}
+
+static void threads_streams_and_canaries(void **state)
+{
+    fixture *f = *state;
+    enum { THREADS = 4, STREAMS = 8 };
+    cudaStream_t streams[STREAMS];
+    for (int i = 0; i < STREAMS; i++)
+        streams[i] = new_stream();
+    for (int policy = 0; policy <= 2; policy++) {
+        sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+        cfg.cross_stream = (sp_cross_stream_policy)policy;
+        char name[16];
+        snprintf(name, sizeof name, "stress%d", policy);
+        sp_pool *pool;
+        SP(sp_pool_create(f->rt, name, &cfg, &pool));
+        pthread_t t[THREADS];
+        worker_arg args[THREADS];
+        for (int i = 0; i < THREADS; i++) {
+            args[i] = (worker_arg){pool, streams, STREAMS, 77u * (unsigned)(i + 1), 0};
+            assert_int_equal(pthread_create(&t[i], NULL, stress_worker, &args[i]), 0);
+        }
+        for (int i = 0; i < THREADS; i++) {
+            void *ret;
+            pthread_join(t[i], &ret);
+            assert_null(ret);
+            assert_int_equal(args[i].failures, 0);
+        }
+        sp_stats st = stats_of(pool);
+        assert_int_equal(st.allocs, THREADS * 120);
+        assert_int_equal(st.frees, THREADS * 120);
+        assert_int_equal(st.requested.current, 0);
+        assert_int_equal(st.active.current, 0);
+        assert_int_equal(st.bad_frees, 0);
+        SP(sp_pool_destroy(pool));
+    }
+    for (int i = 0; i < STREAMS; i++)
+        drop_stream(f->rt, streams[i]);
+}
+
+/* cudaStreamPerThread is a different stream in every thread: a block one thread freed on it is
+ * not handed to another thread's cudaStreamPerThread as a same-stream hit. */
+static void *alloc_on_per_thread_stream(void *arg)
+{
+    void **io = arg;
+    sp_pool *pool = io[0];
+    void *p = NULL;
+    if (sp_alloc(pool, &p, 4096, cudaStreamPerThread) == SP_OK) {
+        io[1] = p;
+        sp_free(pool, p, cudaStreamPerThread);
+        cudaStreamSynchronize(cudaStreamPerThread);
+    }
+    return NULL;
+}
+
+static void per_thread_default_stream_is_per_thread(void **state)
+{
+    fixture *f = *state;
+    gate *g = gate_new();
+    void *p;
+    SP(sp_alloc(f->pool, &p, 4096, cudaStreamPerThread));
+    gate_hold(g, cudaStreamPerThread);
+    SP(sp_free(f->pool, p, cudaStreamPerThread));
+    void *io[2] = {f->pool, NULL};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, alloc_on_per_thread_stream, io), 0);
+    pthread_join(t, NULL);
+    assert_non_null(io[1]);
+    assert_ptr_not_equal(io[1], p);
+    gate_open(g);
+    CK(cudaStreamSynchronize(cudaStreamPerThread));
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.same_stream_hits, 0);
+    SP(sp_stream_release(f->rt, cudaStreamPerThread));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+        T(version_and_status_strings),
+        T(size_classes_bound_rounding_waste),
+        T(same_stream_reuse_returns_the_block),
+        T(canary_balanced),
+        T(canary_wait),
+        T(canary_no_wait),
+        T(completed_fence_gives_reuse_without_wait),
+        T(one_fence_covers_many_frees),
+        T(idle_stream_needs_no_fence),
+        T(released_stream_blocks_stay_fenced),
+        T(bad_input_gives_errors_and_changes_nothing),
+        T(stats_are_exact_after_a_script),
+        T(pools_are_isolated),
+        T(adopted_pool_is_used_and_left_alive),
+        T(declared_capture_bypasses_the_caches),
+        T(per_thread_default_stream_is_per_thread),
+        T(threads_streams_and_canaries),
+#undef T
+    };
+    return cmocka_run_group_tests_name("streampool", tests, NULL, NULL);
+}

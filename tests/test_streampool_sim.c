@@ -1,0 +1,214 @@
+/* streampool on cudasim only: what needs the emulator's call counters, capacity and fault
+ * injection (zero driver calls in steady state, out-of-memory recovery, failing CUDA calls). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "streampool.h"
+#include "support/test_support.h"
+
+#define SP(call) assert_int_equal((call), SP_OK)
+
+static const size_t KiB = 1024, MiB = (size_t)1 << 20;
+
+static int teardown_sim(void **state)
+{
+    (void)state;
+    reset_device(NULL);
+    return 0;
+}
+
+static sp_stats stats_of(sp_pool *pool)
+{
+    sp_stats st = {.size = sizeof st};
+    SP(sp_pool_stats(pool, &st));
+    return st;
+}
+
+static void steady_state_same_stream_makes_no_cuda_calls(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    static const size_t sizes[] = {256, 4 * KiB, 100 * KiB, 3 * MiB, 64 * MiB};
+    void *p[5];
+    for (int i = 0; i < 5; i++) /* warm up: one driver allocation per size */
+        SP(sp_alloc(pool, &p[i], sizes[i], s));
+    for (int i = 0; i < 5; i++)
+        SP(sp_free(pool, p[i], s));
+    cudasimResetCallCounts();
+    for (int round = 0; round < 1000; round++) {
+        for (int i = 0; i < 5; i++)
+            SP(sp_alloc(pool, &p[i], sizes[i], s));
+        for (int i = 0; i < 5; i++)
+            SP(sp_free(pool, p[i], s));
+    }
+    assert_int_equal(cudasimCallCount(NULL), 0);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.same_stream_hits, 5000);
+    assert_int_equal(st.driver_allocs, 5);
+    SP(sp_stream_release(rt, s));
+    CK(cudaStreamDestroy(s));
+    SP(sp_runtime_destroy(rt));
+}
+
+/* SP_CAPTURE_ALWAYS asks CUDA on every call; the default (declared captures) never does. */
+static void capture_check_always_asks_cuda(void **state)
+{
+    (void)state;
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.capture_check = SP_CAPTURE_ALWAYS;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, &cfg, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    void *p;
+    SP(sp_alloc(pool, &p, 512, 0));
+    SP(sp_free(pool, p, 0));
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &p, 512, 0));
+    SP(sp_free(pool, p, 0));
+    assert_int_equal(cudasimCallCount("cudaStreamIsCapturing"), 2);
+    assert_int_equal(cudasimCallCount(NULL), 2);
+    cfg.capture_check = (sp_capture_check)5;
+    sp_runtime *bad = NULL;
+    assert_int_equal(sp_runtime_create(0, &cfg, &bad), SP_ERR_CONFIG);
+    assert_int_equal(sp_runtime_create(7, NULL, &bad), SP_ERR_INVALID);
+    assert_null(bad);
+    SP(sp_runtime_destroy(rt));
+}
+
+/* Out of memory: the pool's own cache on other streams goes back to the driver (its streams
+ * synchronized) and the request succeeds. */
+static void own_cache_is_released_on_out_of_memory(void **state)
+{
+    (void)state;
+    CK(cudasimSetDeviceMemory(0, 64 * MiB));
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.cross_stream = SP_CROSS_STREAM_NO_WAIT;
+    SP(sp_pool_create(rt, "tight", &cfg, &pool));
+    cudaStream_t a, b;
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    void *p[6], *big;
+    for (int i = 0; i < 6; i++)
+        SP(sp_alloc(pool, &p[i], 8 * MiB, a));
+    for (int i = 0; i < 6; i++)
+        SP(sp_free(pool, p[i], a)); /* 48 MiB cached on a */
+    SP(sp_alloc(pool, &big, 40 * MiB, b));
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.oom_retries, 1);
+    assert_int_equal(st.ooms, 0);
+    assert_int_equal(st.driver_frees, 6);
+    assert_int_equal(st.cached.current, 0);
+    assert_int_equal(sp_last_cuda_error(), cudaErrorMemoryAllocation);
+    void *huge = (void *)0x1;
+    assert_int_equal(sp_alloc(pool, &huge, 60 * MiB, b), SP_ERR_OUT_OF_MEMORY);
+    assert_ptr_equal(huge, (void *)0x1);
+    st = stats_of(pool);
+    assert_int_equal(st.ooms, 1);
+    assert_int_equal(st.requested.current, 40 * MiB);
+    SP(sp_free(pool, big, b));
+    SP(sp_stream_release(rt, a));
+    SP(sp_stream_release(rt, b));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    SP(sp_pool_destroy(pool));
+    SP(sp_runtime_destroy(rt));
+    CK(cudaDeviceSynchronize());
+    size_t free_b, total;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, total); /* everything went back to the device */
+}
+
+static void trim_returns_memory_to_the_device(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    size_t free0, free1, total;
+    CK(cudaMemGetInfo(&free0, &total));
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        SP(sp_alloc(pool, &p[i], 16 * MiB, s));
+    for (int i = 0; i < 4; i++)
+        SP(sp_free(pool, p[i], s));
+    CK(cudaMemGetInfo(&free1, &total));
+    assert_int_equal(free0 - free1, 64 * MiB); /* cached, still held */
+    SP(sp_pool_trim(pool, 16 * MiB));
+    assert_int_equal(stats_of(pool).pool_reserved, 16 * MiB);
+    SP(sp_pool_trim(pool, 0));
+    CK(cudaMemGetInfo(&free1, &total));
+    assert_int_equal(free1, free0);
+    assert_int_equal(stats_of(pool).pool_reserved, 0);
+    SP(sp_stream_release(rt, s));
+    CK(cudaStreamDestroy(s));
+    SP(sp_runtime_destroy(rt));
+}
+
+/* Failing CUDA calls: errors are reported, nothing leaks, the pool keeps working. */
+static void failing_driver_calls_leave_state_intact(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    void *p = (void *)0x5, *q;
+    CK(cudasimInjectFault("cudaMallocFromPoolAsync", 1, cudaErrorLaunchFailure, 0));
+    assert_int_equal(sp_alloc(pool, &p, 4096, 0), SP_ERR_CUDA);
+    assert_int_equal(sp_last_cuda_error(), cudaErrorLaunchFailure);
+    assert_ptr_equal(p, (void *)0x5);
+    assert_int_equal(cudaGetLastError(), cudaSuccess); /* streampool reported it; not left over */
+    CK(cudasimInjectFault("cudaMallocFromPoolAsync", 1, cudaErrorMemoryAllocation, 1));
+    assert_int_equal(sp_alloc(pool, &p, 4096, 0), SP_ERR_OUT_OF_MEMORY);
+    cudasimClearFaults();
+    SP(sp_alloc(pool, &p, 4096, 0));
+    gate *g = gate_new();
+    gate_hold(g, 0); /* a busy stream: a steal from it needs a fence */
+    CK(cudasimInjectFault("cudaEventRecord", 1, cudaErrorLaunchFailure, 1));
+    SP(sp_free(pool, p, 0));
+    cudaStream_t other;
+    CK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    assert_int_equal(sp_alloc(pool, &q, 4096, other), SP_ERR_CUDA); /* the fence failed */
+    cudasimClearFaults();
+    SP(sp_alloc(pool, &q, 4096, other)); /* fence pending: fresh memory instead */
+    assert_ptr_not_equal(q, p);
+    gate_open(g);
+    SP(sp_free(pool, q, other));
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.requested.current, 0);
+    assert_int_equal(st.ooms, 1);
+    assert_int_equal(st.allocs, 2);
+    assert_int_equal(st.fences_recorded, 1);
+    SP(sp_stream_release(rt, other));
+    CK(cudaStreamDestroy(other));
+    SP(sp_runtime_destroy(rt));
+    cudaMemPool_t def;
+    CK(cudaDeviceGetDefaultMemPool(&def, 0));
+    CK(cudaDeviceSynchronize());
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_sim)
+        T(steady_state_same_stream_makes_no_cuda_calls),
+        T(capture_check_always_asks_cuda),
+        T(own_cache_is_released_on_out_of_memory),
+        T(trim_returns_memory_to_the_device),
+        T(failing_driver_calls_leave_state_intact),
+#undef T
+    };
+    return cmocka_run_group_tests_name("streampool_sim", tests, NULL, NULL);
+}
