@@ -212,6 +212,8 @@ typedef struct sp_stats {
     sp_stat_bytes requested;   /* bytes asked for by live allocations */
     sp_stat_bytes active;      /* the same, rounded to size classes */
     sp_stat_bytes cached;      /* freed blocks kept in stream caches and the shared list */
+    sp_stat_bytes held;        /* taken from the driver and not given back: active + cached
+                                  (total: every byte ever taken) */
     uint64_t pool_reserved;    /* the cudaMemPools' ReservedMemCurrent */
     uint64_t pool_used;        /* the cudaMemPools' UsedMemCurrent */
     uint64_t pools;            /* pools counted */

@@ -171,7 +171,7 @@ enum {
 /* Live-memory figures kept for a pool and again for its runtime. */
 typedef struct {
     sp_bytes_counter requested, active;
-    atomic_uint_least64_t held;          /* bytes of blocks taken from the driver and not given back */
+    sp_bytes_counter held;               /* bytes of blocks taken from the driver, not given back */
     atomic_uint_least64_t cached_peak, cached_total;
 } sp_usage;
 

@@ -11,6 +11,7 @@ static atomic_uint_least64_t next_pool_id = 1;
 
 /* ---- usage counters (pool and runtime) ---- */
 
+/* current and peak; totals of the hot path are kept per cache, not here */
 static void bytes_add(sp_bytes_counter *c, uint64_t n)
 {
     uint64_t now = atomic_fetch_add_explicit(&c->current, n, memory_order_relaxed) + n;
@@ -33,7 +34,7 @@ void sp__usage_sub(sp_usage *u, size_t requested, size_t active)
     uint64_t active_now =
         atomic_fetch_sub_explicit(&u->active.current, active, memory_order_relaxed) - active;
     /* the bytes just freed went to a cache: cached = held - active may have reached a peak */
-    uint64_t cached = atomic_load_explicit(&u->held, memory_order_relaxed) - active_now;
+    uint64_t cached = atomic_load_explicit(&u->held.current, memory_order_relaxed) - active_now;
     uint64_t peak = atomic_load_explicit(&u->cached_peak, memory_order_relaxed);
     while (cached > peak &&
            !atomic_compare_exchange_weak_explicit(&u->cached_peak, &peak, cached,
@@ -46,10 +47,20 @@ static void count(sp_pool *pool, int counter)
     atomic_fetch_add_explicit(&pool->count[counter], 1, memory_order_relaxed);
 }
 
+static void held_change(sp_usage *u, int64_t delta)
+{
+    if (delta > 0) {
+        bytes_add(&u->held, (uint64_t)delta);
+        atomic_fetch_add_explicit(&u->held.total, (uint64_t)delta, memory_order_relaxed);
+    } else {
+        atomic_fetch_sub_explicit(&u->held.current, (uint64_t)-delta, memory_order_relaxed);
+    }
+}
+
 static void held_add(sp_pool *pool, int64_t delta)
 {
-    atomic_fetch_add_explicit(&pool->usage.held, (uint64_t)delta, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->rt->usage.held, (uint64_t)delta, memory_order_relaxed);
+    held_change(&pool->usage, delta);
+    held_change(&pool->rt->usage, delta);
 }
 
 /* ---- pool lifetime ---- */
@@ -164,7 +175,7 @@ static void cache_release(sp_pool *pool, sp_stream_cache *c, uint64_t keep, stre
     sp_spin_lock(&c->lock);
     for (uint32_t cls = SP_CLASS_COUNT; cls-- > 0;) {
         sp_block *b;
-        while (atomic_load_explicit(&pool->usage.held, memory_order_relaxed) > keep &&
+        while (atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed) > keep &&
                (b = sp__bin_pop_newest(&c->bins[cls]))) {
             cudaStream_t stream = foreign ? rt->service : c->key.stream;
             if (c->shared) {
@@ -207,7 +218,7 @@ static int pool_give_back(sp_pool *pool, uint64_t keep)
 {
     pool_release_cached(pool, keep, true);
     int rc = sp__cuda_stream_sync(pool->rt->service);
-    uint64_t held = atomic_load_explicit(&pool->usage.held, memory_order_relaxed);
+    uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     if (rc == SP_OK)
         rc = sp__cuda_pool_trim(pool->cuda_pool, held > keep ? held : keep);
     return rc;

@@ -54,7 +54,10 @@ static void fill_usage(const sp_usage *u, sp_stats *st)
     st->requested.peak = load(&u->requested.peak);
     st->active.current = load(&u->active.current);
     st->active.peak = load(&u->active.peak);
-    uint64_t held = load(&u->held);
+    uint64_t held = load(&u->held.current);
+    st->held.current = held;
+    st->held.peak = load(&u->held.peak);
+    st->held.total = load(&u->held.total);
     st->cached.current = held > st->active.current ? held - st->active.current : 0;
     st->cached.peak = load(&u->cached_peak);
     if (st->cached.peak < st->cached.current)
@@ -136,6 +139,7 @@ size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)
     SP_EMIT_BYTES(requested);
     SP_EMIT_BYTES(active);
     SP_EMIT_BYTES(cached);
+    SP_EMIT_BYTES(held);
 #undef SP_EMIT_BYTES
     SP_EMIT(",\"pool_reserved\":%llu,\"pool_used\":%llu,\"pools\":%llu",
             (unsigned long long)st->pool_reserved, (unsigned long long)st->pool_used,

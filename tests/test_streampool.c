@@ -402,6 +402,9 @@ static void stats_are_exact_after_a_script(void **state)
     assert_int_equal(st.cached.current, 5120);
     assert_int_equal(st.cached.peak, 5120);
     assert_int_equal(st.cached.total, 1024 + 5120);
+    assert_int_equal(st.held.current, 1024 + 5120 + 256);
+    assert_int_equal(st.held.peak, 1024 + 5120 + 256);
+    assert_int_equal(st.held.total, 1024 + 5120 + 256);
     assert_true(st.pool_used >= 1024 + 5120 + 256);
     assert_true(st.pool_reserved >= st.pool_used);
     assert_int_equal(st.pools, 1);
@@ -432,6 +435,8 @@ static void stats_are_exact_after_a_script(void **state)
     st = stats_of(pool);
     assert_int_equal(st.driver_frees, 3);
     assert_int_equal(st.cached.current, 0);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.held.peak, 1024 + 5120 + 256);
     assert_int_equal(st.pool_reserved, 0);
     drop_stream(f->rt, a);
     drop_stream(f->rt, b);
