@@ -104,9 +104,14 @@ typedef enum {
 typedef struct sp_runtime_config {
     size_t size;                       /* sizeof(sp_runtime_config): lets the struct grow */
     sp_capture_check capture_check;
+    /* Each stream's cache keeps its byte counts to itself until they have moved by more than
+     * this, so that threads on different streams share no counter on the hot path. Current
+     * figures are exact at every stats read; peaks are exact when this is 0 and otherwise may
+     * miss by up to this much per stream. Default 1 MiB. */
+    size_t stats_flush_bytes;
 } sp_runtime_config;
 
-#define SP_RUNTIME_CONFIG_INIT {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED}
+#define SP_RUNTIME_CONFIG_INIT {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED, (size_t)1 << 20}
 
 /* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults. */
 SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out);

@@ -43,6 +43,14 @@ static inline void sp_spin_unlock(sp_spin *l)
  * bytes below 4 KiB and under 1/16 (6.25%) of the request above. */
 #define SP_CLASS_COUNT (16 + 34 * 16) /* up to SP_MAX_ALLOC = 2^46 */
 
+/* A same-stream miss may take a cached block up to this many classes larger (at most 4/16 =
+ * 25% over the request above 4 KiB) rather than ask the driver: with mixed sizes, the block a
+ * neighbouring class left is the difference between reuse and new memory. */
+#define SP_FIT_CLASSES 4
+
+/* A miss looks for a fenced block in at most this many other streams' caches (newest first). */
+#define SP_STEAL_PROBES 64
+
 uint32_t sp__class_of(size_t bytes); /* bytes in 1..SP_MAX_ALLOC */
 size_t sp__class_size(uint32_t cls);
 
@@ -117,6 +125,10 @@ struct sp_stream_cache {
     sp_bin bins[SP_CLASS_COUNT];
     /* counters of the hot path, under `lock`, merged by stats */
     uint64_t hits, frees, freed_bytes, requested_total, active_total;
+    /* byte changes not yet added to the pool's and runtime's shared figures: flushed past the
+     * runtime's stats_flush_bytes, on the slow path and on a stats read, so that threads on
+     * different streams do not bounce one cache line on every call */
+    int64_t requested_delta, active_delta;
     sp_stream_cache *next_in_pool;
     sp_stream_cache *next_in_bucket;
 };
@@ -182,6 +194,7 @@ struct sp_pool {
     cudaMemPool_t cuda_pool;
     bool owns_cuda_pool, is_default;
     sp_pool_config cfg;
+    uint64_t stats_flush;                /* the runtime's stats_flush_bytes */
     pthread_mutex_t lock;                /* the stream table and the cache list */
     sp_stream_cache **buckets;
     size_t bucket_count, cache_count;
@@ -202,8 +215,10 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
 void sp__pool_free(sp_pool *pool);
 /* Moves the blocks of a detached cache to the shared list behind one final fence. */
 int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c);
-void sp__usage_add(sp_usage *u, size_t requested, size_t active);
-void sp__usage_sub(sp_usage *u, size_t requested, size_t active);
+/* Adds a cache's unflushed byte deltas to the pool and runtime figures (c->lock held). */
+void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c);
+/* The pool's live bytes, every cache flushed first: 0 iff it has no live allocation. */
+uint64_t sp__pool_active_bytes(sp_pool *pool);
 
 /* ---- runtime (runtime.c) ---- */
 

@@ -22,24 +22,60 @@ static void bytes_add(sp_bytes_counter *c, uint64_t n)
         ;
 }
 
-void sp__usage_add(sp_usage *u, size_t requested, size_t active)
+/* Applies signed byte changes to one set of figures, keeping peaks: requested and active when
+ * they grow, cached (held - active) when active shrinks. */
+static void usage_apply(sp_usage *u, int64_t requested, int64_t active)
 {
-    bytes_add(&u->requested, requested);
-    bytes_add(&u->active, active);
+    if (requested > 0)
+        bytes_add(&u->requested, (uint64_t)requested);
+    else if (requested < 0)
+        atomic_fetch_sub_explicit(&u->requested.current, (uint64_t)-requested, memory_order_relaxed);
+    if (active > 0) {
+        bytes_add(&u->active, (uint64_t)active);
+    } else if (active < 0) {
+        uint64_t now = atomic_fetch_sub_explicit(&u->active.current, (uint64_t)-active,
+                                                 memory_order_relaxed) - (uint64_t)-active;
+        uint64_t cached = atomic_load_explicit(&u->held.current, memory_order_relaxed) - now;
+        uint64_t peak = atomic_load_explicit(&u->cached_peak, memory_order_relaxed);
+        while (cached > peak &&
+               !atomic_compare_exchange_weak_explicit(&u->cached_peak, &peak, cached,
+                                                      memory_order_relaxed, memory_order_relaxed))
+            ;
+    }
 }
 
-void sp__usage_sub(sp_usage *u, size_t requested, size_t active)
+static void account(sp_pool *pool, int64_t requested, int64_t active)
 {
-    atomic_fetch_sub_explicit(&u->requested.current, requested, memory_order_relaxed);
-    uint64_t active_now =
-        atomic_fetch_sub_explicit(&u->active.current, active, memory_order_relaxed) - active;
-    /* the bytes just freed went to a cache: cached = held - active may have reached a peak */
-    uint64_t cached = atomic_load_explicit(&u->held.current, memory_order_relaxed) - active_now;
-    uint64_t peak = atomic_load_explicit(&u->cached_peak, memory_order_relaxed);
-    while (cached > peak &&
-           !atomic_compare_exchange_weak_explicit(&u->cached_peak, &peak, cached,
-                                                  memory_order_relaxed, memory_order_relaxed))
-        ;
+    usage_apply(&pool->usage, requested, active);
+    usage_apply(&pool->rt->usage, requested, active);
+}
+
+void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
+{
+    if (c->requested_delta || c->active_delta) {
+        account(pool, c->requested_delta, c->active_delta);
+        c->requested_delta = c->active_delta = 0;
+    }
+}
+
+static bool delta_over(const sp_stream_cache *c, uint64_t limit)
+{
+    uint64_t r = (uint64_t)(c->requested_delta < 0 ? -c->requested_delta : c->requested_delta);
+    uint64_t a = (uint64_t)(c->active_delta < 0 ? -c->active_delta : c->active_delta);
+    return r > limit || a > limit;
+}
+
+uint64_t sp__pool_active_bytes(sp_pool *pool)
+{
+    pthread_mutex_lock(&pool->lock);
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+        for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
+            sp_spin_lock(&c->lock);
+            sp__cache_flush_locked(pool, c);
+            sp_spin_unlock(&c->lock);
+        }
+    pthread_mutex_unlock(&pool->lock);
+    return atomic_load(&pool->usage.active.current);
 }
 
 static void count(sp_pool *pool, int counter)
@@ -95,6 +131,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     memcpy(pool->name, name, len + 1);
     pool->rt = rt;
     pool->cfg = defaults;
+    pool->stats_flush = rt->cfg.stats_flush_bytes;
     pool->id = atomic_fetch_add(&next_pool_id, 1);
     pool->shared.shared = true;
     pool->shared.pool = pool;
@@ -265,6 +302,7 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
     sp_runtime *rt = pool->rt;
     sp_spin_lock(&c->lock);
     c->released = true;
+    sp__cache_flush_locked(pool, c);
     bool any = !cache_empty(c);
     sp_fence *final = NULL;
     int rc = SP_OK;
@@ -406,10 +444,15 @@ static int steal(sp_pool *pool, sp_stream_key me, uint32_t cls, steal_mode mode,
     int rc = steal_from(pool, &pool->shared, me, cls, mode, out);
     if (rc != SP_OK || *out)
         return rc;
+    /* bounded: with thousands of streams a miss must not cost a walk over all of them */
+    int probes = 0;
     pthread_mutex_lock(&pool->lock);
-    for (sp_stream_cache *c = pool->caches; c && !*out && rc == SP_OK; c = c->next_in_pool)
-        if (!(c->key.stream == me.stream && c->key.thread == me.thread))
+    for (sp_stream_cache *c = pool->caches; c && !*out && rc == SP_OK && probes < SP_STEAL_PROBES;
+         c = c->next_in_pool)
+        if (!(c->key.stream == me.stream && c->key.thread == me.thread)) {
             rc = steal_from(pool, c, me, cls, mode, out);
+            probes++;
+        }
     pthread_mutex_unlock(&pool->lock);
     return rc;
 }
@@ -460,8 +503,7 @@ static int alloc_fresh(sp_pool *pool, sp_stream_key key, uint32_t cls, sp_block 
 static void account_alloc(sp_pool *pool, sp_block *b, size_t bytes)
 {
     b->requested = bytes;
-    sp__usage_add(&pool->usage, bytes, b->size);
-    sp__usage_add(&pool->rt->usage, bytes, b->size);
+    account(pool, (int64_t)bytes, (int64_t)b->size);
 }
 
 static int alloc_slow(sp_pool *pool, sp_stream_key key, uint32_t cls, size_t bytes, void **ptr)
@@ -537,16 +579,23 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
             continue;
         }
         sp_block *b = sp__bin_pop_newest(&c->bins[cls]);
+        for (uint32_t up = cls + 1; !b && up <= cls + SP_FIT_CLASSES && up < SP_CLASS_COUNT; up++)
+            b = sp__bin_pop_newest(&c->bins[up]);
         if (sp_likely(b != NULL)) {
+            b->requested = bytes;
             c->hits++;
             c->requested_total += bytes;
             c->active_total += b->size;
+            c->requested_delta += (int64_t)bytes;
+            c->active_delta += (int64_t)b->size;
+            if (sp_unlikely(delta_over(c, pool->stats_flush)))
+                sp__cache_flush_locked(pool, c);
             sp_spin_unlock(&c->lock);
             atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
-            account_alloc(pool, b, bytes);
             *ptr = b->ptr;
             return SP_OK;
         }
+        sp__cache_flush_locked(pool, c); /* the slow path keeps the shared figures current */
         sp_spin_unlock(&c->lock);
         return alloc_slow(pool, key, cls, bytes, ptr);
     }
@@ -555,8 +604,7 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 /* A block that goes straight back to the driver: a bypassed one, or any freed during capture. */
 static int free_to_driver(sp_pool *pool, sp_block *b, cudaStream_t stream)
 {
-    sp__usage_sub(&pool->usage, b->requested, b->size);
-    sp__usage_sub(&pool->rt->usage, b->requested, b->size);
+    account(pool, -(int64_t)b->requested, -(int64_t)b->size);
     count(pool, SP_COUNT_frees);
     block_release(pool, b, stream);
     return SP_OK;
@@ -592,15 +640,16 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
             continue;
         }
         b->epoch = ++c->free_epoch;
-        sp__bin_push(&c->bins[b->cls], b);
         c->frees++;
         c->freed_bytes += b->size;
+        c->requested_delta -= (int64_t)b->requested;
+        c->active_delta -= (int64_t)b->size;
+        sp__bin_push(&c->bins[b->cls], b);
+        if (sp_unlikely(delta_over(c, pool->stats_flush)))
+            sp__cache_flush_locked(pool, c);
         sp_spin_unlock(&c->lock);
-        break;
+        return SP_OK;
     }
-    sp__usage_sub(&pool->usage, b->requested, b->size);
-    sp__usage_sub(&pool->rt->usage, b->requested, b->size);
-    return SP_OK;
 }
 
 /* ---- settings and trim ---- */

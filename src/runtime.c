@@ -16,6 +16,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
             return SP_ERR_INVALID;
         if ((unsigned)cfg->capture_check > SP_CAPTURE_ALWAYS)
             return SP_ERR_CONFIG;
+        /* a caller built against a shorter struct gets defaults for what it lacks */
         memcpy(&config, cfg, cfg->size < sizeof config ? cfg->size : sizeof config);
         config.size = sizeof config;
     }
@@ -51,9 +52,9 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     return rc;
 }
 
-static bool pool_has_live(const sp_pool *pool)
+static bool pool_has_live(sp_pool *pool)
 {
-    return atomic_load(&pool->usage.active.current) != 0;
+    return sp__pool_active_bytes(pool) != 0;
 }
 
 int sp_runtime_destroy(sp_runtime *rt)

@@ -11,10 +11,11 @@ static uint64_t load(const atomic_uint_least64_t *v)
     return atomic_load_explicit(v, memory_order_relaxed);
 }
 
-static void merge_cache(sp_stream_cache *c, sp_stats *st, uint64_t *requested_total,
-                        uint64_t *active_total)
+static void merge_cache(sp_pool *pool, sp_stream_cache *c, sp_stats *st,
+                        uint64_t *requested_total, uint64_t *active_total)
 {
     sp_spin_lock(&c->lock);
+    sp__cache_flush_locked(pool, c); /* current figures are exact at a read */
     st->same_stream_hits += c->hits;
     st->frees += c->frees;
     st->cached.total += c->freed_bytes;
@@ -29,10 +30,10 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     uint64_t requested_total = load(&pool->miss_requested_total);
     uint64_t active_total = load(&pool->miss_active_total);
     pthread_mutex_lock(&pool->lock);
-    merge_cache(&pool->shared, st, &requested_total, &active_total);
+    merge_cache(pool, &pool->shared, st, &requested_total, &active_total);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
-            merge_cache(c, st, &requested_total, &active_total);
+            merge_cache(pool, c, st, &requested_total, &active_total);
     pthread_mutex_unlock(&pool->lock);
     st->requested.total += requested_total;
     st->active.total += active_total;

@@ -115,6 +115,27 @@ static void same_stream_reuse_returns_the_block(void **state)
     drop_stream(f->rt, s);
 }
 
+/* A same-stream miss takes a cached block up to four classes larger, never more. */
+static void same_stream_miss_fits_a_slightly_larger_block(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t s = new_stream();
+    void *p, *q, *r;
+    SP(sp_alloc(f->pool, &p, MiB, s));   /* class 1 MiB */
+    SP(sp_free(f->pool, p, s));
+    SP(sp_alloc(f->pool, &q, 900 * KiB, s)); /* 3 classes below 1 MiB: fits */
+    assert_ptr_equal(q, p);
+    SP(sp_free(f->pool, q, s));
+    SP(sp_alloc(f->pool, &r, 850 * KiB, s)); /* 5 classes below: new memory */
+    assert_ptr_not_equal(r, p);
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.same_stream_hits, 1);
+    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.active.current, sp_size_class(850 * KiB));
+    SP(sp_free(f->pool, r, s));
+    drop_stream(f->rt, s);
+}
+
 /* ---- the cross-stream canary ---- */
 
 /* Stream a writes a pattern, then, held by a gate, copies it to the host and frees the block.
@@ -369,6 +390,10 @@ static void bad_input_gives_errors_and_changes_nothing(void **state)
 static void stats_are_exact_after_a_script(void **state)
 {
     fixture *f = *state;
+    SP(sp_runtime_destroy(f->rt)); /* this test wants exact peaks: flush on every call */
+    sp_runtime_config rcfg = SP_RUNTIME_CONFIG_INIT;
+    rcfg.stats_flush_bytes = 0;
+    SP(sp_runtime_create(0, &rcfg, &f->rt));
     cudaStream_t a = new_stream(), b = new_stream();
     sp_pool *pool;
     SP(sp_pool_create(f->rt, "script", NULL, &pool));
@@ -441,6 +466,34 @@ static void stats_are_exact_after_a_script(void **state)
     drop_stream(f->rt, a);
     drop_stream(f->rt, b);
     SP(sp_pool_destroy(pool));
+}
+
+/* With the default flush threshold, current figures are still exact at every read, from any
+ * number of streams, and peaks are within the threshold per stream. */
+static void stats_current_exact_with_flush_threshold(void **state)
+{
+    fixture *f = *state;
+    enum { N = 8 };
+    cudaStream_t s[N];
+    void *p[N][4];
+    for (int i = 0; i < N; i++) {
+        s[i] = new_stream();
+        for (int k = 0; k < 4; k++)
+            SP(sp_alloc(f->pool, &p[i][k], 1000 + (size_t)k, s[i]));
+    }
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.requested.current, N * (1000 + 1001 + 1002 + 1003));
+    assert_int_equal(st.active.current, N * 4 * 1024);
+    assert_int_equal(st.requested.peak, st.requested.current); /* a read is a sample */
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < 4; k++)
+            SP(sp_free(f->pool, p[i][k], s[i]));
+    st = stats_of(f->pool);
+    assert_int_equal(st.requested.current, 0);
+    assert_int_equal(st.cached.current, N * 4 * 1024);
+    assert_int_equal(st.requested.peak, N * (1000 + 1001 + 1002 + 1003));
+    for (int i = 0; i < N; i++)
+        drop_stream(f->rt, s[i]);
 }
 
 /* ---- pools ---- */
@@ -647,6 +700,7 @@ int main(void)
         T(version_and_status_strings),
         T(size_classes_bound_rounding_waste),
         T(same_stream_reuse_returns_the_block),
+        T(same_stream_miss_fits_a_slightly_larger_block),
         T(canary_balanced),
         T(canary_wait),
         T(canary_no_wait),
@@ -656,6 +710,7 @@ int main(void)
         T(released_stream_blocks_stay_fenced),
         T(bad_input_gives_errors_and_changes_nothing),
         T(stats_are_exact_after_a_script),
+        T(stats_current_exact_with_flush_threshold),
         T(pools_are_isolated),
         T(adopted_pool_is_used_and_left_alive),
         T(declared_capture_bypasses_the_caches),
