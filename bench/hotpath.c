@@ -1,0 +1,186 @@
+/* sp-bench hotpath: what one sp_alloc + sp_free pair costs on the CPU, on one stream, beside
+ * glibc malloc + free of the same size in the same run (the ratio is the figure), with one and
+ * two threads; and how that cost grows with live allocations, streams and pools. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench.h"
+
+static void *volatile sink; /* keeps the compiler from eliding malloc/free pairs */
+
+typedef struct {
+    sp_pool *pool;          /* NULL: glibc malloc */
+    cudaStream_t stream;
+    size_t size;
+    double seconds;
+    pthread_barrier_t *start;
+    double ns_per_pair;
+} pair_loop;
+
+static void *run_pairs(void *arg)
+{
+    pair_loop *l = arg;
+    void *p;
+    if (l->pool) { /* warm: the first pair goes to the driver */
+        sp_alloc(l->pool, &p, l->size, l->stream);
+        sp_free(l->pool, p, l->stream);
+    } else {
+        p = malloc(l->size);
+        sink = p;
+        free(p);
+    }
+    pthread_barrier_wait(l->start);
+    long pairs = 0;
+    double t0 = now_s(), t;
+    do {
+        if (l->pool) {
+            for (int i = 0; i < 1000; i++) {
+                sp_alloc(l->pool, &p, l->size, l->stream);
+                sp_free(l->pool, p, l->stream);
+            }
+        } else {
+            for (int i = 0; i < 1000; i++) {
+                p = malloc(l->size);
+                sink = p; /* published, so the pair cannot be elided; freed from the local */
+                free(p);
+            }
+        }
+        pairs += 1000;
+        t = now_s();
+    } while (t - t0 < l->seconds);
+    l->ns_per_pair = (t - t0) * 1e9 / (double)pairs;
+    return NULL;
+}
+
+/* Mean ns per pair over `threads` threads, each on its own stream. */
+static double measure(sp_pool *pool, cudaStream_t *streams, int threads, size_t size, double s)
+{
+    pthread_t t[2];
+    pair_loop loops[2];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)threads);
+    for (int i = 0; i < threads; i++) {
+        loops[i] = (pair_loop){pool, streams[i], size, s, &start, 0};
+        pthread_create(&t[i], NULL, run_pairs, &loops[i]);
+    }
+    double sum = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(t[i], NULL);
+        sum += loops[i].ns_per_pair;
+    }
+    pthread_barrier_destroy(&start);
+    return sum / threads;
+}
+
+/* Pair cost on one stream, round-robin over `nstreams` streams and `npools` pools, with
+ * `live` allocations held meanwhile. */
+static double scaled_pair_ns(sp_runtime *rt, long live, int nstreams, int npools, double seconds)
+{
+    cudaStream_t *streams = calloc((size_t)nstreams, sizeof *streams);
+    sp_pool **pools = calloc((size_t)npools, sizeof *pools);
+    void **held = calloc((size_t)live + 1, sizeof *held);
+    if (!streams || !pools || !held)
+        return -1;
+    for (int i = 0; i < nstreams; i++)
+        cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking);
+    for (int i = 0; i < npools; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "scale-%d", i);
+        sp_pool_create(rt, name, NULL, &pools[i]);
+    }
+    for (long i = 0; i < live; i++)
+        sp_alloc(pools[0], &held[i], 256, streams[0]);
+    /* warm every (pool, stream) cache with a block of its own: all are held before any is
+     * freed, or an idle stream's block would simply move to the next stream */
+    void *p, **warm = calloc((size_t)nstreams * (size_t)npools, sizeof *warm);
+    if (!warm)
+        return -1;
+    for (int s = 0; s < nstreams; s++)
+        for (int q = 0; q < npools; q++)
+            sp_alloc(pools[q], &warm[s * npools + q], 256, streams[s]);
+    for (int s = 0; s < nstreams; s++)
+        for (int q = 0; q < npools; q++)
+            sp_free(pools[q], warm[s * npools + q], streams[s]);
+    free(warm);
+    long pairs = 0;
+    int s = 0, q = 0;
+    double t0 = now_s(), t;
+    do {
+        for (int i = 0; i < 1000; i++) {
+            sp_alloc(pools[q], &p, 256, streams[s]);
+            sp_free(pools[q], p, streams[s]);
+            if (++s == nstreams)
+                s = 0;
+            if (++q == npools)
+                q = 0;
+        }
+        pairs += 1000;
+        t = now_s();
+    } while (t - t0 < seconds);
+    double ns = (t - t0) * 1e9 / (double)pairs;
+    for (long i = 0; i < live; i++)
+        sp_free(pools[0], held[i], streams[0]);
+    for (int i = 0; i < nstreams; i++)
+        sp_stream_release(rt, streams[i]);
+    for (int i = 0; i < npools; i++)
+        sp_pool_destroy(pools[i]);
+    for (int i = 0; i < nstreams; i++)
+        cudaStreamDestroy(streams[i]);
+    cudaDeviceSynchronize();
+    free(streams);
+    free(pools);
+    free(held);
+    return ns;
+}
+
+int bench_hotpath(const hotpath_options *o, bench_results *r)
+{
+    sp_runtime *rt;
+    sp_pool *pool;
+    if (sp_runtime_create(0, NULL, &rt) != SP_OK || sp_pool_create(rt, "hot", NULL, &pool) != SP_OK)
+        return -1;
+    cudaStream_t streams[2];
+    for (int i = 0; i < 2; i++)
+        cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking);
+    static const size_t sizes[] = {256, 4096, 65536, (size_t)1 << 20, (size_t)16 << 20,
+                                   (size_t)64 << 20};
+    for (int threads = 1; threads <= 2; threads++) {
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            hotpath_row row = {sizes[i], threads, 0, 0};
+            row.ns_per_pair = measure(pool, streams, threads, sizes[i], o->seconds_per_cell);
+            row.malloc_ns_per_pair = measure(NULL, streams, threads, sizes[i], o->seconds_per_cell);
+            r->hotpath[r->n_hotpath++] = row;
+            fprintf(stderr, "  hotpath: %9zu B x%d  %7.1f ns  (malloc %7.1f ns)\n", row.size,
+                    threads, row.ns_per_pair, row.malloc_ns_per_pair);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        sp_stream_release(rt, streams[i]);
+        cudaStreamDestroy(streams[i]);
+    }
+    sp_pool_destroy(pool);
+
+    static const long live_full[] = {1, 100, 10000, 1000000}, live_quick[] = {1, 100, 10000};
+    static const long streams_full[] = {1, 16, 256, 4096}, streams_quick[] = {1, 16, 256};
+    static const long pools_full[] = {1, 4, 16, 256}, pools_quick[] = {1, 4, 16};
+    struct {
+        const char *name;
+        const long *values;
+        int n;
+    } dims[] = {
+        {"live_allocations", o->quick ? live_quick : live_full, o->quick ? 3 : 4},
+        {"streams", o->quick ? streams_quick : streams_full, o->quick ? 3 : 4},
+        {"pools", o->quick ? pools_quick : pools_full, o->quick ? 3 : 4},
+    };
+    for (int d = 0; d < 3; d++) {
+        for (int i = 0; i < dims[d].n; i++) {
+            long v = dims[d].values[i];
+            double ns = scaled_pair_ns(rt, d == 0 ? v : 0, d == 1 ? (int)v : 1, d == 2 ? (int)v : 1,
+                                       o->seconds_per_cell);
+            r->scaling[r->n_scaling++] = (scaling_row){dims[d].name, v, ns};
+            fprintf(stderr, "  scaling: %-16s %8ld  %7.1f ns\n", dims[d].name, v, ns);
+        }
+    }
+    return sp_runtime_destroy(rt) == SP_OK ? 0 : -1;
+}
