@@ -109,9 +109,13 @@ typedef struct sp_runtime_config {
      * figures are exact at every stats read; peaks are exact when this is 0 and otherwise may
      * miss by up to this much per stream. Default 1 MiB. */
     size_t stats_flush_bytes;
+    /* Pool settings in SP_ALLOC_CONF's syntax (below), applied to every pool before the
+     * environment's; NULL: none. */
+    const char *alloc_conf;
 } sp_runtime_config;
 
-#define SP_RUNTIME_CONFIG_INIT {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED, (size_t)1 << 20}
+#define SP_RUNTIME_CONFIG_INIT                                                                 \
+    {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED, (size_t)1 << 20, NULL}
 
 /* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults. */
 SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out);
@@ -142,9 +146,17 @@ typedef struct sp_pool_config {
     uint64_t release_threshold;        /* bytes the cudaMemPool keeps at a synchronize;
                                           default UINT64_MAX (keep), unlike CUDA's 0 */
     sp_cross_stream_policy cross_stream;
+    uint64_t limit;                    /* hard cap on the bytes the pool holds from the device
+                                          (live + cached); 0: none */
+    uint64_t reserve;                  /* bytes obtained at creation and kept for this pool
+                                          alone; 0: none */
+    uint64_t cache_limit;              /* most freed bytes its caches keep; UINT64_MAX: no cap */
+    int priority;                      /* on another pool's out-of-memory, lower priorities give
+                                          their cached memory back first */
 } sp_pool_config;
 
-#define SP_POOL_CONFIG_INIT {sizeof(sp_pool_config), UINT64_MAX, SP_CROSS_STREAM_BALANCED}
+#define SP_POOL_CONFIG_INIT                                                                    \
+    {sizeof(sp_pool_config), UINT64_MAX, SP_CROSS_STREAM_BALANCED, 0, 0, UINT64_MAX, 0}
 
 /* Creates a pool named `name` (1..SP_POOL_NAME_MAX characters, unique in the runtime) with its
  * own cudaMemPool_t. cfg NULL: defaults. */
@@ -163,13 +175,80 @@ SP_API cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool);
  * while it has live allocations. The default pool is destroyed only with its runtime. */
 SP_API int sp_pool_destroy(sp_pool *pool);
 
-/* Changes the release threshold of the pool's cudaMemPool at run time. */
+/* Changes the release threshold of the pool's cudaMemPool at run time. It is kept within
+ * [reserve, limit]: the pool never releases its reservation, and never keeps more than its
+ * limit past a synchronize. */
 SP_API int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes);
+
+/* Changes how many freed bytes the pool's caches keep (UINT64_MAX: no cap); a cache over it
+ * gives its oldest blocks back to the driver. */
+SP_API int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes);
+
+/* The configuration in force for the pool (code, then SP_ALLOC_CONF applied). */
+SP_API int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out);
 
 /* Returns cached blocks to the device until the pool holds at most keep_bytes from it,
  * synchronizing the streams of those frees so that the memory really goes (rule 13), then trims
  * the cudaMemPool to keep_bytes. Blocks in use are never touched. */
 SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
+
+/* ---- configuration strings: SP_ALLOC_CONF ----
+ *
+ * "key:value,key:value", like PYTORCH_CUDA_ALLOC_CONF and MALLOC_CONF. Keys:
+ *   release_threshold  size or "max"      cache_limit  size or "max"
+ *   limit              size (0: none)     reserve      size
+ *   priority           integer            cross_stream balanced | wait | no_wait
+ * Sizes are bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "KB" too). A key
+ * prefixed with a pool name and a dot ("llama-70b.limit:40G") applies to that pool only and
+ * wins over the unprefixed key. sp_runtime_create reads SP_ALLOC_CONF from the environment and
+ * fails with SP_ERR_CONFIG if it does not parse; the settings then apply on top of the
+ * configuration each sp_pool_create is given, so an operator can change a deployed server's
+ * pools without rebuilding it. */
+
+/* Applies `conf` to *cfg for a pool named pool_name (NULL: only unprefixed keys). On a bad key
+ * or value returns SP_ERR_CONFIG, leaves *cfg unchanged and writes a message naming it into
+ * err (if errlen > 0). */
+SP_API int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf, char *err,
+                           size_t errlen);
+
+/* The message of the last SP_ERR_CONFIG this thread got from streampool ("" if none). */
+SP_API const char *sp_config_error(void);
+
+/* ---- out of memory ---- */
+
+/* Called when an allocation fails after streampool has given back the pool's own cached memory
+ * and reclaimed other pools' (no streampool lock is held: it may free memory with sp_free).
+ * Return non-zero to have the allocation retried once, 0 to fail it. Not called again while it
+ * runs on this thread. */
+typedef int (*sp_oom_callback)(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user);
+
+SP_API int sp_runtime_set_oom_callback(sp_runtime *rt, sp_oom_callback cb, void *user);
+
+#define SP_OOM_REPORT_POOLS 32
+
+typedef struct {
+    char name[SP_POOL_NAME_MAX + 1];
+    uint64_t requested, active, cached;   /* streampool's figures */
+    uint64_t reserved;                    /* the cudaMemPool's ReservedMemCurrent */
+    uint64_t limit, reservation;
+    int priority;
+} sp_oom_pool;
+
+/* What the runtime looked like when an allocation last failed with SP_ERR_OUT_OF_MEMORY. */
+typedef struct sp_oom_report {
+    uint32_t size;                        /* set by the caller: sizeof(sp_oom_report) */
+    uint32_t failures;                    /* out-of-memory failures so far; 0: no report */
+    char pool[SP_POOL_NAME_MAX + 1];      /* the pool that failed */
+    uint64_t bytes;                       /* the request */
+    cudaStream_t stream;
+    uint64_t device_free, device_total;   /* cudaMemGetInfo at the failure */
+    uint32_t npools, pools_omitted;
+    sp_oom_pool pools[SP_OOM_REPORT_POOLS];
+} sp_oom_report;
+
+SP_API int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out);
+/* The report as one JSON object, snprintf-style. */
+SP_API size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len);
 
 /* ---- allocation ---- */
 
@@ -208,8 +287,12 @@ typedef struct {
     X(driver_frees, "cudaFreeAsync calls for cached or bypassed blocks")                       \
     X(bad_frees, "frees rejected: unknown pointer, double free or wrong pool")                 \
     X(capture_bypasses, "allocations passed straight to the driver during graph capture")      \
-    X(oom_retries, "allocations retried after releasing cached memory")                        \
-    X(ooms, "allocations that failed with SP_ERR_OUT_OF_MEMORY")
+    X(oom_retries, "driver allocations retried after a reclaim step")                          \
+    X(ooms, "allocations that failed with SP_ERR_OUT_OF_MEMORY")                               \
+    X(limit_rejections, "allocations that failed with SP_ERR_LIMIT")                          \
+    X(reclaims, "times this pool gave cached memory back for an out-of-memory")               \
+    X(reclaimed_bytes, "cached bytes given back to the driver: trim, limits, out-of-memory")      \
+    X(trims, "sp_pool_trim calls and cache-limit releases")
 
 typedef struct sp_stats {
     uint32_t size;      /* set by the caller: sizeof(sp_stats) */

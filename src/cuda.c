@@ -56,7 +56,7 @@ int sp__cuda_check_device(int device)
     return rc;
 }
 
-int sp__cuda_pool_create(int device, cudaMemPool_t *out)
+int sp__cuda_pool_create(int device, uint64_t max_size, cudaMemPool_t *out)
 {
     struct cudaMemPoolProps props;
     memset(&props, 0, sizeof props);
@@ -64,7 +64,25 @@ int sp__cuda_pool_create(int device, cudaMemPool_t *out)
     props.handleTypes = cudaMemHandleTypeNone;
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = device;
+#if CUDART_VERSION >= 12020
+    props.maxSize = (size_t)max_size; /* the driver enforces the pool's limit as well */
+#else
+    (void)max_size;
+#endif
     return check(cudaMemPoolCreate(out, &props));
+}
+
+int sp__cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total)
+{
+    device_scope scope;
+    size_t f = 0, t = 0;
+    int rc = device_enter(device, &scope);
+    if (rc == SP_OK)
+        rc = check(cudaMemGetInfo(&f, &t));
+    device_leave(&scope);
+    *free_bytes = f;
+    *total = t;
+    return rc;
 }
 
 int sp__cuda_pool_destroy(cudaMemPool_t pool)

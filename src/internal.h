@@ -193,7 +193,8 @@ struct sp_pool {
     uint64_t id;                         /* unique for the process: per-thread memos key on it */
     cudaMemPool_t cuda_pool;
     bool owns_cuda_pool, is_default;
-    sp_pool_config cfg;
+    sp_pool_config cfg;                  /* changed at run time under `lock` */
+    atomic_uint_least64_t cache_limit;   /* cfg.cache_limit, read on the hot path */
     uint64_t stats_flush;                /* the runtime's stats_flush_bytes */
     pthread_mutex_t lock;                /* the stream table and the cache list */
     sp_stream_cache **buckets;
@@ -215,10 +216,30 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
 void sp__pool_free(sp_pool *pool);
 /* Moves the blocks of a detached cache to the shared list behind one final fence. */
 int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c);
+/* Gives cached blocks back to the driver until the pool holds at most `keep` bytes, synchronizes
+ * those frees and trims the cudaMemPool (never below the reservation); returns the bytes the
+ * cudaMemPool released to the device. */
+uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep);
+void sp__pool_count(sp_pool *pool, int counter, uint64_t n);
 /* Adds a cache's unflushed byte deltas to the pool and runtime figures (c->lock held). */
 void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c);
 /* The pool's live bytes, every cache flushed first: 0 iff it has no live allocation. */
 uint64_t sp__pool_active_bytes(sp_pool *pool);
+
+/* ---- config.c ---- */
+
+/* Checks a merged pool config (reserve within limit, a known policy); SP_ERR_CONFIG with the
+ * message otherwise. */
+int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
+
+/* ---- reclaim.c: out of memory across pools ---- */
+
+/* Asks the other pools of the runtime, lowest priority first, to give their cached memory back
+ * (never below their reservation), retrying `retry` after each; then the user's callback. */
+typedef int (*sp_retry_fn)(void *arg);
+int sp__reclaim(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_retry_fn retry, void *arg);
+/* Records the out-of-memory report for sp_runtime_last_oom. */
+void sp__oom_record(sp_pool *pool, size_t bytes, cudaStream_t stream);
 
 /* ---- runtime (runtime.c) ---- */
 
@@ -233,6 +254,11 @@ struct sp_runtime {
     sp_ptrmap ptrmap;
     sp_usage usage;
     atomic_uint_least64_t captures;      /* declared captures in progress */
+    char *alloc_conf;                    /* sp_runtime_config.alloc_conf, copied */
+    char *env_conf;                      /* SP_ALLOC_CONF, copied */
+    sp_oom_callback oom_cb;
+    void *oom_user;
+    sp_oom_report last_oom;              /* under `lock` */
     sp_stream_key *capturing;
     size_t capturing_len, capturing_cap;
 };
@@ -243,7 +269,8 @@ int sp__stream_capturing(sp_runtime *rt, sp_stream_key key, bool *capturing);
 /* ---- cuda.c: the only file that calls CUDA ---- */
 
 int sp__cuda_check_device(int device);
-int sp__cuda_pool_create(int device, cudaMemPool_t *out);
+int sp__cuda_pool_create(int device, uint64_t max_size, cudaMemPool_t *out);
+int sp__cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total);
 int sp__cuda_pool_destroy(cudaMemPool_t pool);
 int sp__cuda_pool_set_threshold(cudaMemPool_t pool, uint64_t bytes);
 int sp__cuda_pool_usage(cudaMemPool_t pool, uint64_t *reserved, uint64_t *used);

@@ -99,55 +99,118 @@ static void held_add(sp_pool *pool, int64_t delta)
     held_change(&pool->rt->usage, delta);
 }
 
+/* Claims `size` bytes of the pool's limit before the driver is asked, so that concurrent
+ * allocations can never together pass it. */
+static bool held_claim(sp_pool *pool, uint64_t size)
+{
+    uint64_t limit = pool->cfg.limit;
+    uint64_t cur = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+    do {
+        if (limit && (size > limit || cur > limit - size))
+            return false;
+    } while (!atomic_compare_exchange_weak_explicit(&pool->usage.held.current, &cur, cur + size,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    uint64_t now = cur + size, peak = atomic_load_explicit(&pool->usage.held.peak, memory_order_relaxed);
+    while (now > peak &&
+           !atomic_compare_exchange_weak_explicit(&pool->usage.held.peak, &peak, now,
+                                                  memory_order_relaxed, memory_order_relaxed))
+        ;
+    atomic_fetch_add_explicit(&pool->usage.held.total, size, memory_order_relaxed);
+    held_change(&pool->rt->usage, (int64_t)size);
+    return true;
+}
+
+void sp__pool_count(sp_pool *pool, int counter, uint64_t n)
+{
+    atomic_fetch_add_explicit(&pool->count[counter], n, memory_order_relaxed);
+}
+
 /* ---- pool lifetime ---- */
 
-static int validate_config(const sp_pool_config *cfg)
+/* The threshold the cudaMemPool gets: never below the reservation (the pool keeps it), never
+ * above the limit (reserved memory must not stay above it past a synchronize). */
+static uint64_t effective_threshold(const sp_pool_config *cfg)
 {
-    /* callers built against an older, shorter struct get defaults for the fields they lack */
-    if (cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
-        return SP_ERR_INVALID;
-    if ((unsigned)cfg->cross_stream > SP_CROSS_STREAM_NO_WAIT)
-        return SP_ERR_CONFIG;
-    return SP_OK;
+    uint64_t t = cfg->release_threshold;
+    if (t < cfg->reserve)
+        t = cfg->reserve;
+    if (cfg->limit && t > cfg->limit)
+        t = cfg->limit;
+    return t;
+}
+
+/* The pool's configuration: the caller's, then the runtime's alloc_conf, then SP_ALLOC_CONF. */
+static int merge_config(const sp_runtime *rt, const char *name, const sp_pool_config *cfg,
+                        sp_pool_config *out)
+{
+    sp_pool_config merged = SP_POOL_CONFIG_INIT;
+    if (cfg) {
+        /* callers built against an older, shorter struct get defaults for the fields they lack */
+        if (cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
+            return SP_ERR_INVALID;
+        memcpy(&merged, cfg, cfg->size < sizeof merged ? cfg->size : sizeof merged);
+        merged.size = sizeof merged;
+    }
+    int rc = sp__config_check(&merged, NULL, 0);
+    if (rc == SP_OK)
+        rc = sp_config_apply(&merged, name, rt->alloc_conf, NULL, 0);
+    if (rc == SP_OK)
+        rc = sp_config_apply(&merged, name, rt->env_conf, NULL, 0);
+    if (rc == SP_OK)
+        *out = merged;
+    return rc;
+}
+
+/* Obtains the reservation from the device once, and frees it at once into the cudaMemPool,
+ * which keeps it (threshold >= reserve) for this pool alone. The synchronize makes the free
+ * known complete, so any stream of the pool may reuse it (CUDA-SEMANTICS 11c). */
+static int take_reservation(sp_pool *pool)
+{
+    void *p;
+    sp_runtime *rt = pool->rt;
+    int rc = sp__cuda_malloc(pool->cuda_pool, &p, pool->cfg.reserve, rt->service);
+    if (rc == SP_OK)
+        rc = sp__cuda_free(p, rt->service);
+    if (rc == SP_OK)
+        rc = sp__cuda_stream_sync(rt->service);
+    return rc;
 }
 
 int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp_pool_config *cfg,
                  sp_pool **out)
 {
-    sp_pool_config defaults = SP_POOL_CONFIG_INIT;
     size_t len = name ? strlen(name) : 0;
     if (len == 0 || len > SP_POOL_NAME_MAX)
         return SP_ERR_INVALID;
-    if (cfg) {
-        int rc = validate_config(cfg);
-        if (rc != SP_OK)
-            return rc;
-        memcpy(&defaults, cfg, cfg->size < sizeof defaults ? cfg->size : sizeof defaults);
-        defaults.size = sizeof defaults;
-    }
+    sp_pool_config merged;
+    int rc = merge_config(rt, name, cfg, &merged);
+    if (rc != SP_OK)
+        return rc;
     sp_pool *pool = calloc(1, sizeof *pool);
     if (!pool)
         return SP_ERR_NO_HOST_MEMORY;
     memcpy(pool->name, name, len + 1);
     pool->rt = rt;
-    pool->cfg = defaults;
+    pool->cfg = merged;
+    atomic_init(&pool->cache_limit, merged.cache_limit);
     pool->stats_flush = rt->cfg.stats_flush_bytes;
     pool->id = atomic_fetch_add(&next_pool_id, 1);
     pool->shared.shared = true;
     pool->shared.pool = pool;
-    int rc;
     if (adopt) {
         uint64_t reserved, used;
         pool->cuda_pool = adopt;
         rc = sp__cuda_pool_usage(adopt, &reserved, &used); /* a valid pool handle? */
-        if (rc == SP_OK && cfg)
-            rc = sp__cuda_pool_set_threshold(adopt, pool->cfg.release_threshold);
+        if (rc == SP_OK && (cfg || merged.reserve || merged.limit))
+            rc = sp__cuda_pool_set_threshold(adopt, effective_threshold(&merged));
     } else {
-        rc = sp__cuda_pool_create(rt->device, &pool->cuda_pool);
+        rc = sp__cuda_pool_create(rt->device, merged.limit, &pool->cuda_pool);
         pool->owns_cuda_pool = rc == SP_OK;
         if (rc == SP_OK)
-            rc = sp__cuda_pool_set_threshold(pool->cuda_pool, pool->cfg.release_threshold);
+            rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&merged));
     }
+    if (rc == SP_OK && merged.reserve)
+        rc = take_reservation(pool);
     if (rc == SP_OK && pthread_mutex_init(&pool->lock, NULL) != 0)
         rc = SP_ERR_NO_HOST_MEMORY;
     if (rc != SP_OK) {
@@ -248,17 +311,25 @@ static void pool_release_cached(sp_pool *pool, uint64_t keep, bool sync)
 }
 
 /* Cached blocks go back to the driver until the pool holds at most `keep` bytes, their frees
- * are synchronized, and the cudaMemPool is trimmed to what is still held, so that the memory
- * reaches the device: a pool that keeps its memory (threshold UINT64_MAX) would otherwise hold
- * it in chunks that a larger request cannot use. */
-static int pool_give_back(sp_pool *pool, uint64_t keep)
+ * are synchronized, and the cudaMemPool is trimmed to what is still held (never below the
+ * reservation), so that the memory reaches the device: a pool that keeps its memory (threshold
+ * UINT64_MAX) would otherwise hold it in chunks that a larger request cannot use. */
+uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep)
 {
+    uint64_t held_before = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     pool_release_cached(pool, keep, true);
-    int rc = sp__cuda_stream_sync(pool->rt->service);
+    (void)sp__cuda_stream_sync(pool->rt->service);
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
-    if (rc == SP_OK)
-        rc = sp__cuda_pool_trim(pool->cuda_pool, held > keep ? held : keep);
-    return rc;
+    uint64_t floor = held > keep ? held : keep;
+    if (floor < pool->cfg.reserve)
+        floor = pool->cfg.reserve;
+    uint64_t reserved_before = 0, reserved_after = 0, used;
+    (void)sp__cuda_pool_usage(pool->cuda_pool, &reserved_before, &used);
+    (void)sp__cuda_pool_trim(pool->cuda_pool, floor);
+    (void)sp__cuda_pool_usage(pool->cuda_pool, &reserved_after, &used);
+    if (held_before > held)
+        sp__pool_count(pool, SP_COUNT_reclaimed_bytes, held_before - held);
+    return reserved_before > reserved_after ? reserved_before - reserved_after : 0;
 }
 
 static void cache_drop_fences(sp_runtime *rt, sp_stream_cache *c)
@@ -457,46 +528,91 @@ static int steal(sp_pool *pool, sp_stream_key me, uint32_t cls, steal_mode mode,
     return rc;
 }
 
+/* A new block from the driver; SP_ERR_LIMIT (without asking it) if it would pass the limit. */
 static int driver_alloc(sp_pool *pool, cudaStream_t stream, uint32_t cls, int state,
                         sp_block **out)
 {
+    size_t size = sp__class_size(cls);
+    if (!held_claim(pool, size))
+        return SP_ERR_LIMIT;
     sp_block *b = calloc(1, sizeof *b);
-    if (!b)
-        return SP_ERR_NO_HOST_MEMORY;
-    b->size = sp__class_size(cls);
-    b->cls = cls;
-    b->pool = pool;
-    atomic_init(&b->state, state);
-    int rc = sp__cuda_malloc(pool->cuda_pool, &b->ptr, b->size, stream);
-    if (rc == SP_OK && (rc = sp__ptrmap_insert(&pool->rt->ptrmap, b)) != SP_OK)
-        (void)sp__cuda_free(b->ptr, stream);
+    int rc = b ? sp__cuda_malloc(pool->cuda_pool, &b->ptr, size, stream) : SP_ERR_NO_HOST_MEMORY;
+    if (rc == SP_OK) {
+        b->size = size;
+        b->cls = cls;
+        b->pool = pool;
+        atomic_init(&b->state, state);
+        if ((rc = sp__ptrmap_insert(&pool->rt->ptrmap, b)) != SP_OK)
+            (void)sp__cuda_free(b->ptr, stream);
+    }
     if (rc != SP_OK) {
         free(b);
+        held_add(pool, -(int64_t)size);
         return rc;
     }
     count(pool, SP_COUNT_driver_allocs);
-    held_add(pool, (int64_t)b->size);
     *out = b;
     return SP_OK;
 }
 
-/* New memory from the driver; on out-of-memory, first a fenced wait (unless the policy forbids
- * one), then the pool's own cached memory goes back to the driver and the request is retried. */
-static int alloc_fresh(sp_pool *pool, sp_stream_key key, uint32_t cls, sp_block **out)
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t stream;
+    uint32_t cls;
+    int state;
+    sp_block **out;
+} retry_ctx;
+
+static int retry_driver(void *arg)
 {
-    int rc = driver_alloc(pool, key.stream, cls, SP_BLOCK_LIVE, out);
+    retry_ctx *r = arg;
+    count(r->pool, SP_COUNT_oom_retries);
+    return driver_alloc(r->pool, r->stream, r->cls, r->state, r->out);
+}
+
+/* New memory from the driver, and what to do when there is none:
+ *  - over the pool's limit: the pool gives back its own cached blocks; still over: SP_ERR_LIMIT;
+ *  - device out of memory: a fenced wait on another stream's block (unless the policy forbids
+ *    it or the block is for a graph capture), then the pool's own cache goes back to the device,
+ *    then other pools' caches and the user's callback (reclaim.c); then SP_ERR_OUT_OF_MEMORY,
+ *    with a report. Every step is counted. */
+static int alloc_fresh(sp_pool *pool, sp_stream_key key, uint32_t cls, int state, sp_block **out)
+{
+    size_t size = sp__class_size(cls);
+    int rc = driver_alloc(pool, key.stream, cls, state, out);
+    if (rc == SP_ERR_LIMIT && size <= pool->cfg.limit) {
+        (void)sp__pool_give_back(pool, pool->cfg.limit - size);
+        rc = driver_alloc(pool, key.stream, cls, state, out);
+    }
+    if (rc == SP_ERR_LIMIT) {
+        count(pool, SP_COUNT_limit_rejections);
+        return rc;
+    }
     if (rc != SP_ERR_OUT_OF_MEMORY)
         return rc;
-    if (pool->cfg.cross_stream != SP_CROSS_STREAM_NO_WAIT) {
+    if (state == SP_BLOCK_LIVE && pool->cfg.cross_stream != SP_CROSS_STREAM_NO_WAIT) {
         int steal_rc = steal(pool, key, cls, STEAL_WAIT, out);
         if (steal_rc != SP_OK || *out)
             return steal_rc;
     }
-    count(pool, SP_COUNT_oom_retries);
-    pool_give_back(pool, 0);
-    rc = driver_alloc(pool, key.stream, cls, SP_BLOCK_LIVE, out);
+    retry_ctx ctx = {pool, key.stream, cls, state, out};
+    (void)sp__pool_give_back(pool, 0);
+    rc = retry_driver(&ctx);
+    if (rc == SP_ERR_OUT_OF_MEMORY && pool->cfg.limit) {
+        /* the driver enforces the limit too (maxSize): a pool at its own cap is at its limit */
+        uint64_t reserved = 0, used = 0;
+        (void)sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used);
+        if (reserved + size > pool->cfg.limit)
+            rc = SP_ERR_LIMIT;
+    }
     if (rc == SP_ERR_OUT_OF_MEMORY)
+        rc = sp__reclaim(pool, size, key.stream, retry_driver, &ctx);
+    if (rc == SP_ERR_LIMIT)
+        count(pool, SP_COUNT_limit_rejections);
+    if (rc == SP_ERR_OUT_OF_MEMORY) {
         count(pool, SP_COUNT_ooms);
+        sp__oom_record(pool, size, key.stream);
+    }
     return rc;
 }
 
@@ -504,6 +620,9 @@ static void account_alloc(sp_pool *pool, sp_block *b, size_t bytes)
 {
     b->requested = bytes;
     account(pool, (int64_t)bytes, (int64_t)b->size);
+    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
 }
 
 static int alloc_slow(sp_pool *pool, sp_stream_key key, uint32_t cls, size_t bytes, void **ptr)
@@ -513,14 +632,11 @@ static int alloc_slow(sp_pool *pool, sp_stream_key key, uint32_t cls, size_t byt
     if (rc == SP_OK && !b && pool->cfg.cross_stream == SP_CROSS_STREAM_WAIT)
         rc = steal(pool, key, cls, STEAL_WAIT, &b);
     if (rc == SP_OK && !b)
-        rc = alloc_fresh(pool, key, cls, &b);
+        rc = alloc_fresh(pool, key, cls, SP_BLOCK_LIVE, &b);
     if (rc != SP_OK)
         return rc;
     atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
     account_alloc(pool, b, bytes);
-    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
     *ptr = b->ptr;
     return SP_OK;
 }
@@ -528,15 +644,12 @@ static int alloc_slow(sp_pool *pool, sp_stream_key key, uint32_t cls, size_t byt
 /* Rule 24: a capturing stream's allocations become graph nodes; they never touch a cache. */
 static int alloc_bypass(sp_pool *pool, sp_stream_key key, size_t bytes, void **ptr)
 {
-    sp_block *b;
-    int rc = driver_alloc(pool, key.stream, sp__class_of(bytes), SP_BLOCK_BYPASS, &b);
+    sp_block *b = NULL;
+    int rc = alloc_fresh(pool, key, sp__class_of(bytes), SP_BLOCK_BYPASS, &b);
     if (rc != SP_OK)
         return rc;
     account_alloc(pool, b, bytes);
     count(pool, SP_COUNT_capture_bypasses);
-    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
     *ptr = b->ptr;
     return SP_OK;
 }
@@ -610,6 +723,21 @@ static int free_to_driver(sp_pool *pool, sp_block *b, cudaStream_t stream)
     return SP_OK;
 }
 
+/* Over its cache limit, the pool gives cached blocks back to the driver (largest first). The
+ * frees are stream-ordered: the driver reuses or releases the memory as its rules allow. */
+static void enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
+{
+    uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+    uint64_t active = atomic_load_explicit(&pool->usage.active.current, memory_order_relaxed);
+    if (held <= active || held - active <= cache_limit)
+        return;
+    pool_release_cached(pool, active + cache_limit, false);
+    uint64_t after = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+    count(pool, SP_COUNT_trims);
+    if (held > after)
+        sp__pool_count(pool, SP_COUNT_reclaimed_bytes, held - after);
+}
+
 int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
     if (sp_unlikely(!pool))
@@ -645,9 +773,12 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         c->requested_delta -= (int64_t)b->requested;
         c->active_delta -= (int64_t)b->size;
         sp__bin_push(&c->bins[b->cls], b);
-        if (sp_unlikely(delta_over(c, pool->stats_flush)))
+        uint64_t cache_limit = atomic_load_explicit(&pool->cache_limit, memory_order_relaxed);
+        if (sp_unlikely(cache_limit != UINT64_MAX || delta_over(c, pool->stats_flush)))
             sp__cache_flush_locked(pool, c);
         sp_spin_unlock(&c->lock);
+        if (sp_unlikely(cache_limit != UINT64_MAX))
+            enforce_cache_limit(pool, cache_limit);
         return SP_OK;
     }
 }
@@ -658,15 +789,48 @@ int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
 {
     if (!pool)
         return SP_ERR_INVALID;
-    int rc = sp__cuda_pool_set_threshold(pool->cuda_pool, bytes);
+    pthread_mutex_lock(&pool->lock);
+    sp_pool_config cfg = pool->cfg;
+    cfg.release_threshold = bytes;
+    int rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&cfg));
     if (rc == SP_OK)
         pool->cfg.release_threshold = bytes;
+    pthread_mutex_unlock(&pool->lock);
     return rc;
+}
+
+int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
+{
+    if (!pool)
+        return SP_ERR_INVALID;
+    pthread_mutex_lock(&pool->lock);
+    pool->cfg.cache_limit = bytes;
+    atomic_store_explicit(&pool->cache_limit, bytes, memory_order_relaxed);
+    pthread_mutex_unlock(&pool->lock);
+    if (bytes != UINT64_MAX) {
+        (void)sp__pool_active_bytes(pool); /* flush every cache: the figures must be current */
+        enforce_cache_limit(pool, bytes);
+    }
+    return SP_OK;
+}
+
+int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out)
+{
+    if (!pool || !out || out->size < offsetof(sp_pool_config, cross_stream) + sizeof out->cross_stream)
+        return SP_ERR_INVALID;
+    size_t size = out->size;
+    pthread_mutex_lock((pthread_mutex_t *)&pool->lock);
+    memcpy(out, &pool->cfg, size < sizeof pool->cfg ? size : sizeof pool->cfg);
+    pthread_mutex_unlock((pthread_mutex_t *)&pool->lock);
+    out->size = size < sizeof pool->cfg ? size : sizeof pool->cfg;
+    return SP_OK;
 }
 
 int sp_pool_trim(sp_pool *pool, size_t keep_bytes)
 {
     if (!pool)
         return SP_ERR_INVALID;
-    return pool_give_back(pool, keep_bytes);
+    count(pool, SP_COUNT_trims);
+    (void)sp__pool_give_back(pool, keep_bytes);
+    return SP_OK;
 }

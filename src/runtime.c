@@ -20,7 +20,15 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         memcpy(&config, cfg, cfg->size < sizeof config ? cfg->size : sizeof config);
         config.size = sizeof config;
     }
-    int rc = sp__cuda_check_device(device);
+    /* both strings are checked whole now, so that a typo fails here, not at some pool */
+    sp_pool_config scratch = SP_POOL_CONFIG_INIT;
+    const char *env = getenv("SP_ALLOC_CONF");
+    int rc = sp_config_apply(&scratch, NULL, config.alloc_conf, NULL, 0);
+    if (rc == SP_OK)
+        rc = sp_config_apply(&scratch, NULL, env, NULL, 0);
+    if (rc != SP_OK)
+        return rc;
+    rc = sp__cuda_check_device(device);
     if (rc != SP_OK)
         return rc;
     sp_runtime *rt = calloc(1, sizeof *rt);
@@ -28,6 +36,13 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         return SP_ERR_NO_HOST_MEMORY;
     rt->device = device;
     rt->cfg = config;
+    rt->cfg.alloc_conf = NULL; /* the caller's string need not outlive this call */
+    if ((config.alloc_conf && !(rt->alloc_conf = strdup(config.alloc_conf))) ||
+        (env && !(rt->env_conf = strdup(env)))) {
+        free(rt->alloc_conf);
+        free(rt);
+        return SP_ERR_NO_HOST_MEMORY;
+    }
     if (pthread_mutex_init(&rt->lock, NULL) != 0) {
         free(rt);
         return SP_ERR_NO_HOST_MEMORY;
@@ -48,6 +63,8 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         sp__fence_pool_destroy(&rt->fences);
     }
     pthread_mutex_destroy(&rt->lock);
+    free(rt->alloc_conf);
+    free(rt->env_conf);
     free(rt);
     return rc;
 }
@@ -80,6 +97,8 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp__ptrmap_free(&rt->ptrmap);
     pthread_mutex_destroy(&rt->lock);
     free(rt->capturing);
+    free(rt->alloc_conf);
+    free(rt->env_conf);
     free(rt);
     return SP_OK;
 }

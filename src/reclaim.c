@@ -1,0 +1,158 @@
+/* Out of memory across pools: when a pool's own cache has gone back to the device and the driver
+ * still says no, the other pools of the runtime give back their cached memory, lowest priority
+ * first and never below their reservation, each followed by a retry; then the user's callback
+ * may free memory for one more retry. A final failure leaves a report of what every pool held. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static _Thread_local bool in_oom_callback; /* a callback's own allocations do not call it again */
+
+static int by_priority(const void *a, const void *b)
+{
+    const sp_pool *x = *(sp_pool *const *)a, *y = *(sp_pool *const *)b;
+    return (x->cfg.priority > y->cfg.priority) - (x->cfg.priority < y->cfg.priority);
+}
+
+int sp__reclaim(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_retry_fn retry, void *arg)
+{
+    sp_runtime *rt = pool->rt;
+    int rc = SP_ERR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&rt->lock); /* pools cannot be destroyed meanwhile */
+    size_t n = 0;
+    for (sp_pool *p = rt->pools; p; p = p->next)
+        n++;
+    sp_pool **order = calloc(n ? n : 1, sizeof *order);
+    if (order) {
+        n = 0;
+        for (sp_pool *p = rt->pools; p; p = p->next)
+            if (p != pool)
+                order[n++] = p;
+        qsort(order, n, sizeof *order, by_priority);
+        for (size_t i = 0; i < n && rc == SP_ERR_OUT_OF_MEMORY; i++) {
+            sp_pool *victim = order[i];
+            uint64_t released = sp__pool_give_back(victim, victim->cfg.reserve);
+            if (released == 0)
+                continue; /* nothing reached the device: a retry would fail the same way */
+            sp__pool_count(victim, SP_COUNT_reclaims, 1);
+            rc = retry(arg);
+        }
+        free(order);
+    }
+    sp_oom_callback cb = rt->oom_cb;
+    void *user = rt->oom_user;
+    pthread_mutex_unlock(&rt->lock);
+    if (rc == SP_ERR_OUT_OF_MEMORY && cb && !in_oom_callback) {
+        in_oom_callback = true;
+        int again = cb(pool, bytes, stream, user);
+        in_oom_callback = false;
+        if (again) {
+            (void)sp__pool_give_back(pool, 0); /* what the callback freed into our cache */
+            rc = retry(arg);
+        }
+    }
+    return rc;
+}
+
+int sp_runtime_set_oom_callback(sp_runtime *rt, sp_oom_callback cb, void *user)
+{
+    if (!rt)
+        return SP_ERR_INVALID;
+    pthread_mutex_lock(&rt->lock);
+    rt->oom_cb = cb;
+    rt->oom_user = user;
+    pthread_mutex_unlock(&rt->lock);
+    return SP_OK;
+}
+
+static void describe_pool(sp_pool *p, sp_oom_pool *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", p->name);
+    uint64_t active = sp__pool_active_bytes(p); /* flushes the stream caches */
+    uint64_t held = atomic_load(&p->usage.held.current);
+    out->requested = atomic_load(&p->usage.requested.current);
+    out->active = active;
+    out->cached = held > active ? held - active : 0;
+    uint64_t used;
+    (void)sp__cuda_pool_usage(p->cuda_pool, &out->reserved, &used);
+    out->limit = p->cfg.limit;
+    out->reservation = p->cfg.reserve;
+    out->priority = p->cfg.priority;
+}
+
+void sp__oom_record(sp_pool *pool, size_t bytes, cudaStream_t stream)
+{
+    sp_runtime *rt = pool->rt;
+    uint64_t free_b = 0, total = 0;
+    (void)sp__cuda_mem_info(rt->device, &free_b, &total);
+    pthread_mutex_lock(&rt->lock);
+    sp_oom_report *r = &rt->last_oom;
+    uint32_t failures = r->failures + 1;
+    memset(r, 0, sizeof *r);
+    r->size = sizeof *r;
+    r->failures = failures;
+    snprintf(r->pool, sizeof r->pool, "%s", pool->name);
+    r->bytes = bytes;
+    r->stream = stream;
+    r->device_free = free_b;
+    r->device_total = total;
+    for (sp_pool *p = rt->pools; p; p = p->next) {
+        if (r->npools < SP_OOM_REPORT_POOLS)
+            describe_pool(p, &r->pools[r->npools++]);
+        else
+            r->pools_omitted++;
+    }
+    pthread_mutex_unlock(&rt->lock);
+}
+
+int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out)
+{
+    if (!rt || !out || out->size < offsetof(sp_oom_report, npools))
+        return SP_ERR_INVALID;
+    uint32_t size = out->size;
+    pthread_mutex_lock(&rt->lock);
+    memcpy(out, &rt->last_oom, size < sizeof rt->last_oom ? size : sizeof rt->last_oom);
+    pthread_mutex_unlock(&rt->lock);
+    out->size = size < sizeof(sp_oom_report) ? size : (uint32_t)sizeof(sp_oom_report);
+    return SP_OK;
+}
+
+size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len)
+{
+    size_t used = 0;
+#define EMIT(...)                                                                             \
+    do {                                                                                      \
+        int n = snprintf(used < len ? buf + used : NULL, used < len ? len - used : 0,         \
+                         __VA_ARGS__);                                                        \
+        if (n > 0)                                                                            \
+            used += (size_t)n;                                                                \
+    } while (0)
+    if (len > 0)
+        buf[0] = '\0';
+    if (!r)
+        return 0;
+    /* pool names are 1..63 printable bytes chosen by the application: escape quotes */
+    EMIT("{\"failures\":%u,\"pool\":\"", r->failures);
+    for (const char *c = r->pool; *c; c++)
+        EMIT(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+    EMIT("\",\"bytes\":%llu,\"stream\":\"%p\",\"device_free\":%llu,\"device_total\":%llu,\"pools\":[",
+         (unsigned long long)r->bytes, (void *)r->stream, (unsigned long long)r->device_free,
+         (unsigned long long)r->device_total);
+    for (uint32_t i = 0; i < r->npools && i < SP_OOM_REPORT_POOLS; i++) {
+        const sp_oom_pool *p = &r->pools[i];
+        EMIT("%s{\"name\":\"", i ? "," : "");
+        for (const char *c = p->name; *c; c++)
+            EMIT(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+        EMIT("\",\"requested\":%llu,\"active\":%llu,\"cached\":%llu,\"reserved\":%llu,"
+             "\"limit\":%llu,\"reservation\":%llu,\"priority\":%d}",
+             (unsigned long long)p->requested, (unsigned long long)p->active,
+             (unsigned long long)p->cached, (unsigned long long)p->reserved,
+             (unsigned long long)p->limit, (unsigned long long)p->reservation, p->priority);
+    }
+    EMIT("],\"pools_omitted\":%u}", r->pools_omitted);
+#undef EMIT
+    return used;
+}
