@@ -289,6 +289,15 @@ int sp__cuda_stream_query(cudaStream_t stream, bool *idle);
 int sp__cuda_stream_is_capturing(cudaStream_t stream, bool *capturing);
 int sp__cuda_device_sync(int device);
 
+/* ---- stats.c: text rendering shared with reclaim.c ---- */
+
+/* snprintf at buf + *used, advancing *used by what the whole text needs (like snprintf, so a
+ * short buffer still yields the full length). */
+void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A JSON string: quotes around `s`, with " and \ escaped. */
+void sp__append_json_string(char *buf, size_t len, size_t *used, const char *s);
+
 /* ---- status.c ---- */
 
 /* Remembers a failed CUDA call's error for sp_last_cuda_error(). */

@@ -123,36 +123,28 @@ int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out)
 size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len)
 {
     size_t used = 0;
-#define EMIT(...)                                                                             \
-    do {                                                                                      \
-        int n = snprintf(used < len ? buf + used : NULL, used < len ? len - used : 0,         \
-                         __VA_ARGS__);                                                        \
-        if (n > 0)                                                                            \
-            used += (size_t)n;                                                                \
-    } while (0)
     if (len > 0)
         buf[0] = '\0';
     if (!r)
         return 0;
-    /* pool names are 1..63 printable bytes chosen by the application: escape quotes */
-    EMIT("{\"failures\":%u,\"pool\":\"", r->failures);
-    for (const char *c = r->pool; *c; c++)
-        EMIT(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-    EMIT("\",\"bytes\":%llu,\"stream\":\"%p\",\"device_free\":%llu,\"device_total\":%llu,\"pools\":[",
-         (unsigned long long)r->bytes, (void *)r->stream, (unsigned long long)r->device_free,
-         (unsigned long long)r->device_total);
+    sp__appendf(buf, len, &used, "{\"failures\":%u,\"pool\":", r->failures);
+    sp__append_json_string(buf, len, &used, r->pool);
+    sp__appendf(buf, len, &used,
+                ",\"bytes\":%llu,\"stream\":\"%p\",\"device_free\":%llu,\"device_total\":%llu,"
+                "\"pools\":[",
+                (unsigned long long)r->bytes, (void *)r->stream,
+                (unsigned long long)r->device_free, (unsigned long long)r->device_total);
     for (uint32_t i = 0; i < r->npools && i < SP_OOM_REPORT_POOLS; i++) {
         const sp_oom_pool *p = &r->pools[i];
-        EMIT("%s{\"name\":\"", i ? "," : "");
-        for (const char *c = p->name; *c; c++)
-            EMIT(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-        EMIT("\",\"requested\":%llu,\"active\":%llu,\"cached\":%llu,\"reserved\":%llu,"
-             "\"limit\":%llu,\"reservation\":%llu,\"priority\":%d}",
-             (unsigned long long)p->requested, (unsigned long long)p->active,
-             (unsigned long long)p->cached, (unsigned long long)p->reserved,
-             (unsigned long long)p->limit, (unsigned long long)p->reservation, p->priority);
+        sp__appendf(buf, len, &used, "%s{\"name\":", i ? "," : "");
+        sp__append_json_string(buf, len, &used, p->name);
+        sp__appendf(buf, len, &used,
+                    ",\"requested\":%llu,\"active\":%llu,\"cached\":%llu,\"reserved\":%llu,"
+                    "\"limit\":%llu,\"reservation\":%llu,\"priority\":%d}",
+                    (unsigned long long)p->requested, (unsigned long long)p->active,
+                    (unsigned long long)p->cached, (unsigned long long)p->reserved,
+                    (unsigned long long)p->limit, (unsigned long long)p->reservation, p->priority);
     }
-    EMIT("],\"pools_omitted\":%u}", r->pools_omitted);
-#undef EMIT
+    sp__appendf(buf, len, &used, "],\"pools_omitted\":%u}", r->pools_omitted);
     return used;
 }

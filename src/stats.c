@@ -1,6 +1,7 @@
 /* Stats: hot-path counters live in each stream cache (under its lock) and the slow-path ones in
  * the pool (atomics); a read merges them into the caller's versioned struct. JSON rendering
  * walks the same X-macro list as the struct, so a new counter is declared once. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -118,16 +119,28 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
     return rc;
 }
 
+void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(*used < len ? buf + *used : NULL, *used < len ? len - *used : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *used += (size_t)n;
+}
+
+void sp__append_json_string(char *buf, size_t len, size_t *used, const char *s)
+{
+    sp__appendf(buf, len, used, "\"");
+    for (; *s; s++)
+        sp__appendf(buf, len, used, *s == '"' || *s == '\\' ? "\\%c" : "%c", *s);
+    sp__appendf(buf, len, used, "\"");
+}
+
 size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)
 {
     size_t used = 0;
-#define SP_EMIT(...)                                                                      \
-    do {                                                                                  \
-        int n = snprintf(used < len ? buf + used : NULL, used < len ? len - used : 0,     \
-                         __VA_ARGS__);                                                    \
-        if (n > 0)                                                                        \
-            used += (size_t)n;                                                            \
-    } while (0)
+#define SP_EMIT(...) sp__appendf(buf, len, &used, __VA_ARGS__)
     if (len > 0)
         buf[0] = '\0';
     if (!st)

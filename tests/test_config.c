@@ -3,10 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "streampool.h"
-#include "support/test_support.h"
-
-#define SP(call) assert_int_equal((call), SP_OK)
+#include "support/sp_test_support.h"
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 

@@ -3,10 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "streampool.h"
-#include "support/test_support.h"
-
-#define SP(call) assert_int_equal((call), SP_OK)
+#include "support/sp_test_support.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
@@ -36,27 +33,6 @@ static int teardown(void **state)
     cudasimReset();
 #endif
     return rc == SP_OK ? 0 : -1;
-}
-
-static sp_stats stats_of(sp_pool *pool)
-{
-    sp_stats st = {.size = sizeof st};
-    SP(sp_pool_stats(pool, &st));
-    return st;
-}
-
-static cudaStream_t new_stream(void)
-{
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-}
-
-static void drop_stream(sp_runtime *rt, cudaStream_t s)
-{
-    SP(sp_stream_release(rt, s));
-    CK(cudaStreamSynchronize(s));
-    CK(cudaStreamDestroy(s));
 }
 
 /* ---- basics ---- */

@@ -3,10 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "streampool.h"
-#include "support/test_support.h"
-
-#define SP(call) assert_int_equal((call), SP_OK)
+#include "support/sp_test_support.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
@@ -15,13 +12,6 @@ static int teardown_sim(void **state)
     (void)state;
     reset_device(NULL);
     return 0;
-}
-
-static sp_stats stats_of(sp_pool *pool)
-{
-    sp_stats st = {.size = sizeof st};
-    SP(sp_pool_stats(pool, &st));
-    return st;
 }
 
 static void steady_state_same_stream_makes_no_cuda_calls(void **state)

@@ -4,10 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "streampool.h"
-#include "support/test_support.h"
-
-#define SP(call) assert_int_equal((call), SP_OK)
+#include "support/sp_test_support.h"
 
 static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
@@ -18,13 +15,6 @@ static int teardown_tenants(void **state)
     return 0;
 }
 
-static sp_stats stats_of(sp_pool *pool)
-{
-    sp_stats st = {.size = sizeof st};
-    SP(sp_pool_stats(pool, &st));
-    return st;
-}
-
 static sp_runtime *runtime_on_device_of(uint64_t bytes)
 {
     CK(cudasimSetDeviceMemory(0, bytes));
@@ -33,20 +23,6 @@ static sp_runtime *runtime_on_device_of(uint64_t bytes)
     sp_runtime *rt;
     SP(sp_runtime_create(0, &cfg, &rt));
     return rt;
-}
-
-static cudaStream_t new_stream(void)
-{
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-}
-
-static void drop_stream(sp_runtime *rt, cudaStream_t s)
-{
-    SP(sp_stream_release(rt, s));
-    CK(cudaStreamSynchronize(s));
-    CK(cudaStreamDestroy(s));
 }
 
 /* 4 GiB device; A: reserve 1 GiB, limit 2 GiB; B: no reservation. B fills the device with cached
