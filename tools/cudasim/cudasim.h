@@ -32,6 +32,13 @@
  *  - cudaMemPoolExportToShareableHandle/ImportFromShareableHandle: cudaErrorNotSupported.
  *  - There is no graph capture: cudaStreamIsCapturing always reports
  *    cudaStreamCaptureStatusNone.
+ *  - cudaMallocAsync/cudaMallocFromPoolAsync of 0 bytes succeed with NULL, as cudaMalloc does.
+ *  - cudaFree of a stream-ordered pointer frees it in legacy-stream order, without synchronizing
+ *    (rule 4): blocking streams' earlier work comes first, as on the legacy stream.
+ *  - A pool never remaps free chunks to satisfy a larger request: memory a pool keeps (release
+ *    threshold) serves only requests that fit in it, until a trim gives it back to the device.
+ *  - The device's reserved bytes are 2 MiB chunks (cudaMalloc's too), so cudaMemGetInfo moves in
+ *    2 MiB steps.
  *
  * Environment: CUDASIM_DEVICE_COUNT (default 1), CUDASIM_DEVICE_MEMORY (default 16G; suffixes
  * K, M, G, T), read when the emulator first starts and after cudasimReset().
