@@ -87,6 +87,11 @@ typedef struct {
 } hotpath_row;
 
 typedef struct {
+    const char *allocator;
+    double calls_per_1000_pairs;  /* CUDA calls per 1,000 alloc+free pairs, steady state */
+} calls_row;
+
+typedef struct {
     const char *dimension;        /* "live_allocations", "streams", "pools" */
     long value;
     double ns_per_pair;
@@ -108,6 +113,8 @@ typedef struct {
     int n_hotpath;
     scaling_row scaling[64];
     int n_scaling;
+    calls_row calls[ALLOC_KIND_COUNT];
+    int n_calls;
     replay_row replay[16];
     int n_replay;
 } bench_results;

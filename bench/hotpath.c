@@ -134,8 +134,41 @@ static double scaled_pair_ns(sp_runtime *rt, long live, int nstreams, int npools
     return ns;
 }
 
+/* CUDA calls per 1,000 alloc+free pairs of one size on one stream once warm: what each
+ * allocator asks of the driver in steady state (cudasim's counters). */
+static void calls_per_pairs(bench_results *r)
+{
+    for (int k = 0; k < ALLOC_KIND_COUNT; k++) {
+        bench_alloc a;
+        if (bench_alloc_open(&a, (alloc_kind)k) != 0)
+            continue;
+        cudaStream_t s;
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        void *p;
+        for (int i = 0; i < 10; i++) {
+            bench_alloc_alloc(&a, &p, 65536, s);
+            bench_alloc_free(&a, p, s);
+        }
+        calls_reset();
+        for (int i = 0; i < 1000; i++) {
+            bench_alloc_alloc(&a, &p, 65536, s);
+            bench_alloc_free(&a, p, s);
+        }
+        long long calls = calls_by_allocator();
+        bench_alloc_stream_done(&a, s);
+        cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+        bench_alloc_close(&a);
+        r->calls[r->n_calls++] = (calls_row){bench_alloc_name((alloc_kind)k), (double)calls};
+        fprintf(stderr, "  calls: %-32s %6lld per 1,000 pairs\n", bench_alloc_name((alloc_kind)k),
+                calls);
+    }
+}
+
 int bench_hotpath(const hotpath_options *o, bench_results *r)
 {
+    if (calls_available())
+        calls_per_pairs(r);
     sp_runtime *rt;
     sp_pool *pool;
     if (sp_runtime_create(0, NULL, &rt) != SP_OK || sp_pool_create(rt, "hot", NULL, &pool) != SP_OK)

@@ -50,6 +50,11 @@ void report_table(const bench_results *r, const char *device, const char *runtim
                    h->malloc_ns_per_pair, h->ns_per_pair / h->malloc_ns_per_pair);
         }
     }
+    if (r->n_calls) {
+        printf("\ncalls: CUDA calls per 1,000 alloc+free pairs of 64 KiB on one stream, steady state\n");
+        for (int i = 0; i < r->n_calls; i++)
+            printf("%-32s %10.0f\n", r->calls[i].allocator, r->calls[i].calls_per_1000_pairs);
+    }
     if (r->n_scaling) {
         printf("\nscaling: ns per pair as live allocations, streams and pools grow\n");
         printf("%-18s %10s %10s %18s\n", "dimension", "value", "ns/pair", "largest/smallest");
@@ -132,6 +137,12 @@ int report_json(const bench_results *r, const char *device, const char *runtime,
         const scaling_row *s = &r->scaling[i];
         fprintf(f, "%s\n  {\"dimension\": \"%s\", \"value\": %ld, \"ns_per_pair\": %.2f}",
                 i ? "," : "", s->dimension, s->value, s->ns_per_pair);
+    }
+    fprintf(f, "],\n \"calls\": [");
+    for (int i = 0; i < r->n_calls; i++) {
+        fprintf(f, "%s\n  {\"allocator\": ", i ? "," : "");
+        json_string(f, r->calls[i].allocator);
+        fprintf(f, ", \"calls_per_1000_pairs\": %.0f}", r->calls[i].calls_per_1000_pairs);
     }
     fprintf(f, "],\n \"replay\": [");
     for (int i = 0; i < r->n_replay; i++) {

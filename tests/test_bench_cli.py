@@ -101,6 +101,24 @@ def _():
     check("unknown allocator: exit 2", r.returncode == 2, r.stderr)
 
 
+@case("hotpath writes its rows")
+def _():
+    out = os.path.join(tmp, "hot.json")
+    r = run("hotpath", "--quick", "--seconds", "0.005", "--json", out)
+    check("hotpath exits 0", r.returncode == 0, r.stderr)
+    d = json.load(open(out))
+    check("12 hotpath rows (6 sizes x 1, 2 threads)", len(d["hotpath"]) == 12, d["hotpath"])
+    check("every pair cost is positive",
+          all(x["ns_per_pair"] > 0 and x["malloc_ns_per_pair"] > 0 for x in d["hotpath"]))
+    dims = {x["dimension"] for x in d["scaling"]}
+    check("scaling over live allocations, streams, pools",
+          dims == {"live_allocations", "streams", "pools"}, dims)
+    if d["runtime"] == "cudasim":
+        calls = {x["allocator"]: x["calls_per_1000_pairs"] for x in d["calls"]}
+        check("steady state: streampool makes no CUDA call", calls.get("streampool") == 0, calls)
+        check("raw cudaMallocAsync makes 2 per pair", calls.get("cudaMallocAsync") == 2000, calls)
+
+
 print(f"1..{len(results)}")
 for i, (name, ok, detail) in enumerate(results, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {name}")
