@@ -31,22 +31,24 @@ static void *run_pairs(void *arg)
         free(p);
     }
     pthread_barrier_wait(l->start);
+    /* the clock is read once a batch; large blocks cost glibc an mmap each, so smaller batches */
+    const int batch = l->size < ((size_t)1 << 20) ? 1000 : 10;
     long pairs = 0;
     double t0 = now_s(), t;
     do {
         if (l->pool) {
-            for (int i = 0; i < 1000; i++) {
+            for (int i = 0; i < batch; i++) {
                 sp_alloc(l->pool, &p, l->size, l->stream);
                 sp_free(l->pool, p, l->stream);
             }
         } else {
-            for (int i = 0; i < 1000; i++) {
+            for (int i = 0; i < batch; i++) {
                 p = malloc(l->size);
                 sink = p; /* published, so the pair cannot be elided; freed from the local */
                 free(p);
             }
         }
-        pairs += 1000;
+        pairs += batch;
         t = now_s();
     } while (t - t0 < l->seconds);
     l->ns_per_pair = (t - t0) * 1e9 / (double)pairs;
