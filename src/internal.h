@@ -48,8 +48,10 @@ static inline void sp_spin_unlock(sp_spin *l)
  * neighbouring class left is the difference between reuse and new memory. */
 #define SP_FIT_CLASSES 4
 
-/* A miss looks for a fenced block in at most this many other streams' caches (newest first). */
+/* A miss looks for a fenced block in at most this many other streams' caches (newest first),
+ * asking the driver (stream query, fence record or query) about at most SP_STEAL_ASKS of them. */
 #define SP_STEAL_PROBES 64
+#define SP_STEAL_ASKS 8
 
 uint32_t sp__class_of(size_t bytes); /* bytes in 1..SP_MAX_ALLOC */
 size_t sp__class_size(uint32_t cls);

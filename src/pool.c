@@ -412,19 +412,20 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
 
 typedef enum { STEAL_COMPLETED, STEAL_WAIT } steal_mode;
 
-/* Is `b`, cached in `c`, covered by a completed fence? Finds or records the fence covering it
- * (one per epoch range, never one per free); *cover gets it when still pending. */
+/* Is `b`, cached in `c`, covered by a completed fence? Without `may_ask` only what is already
+ * known is used (no CUDA call); with it, the stream is queried and a fence found or recorded (one
+ * per epoch range, never one per free), and *asked says so. *cover gets a pending fence. */
 static int block_fenced(sp_runtime *rt, sp_pool *pool, sp_stream_cache *c, sp_block *b,
-                        bool *done, sp_fence **cover)
+                        bool may_ask, bool *asked, bool *done, sp_fence **cover)
 {
     *cover = NULL;
     *done = false;
     if (c->shared) {
-        if (!b->fence) {
-            *done = true;
-            return SP_OK;
-        }
         *cover = b->fence;
+        *done = !b->fence || b->fence->done;
+        if (*done || !may_ask)
+            return SP_OK;
+        *asked = true;
         return sp__fence_done(b->fence, done);
     }
     if (c->done_epoch >= b->epoch) {
@@ -434,6 +435,10 @@ static int block_fenced(sp_runtime *rt, sp_pool *pool, sp_stream_cache *c, sp_bl
     sp_fence *f = NULL;
     for (sp_fence *x = c->fences; x && x->epoch >= b->epoch; x = x->next)
         f = x; /* the oldest fence that still covers b: likeliest complete */
+    *cover = f;
+    if (!may_ask)
+        return SP_OK;
+    *asked = true;
     if (!f && this_threads_stream(c->key)) {
         /* an idle stream has completed every free it holds: no event needed */
         bool idle = false;
@@ -480,16 +485,21 @@ static int block_fenced(sp_runtime *rt, sp_pool *pool, sp_stream_cache *c, sp_bl
 /* Takes a block of class `cls` that another stream cached, behind a completed fence or (mode
  * STEAL_WAIT) by making `stream` wait on a pending one. */
 static int steal_from(sp_pool *pool, sp_stream_cache *c, sp_stream_key me, uint32_t cls,
-                      steal_mode mode, sp_block **out)
+                      steal_mode mode, bool may_ask, bool *asked, sp_block **out)
 {
     sp_runtime *rt = pool->rt;
     int rc = SP_OK;
     sp_spin_lock(&c->lock);
+    /* the class asked for, else a block up to SP_FIT_CLASSES larger (as on the stream itself) */
+    uint32_t from = cls;
     sp_block *b = c->bins[cls].tail;
+    for (uint32_t up = cls + 1; !b && up <= cls + SP_FIT_CLASSES && up < SP_CLASS_COUNT; up++)
+        if ((b = c->bins[up].tail))
+            from = up;
     if (b && !c->released) {
         bool done;
         sp_fence *cover;
-        rc = block_fenced(rt, pool, c, b, &done, &cover);
+        rc = block_fenced(rt, pool, c, b, may_ask, asked, &done, &cover);
         if (rc == SP_OK && !done && mode == STEAL_WAIT && cover) {
             rc = sp__cuda_stream_wait_event(me.stream, cover->event);
             if (rc == SP_OK)
@@ -499,7 +509,7 @@ static int steal_from(sp_pool *pool, sp_stream_cache *c, sp_stream_key me, uint3
             count(pool, SP_COUNT_cross_stream_reuses);
         }
         if (rc == SP_OK && done) {
-            sp__bin_remove(&c->bins[cls], b);
+            sp__bin_remove(&c->bins[from], b);
             if (c->shared && b->fence && --b->fence->refs == 0)
                 sp__fence_recycle(&rt->fences, b->fence);
             b->fence = NULL;
@@ -510,21 +520,31 @@ static int steal_from(sp_pool *pool, sp_stream_cache *c, sp_stream_key me, uint3
     return rc;
 }
 
+/* Looks for another stream's block in two passes over at most SP_STEAL_PROBES caches: first
+ * only blocks already known complete (no CUDA call at all), then asking the driver about at most
+ * SP_STEAL_ASKS caches, so that a miss among many busy streams stays cheap. */
 static int steal(sp_pool *pool, sp_stream_key me, uint32_t cls, steal_mode mode, sp_block **out)
 {
-    int rc = steal_from(pool, &pool->shared, me, cls, mode, out);
-    if (rc != SP_OK || *out)
-        return rc;
-    /* bounded: with thousands of streams a miss must not cost a walk over all of them */
-    int probes = 0;
-    pthread_mutex_lock(&pool->lock);
-    for (sp_stream_cache *c = pool->caches; c && !*out && rc == SP_OK && probes < SP_STEAL_PROBES;
-         c = c->next_in_pool)
-        if (!(c->key.stream == me.stream && c->key.thread == me.thread)) {
-            rc = steal_from(pool, c, me, cls, mode, out);
+    int rc = SP_OK, asks = 0;
+    for (int pass = 0; pass < 2 && rc == SP_OK && !*out; pass++) {
+        bool may_ask = pass == 1;
+        bool asked = false;
+        rc = steal_from(pool, &pool->shared, me, cls, mode, may_ask, &asked, out);
+        asks += asked;
+        int probes = 0;
+        pthread_mutex_lock(&pool->lock);
+        for (sp_stream_cache *c = pool->caches;
+             c && !*out && rc == SP_OK && probes < SP_STEAL_PROBES && asks < SP_STEAL_ASKS;
+             c = c->next_in_pool) {
+            if (c->key.stream == me.stream && c->key.thread == me.thread)
+                continue;
+            asked = false;
+            rc = steal_from(pool, c, me, cls, mode, may_ask, &asked, out);
+            asks += asked;
             probes++;
         }
-    pthread_mutex_unlock(&pool->lock);
+        pthread_mutex_unlock(&pool->lock);
+    }
     return rc;
 }
 

@@ -199,6 +199,29 @@ static void completed_fence_gives_reuse_without_wait(void **state)
     drop_stream(f->rt, b);
 }
 
+/* Another stream's block of a slightly larger class is taken too, behind its fence. */
+static void steal_fits_a_slightly_larger_block(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t a = new_stream(), b = new_stream();
+    void *p, *q, *r;
+    SP(sp_alloc(f->pool, &p, MiB, a));
+    SP(sp_free(f->pool, p, a));
+    CK(cudaStreamSynchronize(a));
+    SP(sp_alloc(f->pool, &q, 900 * KiB, b)); /* 3 classes below: fits */
+    assert_ptr_equal(q, p);
+    SP(sp_alloc(f->pool, &r, 900 * KiB, b)); /* nothing left to take */
+    assert_ptr_not_equal(r, p);
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.cross_stream_reuses, 1);
+    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.active.current, MiB + sp_size_class(900 * KiB)); /* q kept the 1 MiB block */
+    SP(sp_free(f->pool, q, b));
+    SP(sp_free(f->pool, r, b));
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+}
+
 /* One fence serves every block freed before it: many blocks, one event, and the allocating
  * stream waits on it (policy WAIT) while the freeing stream is held. */
 static void one_fence_covers_many_frees(void **state)
@@ -681,6 +704,7 @@ int main(void)
         T(canary_wait),
         T(canary_no_wait),
         T(completed_fence_gives_reuse_without_wait),
+        T(steal_fits_a_slightly_larger_block),
         T(one_fence_covers_many_frees),
         T(idle_stream_needs_no_fence),
         T(released_stream_blocks_stay_fenced),

@@ -45,6 +45,35 @@ static void steady_state_same_stream_makes_no_cuda_calls(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* Once a stream's frees are known complete, taking its blocks costs no CUDA call: one stream
+ * query for the first, none for the rest. */
+static void known_complete_steals_make_no_cuda_calls(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    void *p[8], *q[8];
+    for (int i = 0; i < 8; i++)
+        SP(sp_alloc(pool, &p[i], 64 * KiB, a));
+    for (int i = 0; i < 8; i++)
+        SP(sp_free(pool, p[i], a));
+    CK(cudaStreamSynchronize(a));
+    cudasimResetCallCounts();
+    for (int i = 0; i < 8; i++)
+        SP(sp_alloc(pool, &q[i], 64 * KiB, b));
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 1);
+    assert_int_equal(stats_of(pool).cross_stream_reuses, 8);
+    for (int i = 0; i < 8; i++)
+        SP(sp_free(pool, q[i], b));
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    SP(sp_runtime_destroy(rt));
+}
+
 /* SP_CAPTURE_ALWAYS asks CUDA on every call; the default (declared captures) never does. */
 static void capture_check_always_asks_cuda(void **state)
 {
@@ -194,6 +223,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_sim)
         T(steady_state_same_stream_makes_no_cuda_calls),
+        T(known_complete_steals_make_no_cuda_calls),
         T(capture_check_always_asks_cuda),
         T(own_cache_is_released_on_out_of_memory),
         T(trim_returns_memory_to_the_device),
