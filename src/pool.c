@@ -80,7 +80,7 @@ uint64_t sp__pool_active_bytes(sp_pool *pool)
 
 static void count(sp_pool *pool, int counter)
 {
-    atomic_fetch_add_explicit(&pool->count[counter], 1, memory_order_relaxed);
+    sp__pool_count(pool, counter, 1);
 }
 
 static void held_change(sp_usage *u, int64_t delta)
