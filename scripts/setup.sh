@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing streampool needs on Debian 12: Meson, Ninja, pkg-config,
-# cmocka (tests) and gnuplot (the benchmark's plot). The CUDA toolkit is expected in its standard
+# and cmocka (tests). The CUDA toolkit is expected in its standard
 # location (/usr/local/cuda); nothing here downloads it.
 set -euo pipefail
-packages=(meson ninja-build pkg-config libcmocka-dev gnuplot-nox python3)
+packages=(meson ninja-build pkg-config libcmocka-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
