@@ -186,7 +186,7 @@ enum {
 typedef struct {
     sp_bytes_counter requested, active;
     sp_bytes_counter held;               /* bytes of blocks taken from the driver, not given back */
-    atomic_uint_least64_t cached_peak, cached_total;
+    atomic_uint_least64_t cached_peak;
 } sp_usage;
 
 struct sp_pool {

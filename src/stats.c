@@ -18,6 +18,7 @@ static void merge_cache(sp_pool *pool, sp_stream_cache *c, sp_stats *st,
     sp_spin_lock(&c->lock);
     sp__cache_flush_locked(pool, c); /* current figures are exact at a read */
     st->same_stream_hits += c->hits;
+    st->allocs += c->hits; /* a hit is an allocation the pool's miss counter never saw */
     st->frees += c->frees;
     st->cached.total += c->freed_bytes;
     *requested_total += c->requested_total;
@@ -92,7 +93,6 @@ int sp_pool_stats(sp_pool *pool, sp_stats *out)
     if (rc != SP_OK)
         return rc;
     rc = add_pool(pool, &st);
-    st.allocs += st.same_stream_hits;
     fill_usage(&pool->usage, &st);
     finish(&st, out);
     return rc;
@@ -113,7 +113,6 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
             rc = prc;
     }
     pthread_mutex_unlock(&rt->lock);
-    st.allocs += st.same_stream_hits;
     fill_usage(&rt->usage, &st);
     finish(&st, out);
     return rc;
