@@ -92,7 +92,7 @@ typedef enum {
     SP_CROSS_STREAM_NO_WAIT = 2,
 } sp_cross_stream_policy;
 
-/* Graph capture (CUDA-SEMANTICS rule 24): a capturing stream must bypass the caches.
+/* Graph capture (rule 24 of docs/cuda-semantics.md): a capturing stream must bypass the caches.
  *  DECLARED  the application calls sp_stream_capture_begin/end around captures; the hot path
  *            then costs no CUDA call while no capture is declared.
  *  ALWAYS    sp_alloc and sp_free ask cudaStreamIsCapturing on every call. */
@@ -117,7 +117,10 @@ typedef struct sp_runtime_config {
 #define SP_RUNTIME_CONFIG_INIT                                                                 \
     {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED, (size_t)1 << 20, NULL}
 
-/* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults. */
+/* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults.
+ * On a machine without a CUDA driver or device this fails cleanly, never crashes: SP_ERR_CUDA,
+ * *out untouched, and sp_last_cuda_error() gives the runtime's error (cudaErrorInsufficientDriver
+ * or cudaErrorNoDevice), which cudaGetErrorName names. */
 SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out);
 
 /* Destroys every pool and the runtime. SP_ERR_BUSY (and nothing destroyed) if any pool has live
@@ -188,8 +191,8 @@ SP_API int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes);
 SP_API int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out);
 
 /* Returns cached blocks to the device until the pool holds at most keep_bytes from it,
- * synchronizing the streams of those frees so that the memory really goes (rule 13), then trims
- * the cudaMemPool to keep_bytes. Blocks in use are never touched. */
+ * synchronizing the streams of those frees so that the memory really goes (rule 13 of
+ * docs/cuda-semantics.md), then trims the cudaMemPool to keep_bytes. Blocks in use are never touched. */
 SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
 
 /* ---- configuration strings: SP_ALLOC_CONF ----
@@ -256,7 +259,9 @@ SP_API size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len);
 #define SP_MAX_ALLOC ((size_t)1 << 46)
 
 /* Allocates `bytes` usable on `stream` in stream order. bytes == 0 gives *ptr = NULL and SP_OK,
- * as cudaMalloc does; on error *ptr is left unchanged. */
+ * as cudaMalloc does; on error *ptr is left unchanged. Every pointer returned is aligned to at
+ * least 256 bytes, as cudaMalloc's are, whatever the size class and wherever the block came from
+ * (a stream's cache, another stream, the driver). */
 SP_API int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream);
 
 /* Frees ptr in stream order on `stream`: work enqueued on `stream` before this call may still use

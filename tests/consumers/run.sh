@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Installs streampool (with cudasim) into a temporary prefix, then builds and runs the consumer
+# three ways, as README's "Use it from your project" tells a user to: a Makefile with pkg-config
+# (a C program and a C++ one), CMake find_package(streampool), and a Meson subproject. Every
+# consumer links with -Wl,--as-needed and runs on cudasim, found first through LD_LIBRARY_PATH.
+# Also checks that the installed libstreampool NEEDs the real runtime and never cudasim.
+# Usage: [VERBOSE=1] run.sh SOURCE_DIR [meson setup options for the install build]. Prints TAP.
+set -uo pipefail
+src=$(cd "$1" && pwd)
+shift
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sp-consumers.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+# Nothing from the calling build (its cudasim, its pkg-config path) may leak into the recipes.
+unset LD_LIBRARY_PATH PKG_CONFIG_PATH CMAKE_PREFIX_PATH
+export LDFLAGS=-Wl,--as-needed
+
+n=0
+failed=0
+step() { # step NAME COMMAND...: one TAP line; the command's output as diagnostics on failure
+    local name=$1
+    shift
+    n=$((n + 1))
+    if "$@" >"$tmp/step.log" 2>&1; then
+        echo "ok $n - $name"
+        [ -z "${VERBOSE:-}" ] || sed 's/^/# /' "$tmp/step.log"
+    else
+        echo "not ok $n - $name"
+        sed 's/^/# /' "$tmp/step.log"
+        failed=1
+    fi
+}
+
+install_streampool() {
+    meson setup "$tmp/build" "$src" --prefix="$prefix" --libdir=lib -Dbuildtype=release \
+        -Dinstall_cudasim=true -Dtests=disabled -Dbench=false "$@" &&
+        ninja -C "$tmp/build" install
+}
+
+# The real runtime's SONAME (libcudart.so.<major>) and where the toolkit keeps it.
+real_soname() {
+    local libdir
+    libdir=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --variable=cuda_libdir streampool)
+    readelf -d "$libdir/libcudart.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p'
+}
+
+installed_library_needs_real_runtime() {
+    local lib=$prefix/lib/libstreampool.so.0 soname
+    soname=$(real_soname)
+    readelf -d "$lib"
+    [ -n "$soname" ] &&
+        readelf -d "$lib" | grep -q "(NEEDED).*\[$soname\]" &&
+        ! readelf -d "$lib" | grep -qi -e cudasim -e RPATH -e RUNPATH &&
+        readelf -d "$prefix/lib/cudasim/$soname" | grep -q "(SONAME).*\[$soname\]" &&
+        objdump -T "$prefix/lib/cudasim/$soname" | grep -q " $soname *cudaMallocAsync$"
+}
+
+# Runs a consumer on the installed cudasim and checks that cudasim is what it resolved.
+run_on_cudasim() {
+    local exe=$1 soname
+    soname=$(real_soname)
+    export LD_LIBRARY_PATH=$prefix/lib/cudasim:$prefix/lib
+    ldd "$exe" | grep "$soname => $prefix/lib/cudasim/$soname" && "$exe"
+    local rc=$?
+    unset LD_LIBRARY_PATH
+    return $rc
+}
+
+recipe() { # recipe DIR: a fresh copy of tests/consumers/DIR with the consumer sources
+    rm -rf "${tmp:?}/$1"
+    cp -r "$here/$1" "$tmp/$1" && cp "$here/consumer.c" "$here/consumer.cpp" "$tmp/$1/"
+}
+
+make_pkg_config() {
+    recipe make &&
+        PKG_CONFIG_PATH=$prefix/lib/pkgconfig make -C "$tmp/make" &&
+        readelf -d "$tmp/make/consumer" | grep NEEDED &&
+        run_on_cudasim "$tmp/make/consumer"
+}
+
+make_cxx() {
+    run_on_cudasim "$tmp/make/consumer-cxx"
+}
+
+cmake_find_package() {
+    recipe cmake &&
+        cmake -S "$tmp/cmake" -B "$tmp/cmake/build" -DCMAKE_PREFIX_PATH="$prefix" \
+            -DCMAKE_EXE_LINKER_FLAGS="$LDFLAGS" &&
+        cmake --build "$tmp/cmake/build" &&
+        run_on_cudasim "$tmp/cmake/build/consumer"
+}
+
+meson_subproject() {
+    recipe meson && mkdir -p "$tmp/meson/subprojects" &&
+        ln -s "$src" "$tmp/meson/subprojects/streampool" &&
+        meson setup "$tmp/meson/build" "$tmp/meson" -Dwerror=true -Dc_link_args="$LDFLAGS" &&
+        meson test -C "$tmp/meson/build" --print-errorlogs &&
+        ! grep -q "sp-bench\|test_streampool" "$tmp/meson/build/build.ninja"
+}
+
+cudasim_pc() {
+    local flags
+    flags=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs streampool cudasim) &&
+        cc -std=c11 -Wall -Wextra -pedantic -Werror "$here/ci_on_cudasim.c" -o "$tmp/ci_on_cudasim" \
+            $LDFLAGS $flags &&
+        run_on_cudasim "$tmp/ci_on_cudasim"
+}
+
+echo "1..7"
+step "install into a temporary prefix with cudasim" install_streampool "$@"
+step "installed libstreampool NEEDs the real libcudart, never cudasim" \
+    installed_library_needs_real_runtime
+step "Makefile + pkg-config: C consumer under --as-needed runs on cudasim" make_pkg_config
+step "Makefile + pkg-config: C++ consumer (-pedantic -Werror) runs on cudasim" make_cxx
+step "CMake find_package(streampool) under --as-needed runs on cudasim" cmake_find_package
+step "Meson subproject (no bench, no tests) under --as-needed runs on cudasim" meson_subproject
+step "cudasim.pc: a downstream test calls cudasim's extension API" cudasim_pc
+exit $failed

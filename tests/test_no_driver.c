@@ -1,0 +1,44 @@
+/* What a server sees on a machine without a CUDA driver (every CI machine and build farm): the
+ * real libcudart answers cudaErrorInsufficientDriver (or cudaErrorNoDevice), and streampool turns
+ * that into SP_ERR_CUDA with the runtime's error kept for sp_last_cuda_error(), never a crash.
+ * Runs against the real runtime even in a cudasim build; skipped where a device is present. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/sp_test_support.h"
+
+static bool driver_missing(cudaError_t err)
+{
+    return err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice;
+}
+
+static void runtime_create_fails_with_the_cuda_error(void **state)
+{
+    (void)state;
+    int count = 0;
+    cudaError_t probe = cudaGetDeviceCount(&count);
+    if (probe == cudaSuccess && count > 0)
+        skip(); /* a driver and a device: nothing to test here */
+    assert_true(driver_missing(probe));
+
+    sp_runtime *rt = (sp_runtime *)&count; /* must be left untouched */
+    for (int attempt = 0; attempt < 2; attempt++) { /* the CUDA error is sticky: the same again */
+        assert_int_equal(sp_runtime_create(0, NULL, &rt), SP_ERR_CUDA);
+        assert_ptr_equal(rt, (sp_runtime *)&count);
+        int err = sp_last_cuda_error();
+        assert_int_equal(err, (int)probe);
+        assert_string_equal(cudaGetErrorName((cudaError_t)err),
+                            probe == cudaErrorNoDevice ? "cudaErrorNoDevice"
+                                                       : "cudaErrorInsufficientDriver");
+    }
+    assert_string_equal(sp_status_name(SP_ERR_CUDA), "SP_ERR_CUDA");
+    assert_non_null(strstr(sp_strerror(SP_ERR_CUDA), "sp_last_cuda_error"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(runtime_create_fails_with_the_cuda_error),
+    };
+    return cmocka_run_group_tests_name("no_driver", tests, NULL, NULL);
+}
