@@ -30,8 +30,33 @@
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
  *    caller's bug, and AddressSanitizer shows it).
  *  - cudaMemPoolExportToShareableHandle/ImportFromShareableHandle: cudaErrorNotSupported.
- *  - There is no graph capture: cudaStreamIsCapturing always reports
- *    cudaStreamCaptureStatusNone.
+ *  - Graph capture (sim_graph.c) covers memset, memcpy, host functions, event record/wait,
+ *    cudaMallocAsync/cudaMallocFromPoolAsync (allocation nodes) and cudaFreeAsync (free nodes).
+ *    A launch runs the graph's nodes one after another on the launch stream, in capture order
+ *    (a topological order; forked branches do not run concurrently). Event record inside a
+ *    capture adds no node; cudaEventRecordWithFlags, child graphs, kernel nodes and explicit
+ *    graph construction (cudaGraphAdd*) are not emulated.
+ *  - Stricter readings of capture where the documentation is silent: a launch of a graph into a
+ *    capturing stream fails (cudaErrorStreamCaptureUnsupported) and invalidates the capture;
+ *    cudaStreamEndCapture from the wrong thread, from a joined stream (Unmatched) and any
+ *    cudaErrorCapturedEvent / Merge / Isolation error invalidate the capture; an event last
+ *    recorded inside a capture stays unusable (cudaErrorCapturedEvent on query, synchronize,
+ *    elapsed time and wait) even after the capture ends, until it is recorded outside one;
+ *    waiting in a capture on a never-recorded event is cudaErrorStreamCaptureIsolation; any
+ *    capture of a blocking stream, in any mode, makes the legacy stream unusable
+ *    (cudaErrorStreamCaptureImplicit, invalidating it); cudaDeviceSynchronize fails while any
+ *    stream of the device captures, in any mode; cudaFree(NULL) counts as an unsafe call;
+ *    destroying a capture's origin stream ends the capture, a joined stream invalidates it.
+ *  - Error codes where the Runtime API lists none: capture of the legacy stream is
+ *    cudaErrorStreamCaptureUnsupported, beginning on a capturing stream or ending on a stream
+ *    that is not capturing is cudaErrorIllegalState.
+ *  - Graph allocations take addresses from their own host range, fixed from capture on. A
+ *    graph's physical memory (its allocations' sizes summed, in 2 MiB units) is charged to the
+ *    device at its first launch and kept until the graph and its last live allocation are gone,
+ *    like the driver's graph memory pool without cudaDeviceGraphMemTrim; pool statistics do not
+ *    include it. A free node whose allocation is not live when the launch reaches it is a
+ *    device fault (sticky cudaErrorIllegalAddress). Graph memory freed by cudaFreeAsync outside
+ *    a graph is free at the call, not in stream order.
  *  - cudaMallocAsync/cudaMallocFromPoolAsync of 0 bytes succeed with NULL, as cudaMalloc does.
  *  - cudaFree of a stream-ordered pointer frees it in legacy-stream order, without synchronizing
  *    (rule 4): blocking streams' earlier work comes first, as on the legacy stream.
