@@ -211,7 +211,8 @@ static void event_waits_across_the_capture_boundary(void **state)
 
 /* cudasim's stricter readings: launching a graph into a capturing stream (a child graph) is not
  * captured but fails with cudaErrorStreamCaptureUnsupported; ending a non-relaxed capture from
- * the wrong thread invalidates it; destroying the origin stream ends its capture. */
+ * the wrong thread invalidates it; cudaFreeHost and cudaFree(NULL) are unsafe calls; destroying
+ * the origin stream ends its capture. */
 static void *end_from_thread(void *arg)
 {
     cudaGraph_t g = NULL;
@@ -243,6 +244,14 @@ static void stricter_choices(void **state)
     assert_int_equal(err, cudaErrorStreamCaptureWrongThread);
     assert_int_equal(status_of(s), cudaStreamCaptureStatusInvalidated);
     end_invalidated(s);
+
+    void *host;
+    CK(cudaMallocHost(&host, 4096));
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    assert_int_equal(cudaFreeHost(host), cudaErrorStreamCaptureUnsupported);
+    assert_int_equal(cudaFree(NULL), cudaErrorStreamCaptureUnsupported);
+    end_invalidated(s);
+    CK(cudaFreeHost(host));
 
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CK(cudaStreamDestroy(s));

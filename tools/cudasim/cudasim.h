@@ -45,7 +45,8 @@
  *    waiting in a capture on a never-recorded event is cudaErrorStreamCaptureIsolation; any
  *    capture of a blocking stream, in any mode, makes the legacy stream unusable
  *    (cudaErrorStreamCaptureImplicit, invalidating it); cudaDeviceSynchronize fails while any
- *    stream of the device captures, in any mode; cudaFree(NULL) counts as an unsafe call;
+ *    stream of the device captures, in any mode; cudaFree(NULL) and cudaFreeHost count as
+ *    potentially unsafe calls, like cudaMalloc and cudaFree;
  *    destroying a capture's origin stream ends the capture, a joined stream invalidates it.
  *  - Error codes where the Runtime API lists none: capture of the legacy stream is
  *    cudaErrorStreamCaptureUnsupported, beginning on a capturing stream or ending on a stream

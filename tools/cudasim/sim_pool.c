@@ -640,7 +640,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 cudaError_t cudaFreeHost(void *ptr)
 {
     cudaError_t err = sim_enter(SIM_API_cudaFreeHost);
-    if (err)
+    if (err || (err = sim_graph_unsafe_call())) /* a free that synchronizes, on a GPU */
         return sim_ret(err);
     if (!ptr)
         return cudaSuccess;
