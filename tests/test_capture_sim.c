@@ -297,6 +297,52 @@ static void free_node_of_freed_allocation_faults(void **state)
     assert_int_equal(cudasimCallCount("cudaGraphLaunch"), 4);
 }
 
+static void open_gate_fn(void *arg)
+{
+    gate_open(arg);
+}
+
+/* cudasim runs the branches of a fork concurrently, as a GPU may: here the first branch in
+ * capture order waits for a gate that only the second branch opens, so a launch that ran the
+ * nodes one after another would never finish. */
+static void forked_branches_run_concurrently(void **state)
+{
+    (void)state;
+    cudaStream_t s1 = new_stream(), s2 = new_stream();
+    cudaEvent_t fork, join;
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    gate *gt = gate_new();
+    order_log log = {0};
+    order_mark held = {&log, 1}, opener = {&log, 2}, after = {&log, 3};
+    CK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+    CK(cudaEventRecord(fork, s1));
+    CK(cudaStreamWaitEvent(s2, fork, 0));
+    gate_hold(gt, s2);
+    mark(s2, &held);
+    CK(cudaEventRecord(join, s2));
+    mark(s1, &opener);
+    CK(cudaLaunchHostFunc(s1, open_gate_fn, gt));
+    CK(cudaStreamWaitEvent(s1, join, 0));
+    mark(s1, &after);
+    cudaGraph_t g;
+    CK(cudaStreamEndCapture(s1, &g));
+    cudaGraphExec_t x;
+    CK(cudaGraphInstantiate(&x, g, 0));
+    CK(cudaGraphLaunch(x, s1));
+    CK(cudaStreamSynchronize(s1));
+    assert_int_equal(atomic_load(&log.len), 3);
+    assert_int_equal(log.order[0], 2);
+    assert_int_equal(log.order[1], 1);
+    assert_int_equal(log.order[2], 3);
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphDestroy(g));
+    CK(cudaEventDestroy(fork));
+    CK(cudaEventDestroy(join));
+    CK(cudaStreamDestroy(s1));
+    CK(cudaStreamDestroy(s2));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +353,7 @@ int main(void)
         T(event_waits_across_the_capture_boundary),
         T(stricter_choices),
         T(free_node_of_freed_allocation_faults),
+        T(forked_branches_run_concurrently),
 #undef T
     };
     return cmocka_run_group_tests_name("capture_sim", tests, NULL, NULL);

@@ -32,8 +32,8 @@
  *  - cudaMemPoolExportToShareableHandle/ImportFromShareableHandle: cudaErrorNotSupported.
  *  - Graph capture (sim_graph.c) covers memset, memcpy, host functions, event record/wait,
  *    cudaMallocAsync/cudaMallocFromPoolAsync (allocation nodes) and cudaFreeAsync (free nodes).
- *    A launch runs the graph's nodes one after another on the launch stream, in capture order
- *    (a topological order; forked branches do not run concurrently). Event record inside a
+ *    A launch enqueues the nodes in capture order; forked branches run concurrently on streams
+ *    of their own, which the launch stream waits for at the end. Event record inside a
  *    capture adds no node; cudaEventRecordWithFlags, child graphs, kernel nodes and explicit
  *    graph construction (cudaGraphAdd*) are not emulated.
  *  - Stricter readings of capture where the documentation is silent: a launch of a graph into a

@@ -6,8 +6,11 @@
  *   an event recorded inside it. Each member stream keeps the set of nodes its next captured
  *   node depends on; event record copies that set into the event, event wait joins it.
  * - Captured work is kept as templates of the sim_op the call would have enqueued. A launch
- *   enqueues copies of them on the launch stream in capture order, which is a topological order
- *   of the graph: branches of a fork run one after another, a schedule the graph allows.
+ *   enqueues copies of them in capture order (a topological order of the graph): a node goes on
+ *   the stream of its first dependency if that is the last node there, else on a stream of its
+ *   own (the launch stream first, then handle-less "lanes" the executable graph keeps), after
+ *   waits for its other dependencies. So the branches of a fork run concurrently, as on a GPU,
+ *   and the launch stream waits for every lane at the end.
  * - Graph allocations live in their own address range (one reservation for every device), so
  *   the pools never see them. Each allocation node owns a fixed address from capture on; it is
  *   live from the launch that reaches it until a free node, cudaFreeAsync or cudaFree (or the
@@ -40,6 +43,8 @@ struct CUgraphNode_st {
     bool freed_in_capture; /* GN_ALLOC: a free node of this graph already frees it */
     struct CUevent_st *event; /* GN_WAIT_EXTERNAL */
     uint64_t mark;         /* traversal epoch (the unjoined-fork check) */
+    sim_stream *run_on;    /* the current launch: the stream the node went to, */
+    uint64_t run_seq;      /* and the seq after which it is complete */
 };
 
 struct CUgraph_st {
@@ -60,6 +65,8 @@ struct CUgraphExec_st {
     unsigned long long flags;
     sim_stream *last;      /* stream of the previous launch (a reference) */
     uint64_t last_seq;
+    sim_stream **lanes;    /* handle-less streams for the branches of a fork */
+    size_t nlanes;
     struct CUgraphExec_st *next;
 };
 
@@ -908,6 +915,46 @@ static cudaError_t launch_fault(sim_stream *s)
     return sim_stream_enqueue(s, op);
 }
 
+/* Lane k of x, created on first use. */
+static sim_stream *launch_lane(struct CUgraphExec_st *x, size_t k)
+{
+    if (k < x->nlanes)
+        return x->lanes[k];
+    sim_stream **v = realloc(x->lanes, (k + 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    x->lanes = v;
+    if (!(v[k] = sim_stream_new_internal(x->graph->device)))
+        return NULL;
+    x->nlanes = k + 1;
+    return v[k];
+}
+
+/* Enqueues node n of g on `lane`, or applies it at this point of host order (memory nodes). */
+static cudaError_t launch_node(struct CUgraph_st *g, struct CUgraphNode_st *n, sim_stream *lane)
+{
+    switch (n->kind) {
+    case GN_OP:
+        return launch_op(lane, n);
+    case GN_ALLOC:
+        n->live = true;
+        g->live_allocs++;
+        return cudaSuccess;
+    case GN_FREE: {
+        struct CUgraphNode_st *a = alloc_node_at(n->ptr, true);
+        if (!a || !a->live)
+            return launch_fault(lane);
+        alloc_release(a);
+        return cudaSuccess;
+    }
+    case GN_WAIT_EXTERNAL:
+        if (sim_handle_valid(n->event, SIM_H_EVENT) && n->event->recorded && !n->event->capture)
+            return sim_stream_wait_for(lane, n->event->stream, n->event->seq, NULL);
+        return cudaSuccess;
+    }
+    return cudaSuccess;
+}
+
 cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
     cudaError_t err = sim_enter(SIM_API_cudaGraphLaunch);
@@ -951,35 +998,29 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
     if (!err && g) {
         /* each launch is ordered after the previous launch of the same executable graph */
         if (graphExec->last)
-            err = sim_stream_wait_for(s, graphExec->last, graphExec->last_seq,
-                                      &graphExec->last->clock);
+            err = sim_stream_wait_for(s, graphExec->last, graphExec->last_seq, NULL);
         sim_stream_implicit_sync(s);
+        uint64_t start = s->submitted;
+        size_t used = 0;
         for (size_t i = 0; !err && i < g->n; i++) {
             struct CUgraphNode_st *n = g->nodes[i];
-            switch (n->kind) {
-            case GN_OP:
-                err = launch_op(s, n);
-                break;
-            case GN_ALLOC:
-                n->live = true;
-                g->live_allocs++;
-                break;
-            case GN_FREE: {
-                struct CUgraphNode_st *a = alloc_node_at(n->ptr, true);
-                if (a && a->live)
-                    alloc_release(a);
-                else
-                    err = launch_fault(s);
-                break;
-            }
-            case GN_WAIT_EXTERNAL:
-                if (sim_handle_valid(n->event, SIM_H_EVENT) && n->event->recorded &&
-                    !n->event->capture)
-                    err = sim_stream_wait_for(s, n->event->stream, n->event->seq,
-                                              &n->event->clock);
-                break;
-            }
+            sim_stream *lane = NULL;
+            if (n->ndeps ? n->deps[0]->run_on->submitted == n->deps[0]->run_seq
+                         : s->submitted == start)
+                lane = n->ndeps ? n->deps[0]->run_on : s;
+            else if (!(lane = launch_lane(graphExec, used++)))
+                err = cudaErrorMemoryAllocation;
+            else
+                err = sim_stream_wait_for(lane, s, start, NULL);
+            for (size_t k = 0; !err && k < n->ndeps; k++)
+                err = sim_stream_wait_for(lane, n->deps[k]->run_on, n->deps[k]->run_seq, NULL);
+            if (!err)
+                err = launch_node(g, n, lane);
+            n->run_on = lane;
+            n->run_seq = lane ? lane->submitted : 0;
         }
+        for (size_t k = 0; !err && k < used; k++)
+            err = sim_stream_wait_for(s, graphExec->lanes[k], graphExec->lanes[k]->submitted, NULL);
         sim_stream_ref(s);
         if (graphExec->last)
             sim_stream_unref(graphExec->last);
@@ -1001,6 +1042,9 @@ static void exec_free(struct CUgraphExec_st *x)
     sim_handle_remove(x);
     if (x->last)
         sim_stream_unref(x->last);
+    for (size_t k = 0; k < x->nlanes; k++)
+        sim_stream_destroy_internal(x->lanes[k]);
+    free(x->lanes);
     x->graph->execs--;
     graph_maybe_free(x->graph);
     free(x);

@@ -221,6 +221,9 @@ void sim_clock_free(sim_clock *c);
 void sim_stream_sync_to(sim_stream *s, uint64_t seq);
 void sim_device_sync(int device);
 void sim_streams_reset(void);
+/* A stream with no handle (graph launches' concurrent branches), and its destruction. */
+sim_stream *sim_stream_new_internal(int device);
+void sim_stream_destroy_internal(sim_stream *s);
 
 /* ---- sim_pool.c ---- */
 /* Is [p, p+n) inside one live allocation of device `device`? */

@@ -116,6 +116,21 @@ static sim_stream *stream_new(int device, unsigned flags, int priority, bool leg
     return s;
 }
 
+/* Streams without a handle, for work a graph launch runs concurrently with the launch stream.
+ * Non-blocking: the legacy stream's implicit synchronization reaches them through the launch
+ * stream. */
+sim_stream *sim_stream_new_internal(int device)
+{
+    return stream_new(device, cudaStreamNonBlocking, 0, false);
+}
+
+void sim_stream_destroy_internal(sim_stream *s)
+{
+    s->destroyed = true; /* as cudaStreamDestroy: pending work runs first */
+    pthread_cond_signal(&s->work_cv);
+    stream_maybe_retire(s);
+}
+
 /* ---- the worker ---- */
 
 static void event_release_if_done(struct CUevent_st *e)
