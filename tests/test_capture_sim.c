@@ -343,6 +343,49 @@ static void forked_branches_run_concurrently(void **state)
     CK(cudaStreamDestroy(s2));
 }
 
+/* cudasim's reading of "unfreed" (Runtime API cudaGraphLaunch): a graph allocation freed with
+ * cudaFreeAsync on another stream counts as freed for a relaunch only once the launch stream is
+ * ordered after that free (event wait) or the host has seen it; else the relaunch would reuse
+ * the memory under work that may still use it, and fails with cudaErrorInvalidValue. */
+static void relaunch_must_follow_outside_free(void **state)
+{
+    (void)state;
+    cudaStream_t s = new_stream(), other = new_stream();
+    cudaEvent_t freed;
+    CK(cudaEventCreateWithFlags(&freed, cudaEventDisableTiming));
+    void *p = NULL;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CK(cudaMallocAsync(&p, 4096, s));
+    CK(cudaMemsetAsync(p, 0x21, 4096, s));
+    cudaGraph_t g;
+    CK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t x;
+    CK(cudaGraphInstantiate(&x, g, 0));
+    CK(cudaGraphLaunch(x, s));
+    CK(cudaEventRecord(freed, s));
+    CK(cudaStreamWaitEvent(other, freed, 0));
+    gate *gt = gate_new();
+    gate_hold(gt, other);
+    CK(cudaMemsetAsync(p, 0x22, 4096, other)); /* still using it ... */
+    CK(cudaFreeAsync(p, other));               /* ... then freeing it, behind the gate */
+    assert_int_equal(cudaGraphLaunch(x, s), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    CK(cudaEventRecord(freed, other));
+    CK(cudaStreamWaitEvent(s, freed, 0));
+    CK(cudaGraphLaunch(x, s)); /* ordered after the free now */
+    gate_open(gt);
+    assert_true(device_bytes_are(p, 4096, 0x21, s));
+    CK(cudaFreeAsync(p, s));
+    CK(cudaGraphLaunch(x, s)); /* same stream: in order */
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphDestroy(g));
+    CK(cudaEventDestroy(freed));
+    CK(cudaStreamDestroy(s));
+    CK(cudaStreamDestroy(other));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +397,7 @@ int main(void)
         T(stricter_choices),
         T(free_node_of_freed_allocation_faults),
         T(forked_branches_run_concurrently),
+        T(relaunch_must_follow_outside_free),
 #undef T
     };
     return cmocka_run_group_tests_name("capture_sim", tests, NULL, NULL);

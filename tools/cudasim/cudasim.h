@@ -56,8 +56,10 @@
  *    device at its first launch and kept until the graph and its last live allocation are gone,
  *    like the driver's graph memory pool without cudaDeviceGraphMemTrim; pool statistics do not
  *    include it. A free node whose allocation is not live when the launch reaches it is a
- *    device fault (sticky cudaErrorIllegalAddress). Graph memory freed by cudaFreeAsync outside
- *    a graph is free at the call, not in stream order.
+ *    device fault (sticky cudaErrorIllegalAddress). A graph allocation freed outside its graph
+ *    (cudaFreeAsync, or another graph's free node) counts as freed for a relaunch only if the
+ *    launch stream is ordered after that free or the host has synchronized on it; otherwise the
+ *    relaunch fails with cudaErrorInvalidValue, as with an unfreed allocation.
  *  - cudaMallocAsync/cudaMallocFromPoolAsync of 0 bytes succeed with NULL, as cudaMalloc does.
  *  - cudaFree of a stream-ordered pointer frees it in legacy-stream order, without synchronizing
  *    (rule 4): blocking streams' earlier work comes first, as on the legacy stream.

@@ -40,6 +40,8 @@ struct CUgraphNode_st {
     char *ptr;             /* GN_ALLOC: its address; GN_FREE: the address it frees */
     size_t size;           /* GN_ALLOC: rounded size */
     bool live;             /* GN_ALLOC: allocated by a launch, not freed since */
+    sim_stream *freed_on;  /* GN_ALLOC: the stream of a free from outside the graph (a */
+    uint64_t freed_seq;    /* reference), which a relaunch must be ordered after */
     bool freed_in_capture; /* GN_ALLOC: a free node of this graph already frees it */
     struct CUevent_st *event; /* GN_WAIT_EXTERNAL */
     uint64_t mark;         /* traversal epoch (the unjoined-fork check) */
@@ -142,6 +144,8 @@ static struct CUgraph_st *graph_new(int device)
 
 static void node_free(struct CUgraphNode_st *n)
 {
+    if (n->freed_on)
+        sim_stream_unref(n->freed_on);
     free(n->op);
     free(n->deps);
     free(n);
@@ -225,8 +229,16 @@ bool sim_graph_range_live(const void *p, size_t n)
     return a && a->live && n <= (size_t)(a->ptr + a->size - (const char *)p);
 }
 
-static void alloc_release(struct CUgraphNode_st *a)
+/* Frees graph allocation a; `on` (NULL: a host-synchronous free, or a free node of a's own
+ * graph, which every relaunch follows) is the stream whose op `seq` is the free. */
+static void alloc_release(struct CUgraphNode_st *a, sim_stream *on, uint64_t seq)
 {
+    if (on)
+        sim_stream_ref(on);
+    if (a->freed_on)
+        sim_stream_unref(a->freed_on);
+    a->freed_on = on;
+    a->freed_seq = seq;
     a->live = false;
     a->graph->live_allocs--;
     graph_maybe_free(a->graph);
@@ -613,7 +625,16 @@ bool sim_graph_free_async(void *ptr, cudaStream_t stream, cudaError_t *err)
         } else if (!a || !a->live) {
             *err = cudaErrorInvalidValue;
         } else {
-            alloc_release(a); /* Graph Memory Nodes: graph memory may be freed in a stream */
+            /* Graph Memory Nodes: graph memory may be freed in a stream; the free is an op there,
+             * so a relaunch can be checked for being ordered after it */
+            sim_op *op = sim_op_new(OP_FREE);
+            if (!op) {
+                *err = cudaErrorMemoryAllocation;
+            } else {
+                sim_stream_implicit_sync(s);
+                if (!(*err = sim_stream_enqueue(s, op)))
+                    alloc_release(a, s, s->submitted);
+            }
         }
     }
     sim_unlock();
@@ -631,7 +652,7 @@ bool sim_graph_free_sync(void *ptr, cudaError_t *err)
     } else {
         int device = a->graph->device;
         sim_device_sync(device);
-        alloc_release(a);
+        alloc_release(a, NULL, 0);
         *err = sim_g.devices[device].sticky;
     }
     sim_unlock();
@@ -915,6 +936,22 @@ static cudaError_t launch_fault(sim_stream *s)
     return sim_stream_enqueue(s, op);
 }
 
+/* Is s ordered after every free of g's allocations made outside g (same stream, an event
+ * dependency, or a host synchronize that saw it)? Otherwise the launch would reuse the memory
+ * while work before the free may still use it. */
+static bool launch_follows_frees(struct CUgraph_st *g, sim_stream *s)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        struct CUgraphNode_st *a = g->nodes[i];
+        if (a->kind != GN_ALLOC || !a->freed_on || a->freed_on == s)
+            continue;
+        if (sim_clock_get(&s->clock, a->freed_on->id) < a->freed_seq &&
+            a->freed_on->observed < a->freed_seq)
+            return false;
+    }
+    return true;
+}
+
 /* Lane k of x, created on first use. */
 static sim_stream *launch_lane(struct CUgraphExec_st *x, size_t k)
 {
@@ -944,7 +981,7 @@ static cudaError_t launch_node(struct CUgraph_st *g, struct CUgraphNode_st *n, s
         struct CUgraphNode_st *a = alloc_node_at(n->ptr, true);
         if (!a || !a->live)
             return launch_fault(lane);
-        alloc_release(a);
+        alloc_release(a, a->graph == g ? NULL : lane, lane->submitted);
         return cudaSuccess;
     }
     case GN_WAIT_EXTERNAL:
@@ -974,7 +1011,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
         err = cudaErrorStreamCaptureUnsupported;
     }
     struct CUgraph_st *g = err ? NULL : graphExec->graph;
-    if (g && g->live_allocs) {
+    if (g)
+        sim_stream_implicit_sync(s); /* rule 14, before the checks that read s's clock */
+    if (g && !launch_follows_frees(g, s))
+        err = cudaErrorInvalidValue; /* cudasim: an unordered free is not yet a free here */
+    else if (g && g->live_allocs) {
         if (!(graphExec->flags & cudaGraphInstantiateFlagAutoFreeOnLaunch)) {
             err = cudaErrorInvalidValue; /* cudaGraphLaunch: unfreed allocations of a launch */
         } else {
@@ -999,7 +1040,6 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
         /* each launch is ordered after the previous launch of the same executable graph */
         if (graphExec->last)
             err = sim_stream_wait_for(s, graphExec->last, graphExec->last_seq, NULL);
-        sim_stream_implicit_sync(s);
         uint64_t start = s->submitted;
         size_t used = 0;
         for (size_t i = 0; !err && i < g->n; i++) {
