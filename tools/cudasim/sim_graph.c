@@ -911,7 +911,7 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph
     return instantiate(SIM_API_cudaGraphInstantiateWithFlags, pGraphExec, graph, flags);
 }
 
-/* Enqueues a copy of template `t` on s, checking its ranges as of now (in stream order). */
+/* Enqueues a copy of n's template on s, checking its ranges as of now (in stream order). */
 static cudaError_t launch_op(sim_stream *s, const struct CUgraphNode_st *n)
 {
     sim_op *op = sim_op_new(n->op->kind);
