@@ -1,8 +1,8 @@
 /* cudasim: a CPU implementation of the CUDA runtime calls streampool uses.
  *
  * The library exports NVIDIA's own entry points (cudaMallocAsync, cudaStreamCreate, ...),
- * compiled against the toolkit's headers, so a program links either libcudart or libcudasim
- * without a source change. This header is the emulator's own extension API, for tests and
+ * compiled against the toolkit's headers and built as a drop-in libcudart.so.<major>, so a program
+ * linked against the real libcudart runs on either, unchanged. This header is the emulator's own extension API, for tests and
  * benchmarks only: device capacity, fault injection, call counters and reset.
  *
  * Where CUDA's documentation leaves a behaviour open, cudasim takes the stricter one, so that
@@ -30,8 +30,36 @@
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
  *    caller's bug, and AddressSanitizer shows it).
  *  - cudaMemPoolExportToShareableHandle/ImportFromShareableHandle: cudaErrorNotSupported.
- *  - There is no graph capture: cudaStreamIsCapturing always reports
- *    cudaStreamCaptureStatusNone.
+ *  - Graph capture (sim_graph.c) covers memset, memcpy, host functions, event record/wait,
+ *    cudaMallocAsync/cudaMallocFromPoolAsync (allocation nodes) and cudaFreeAsync (free nodes).
+ *    A launch enqueues the nodes in capture order; forked branches run concurrently on streams
+ *    of their own, which the launch stream waits for at the end. Event record inside a
+ *    capture adds no node; cudaEventRecordWithFlags, child graphs, kernel nodes and explicit
+ *    graph construction (cudaGraphAdd*) are not emulated.
+ *  - Stricter readings of capture where the documentation is silent: a launch of a graph into a
+ *    capturing stream fails (cudaErrorStreamCaptureUnsupported) and invalidates the capture;
+ *    cudaStreamEndCapture from the wrong thread, from a joined stream (Unmatched) and any
+ *    cudaErrorCapturedEvent / Merge / Isolation error invalidate the capture; an event last
+ *    recorded inside a capture stays unusable (cudaErrorCapturedEvent on query, synchronize,
+ *    elapsed time and wait) even after the capture ends, until it is recorded outside one;
+ *    waiting in a capture on a never-recorded event is cudaErrorStreamCaptureIsolation; any
+ *    capture of a blocking stream, in any mode, makes the legacy stream unusable
+ *    (cudaErrorStreamCaptureImplicit, invalidating it); cudaDeviceSynchronize fails while any
+ *    stream of the device captures, in any mode; cudaFree(NULL) and cudaFreeHost count as
+ *    potentially unsafe calls, like cudaMalloc and cudaFree;
+ *    destroying a capture's origin stream ends the capture, a joined stream invalidates it.
+ *  - Error codes where the Runtime API lists none: capture of the legacy stream is
+ *    cudaErrorStreamCaptureUnsupported, beginning on a capturing stream or ending on a stream
+ *    that is not capturing is cudaErrorIllegalState.
+ *  - Graph allocations take addresses from their own host range, fixed from capture on. A
+ *    graph's physical memory (its allocations' sizes summed, in 2 MiB units) is charged to the
+ *    device at its first launch and kept until the graph and its last live allocation are gone,
+ *    like the driver's graph memory pool without cudaDeviceGraphMemTrim; pool statistics do not
+ *    include it. A free node whose allocation is not live when the launch reaches it is a
+ *    device fault (sticky cudaErrorIllegalAddress). A graph allocation freed outside its graph
+ *    (cudaFreeAsync, or another graph's free node) counts as freed for a relaunch only if the
+ *    launch stream is ordered after that free or the host has synchronized on it; otherwise the
+ *    relaunch fails with cudaErrorInvalidValue, as with an unfreed allocation.
  *  - cudaMallocAsync/cudaMallocFromPoolAsync of 0 bytes succeed with NULL, as cudaMalloc does.
  *  - cudaFree of a stream-ordered pointer frees it in legacy-stream order, without synchronizing
  *    (rule 4): blocking streams' earlier work comes first, as on the legacy stream.

@@ -341,6 +341,7 @@ sim_device *sim_dev(int device)
 void cudasimReset(void)
 {
     sim_lock();
+    sim_graphs_reset();  /* ends captures, drops graphs (before their streams go) */
     sim_streams_reset(); /* drains all work, destroys streams and events */
     sim_pools_reset();   /* releases all memory */
     free(handles);
@@ -354,6 +355,19 @@ void cudasimReset(void)
     cudasimResetCallCounts();
     tls_last_error = cudaSuccess;
     tls_device = 0;
+}
+
+bool sim_device_charge(int device, size_t bytes, bool release)
+{
+    sim_device *d = &sim_g.devices[device];
+    if (release) {
+        d->reserved -= bytes;
+        return true;
+    }
+    if (bytes > d->capacity - d->reserved)
+        return false;
+    d->reserved += bytes;
+    return true;
 }
 
 cudaError_t cudasimSetDeviceMemory(int device, size_t bytes)
@@ -535,6 +549,15 @@ cudaError_t cudaPeekAtLastError(void)
     X(cudaErrorNotSupported, "operation not supported") \
     X(cudaErrorLaunchFailure, "unspecified launch failure") \
     X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing") \
+    X(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during capture") \
+    X(cudaErrorStreamCaptureMerge, "operation would result in a merge of separate capture sequences") \
+    X(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it began") \
+    X(cudaErrorStreamCaptureUnjoined, "capturing stream has unjoined work") \
+    X(cudaErrorStreamCaptureIsolation, "dependency created on uncaptured work in another stream") \
+    X(cudaErrorStreamCaptureImplicit, "operation would make the legacy stream depend on a capturing blocking stream") \
+    X(cudaErrorCapturedEvent, "operation not permitted on an event last recorded in a capturing stream") \
+    X(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence from another thread") \
+    X(cudaErrorIllegalState, "the operation cannot be performed in the present state") \
     X(cudaErrorUnknown, "unknown error")
 
 const char *cudaGetErrorName(cudaError_t error)

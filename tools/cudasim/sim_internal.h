@@ -33,7 +33,15 @@
     X(cudaMemGetInfo) X(cudaDeviceSynchronize) X(cudaGetDeviceCount) X(cudaSetDevice) \
     X(cudaGetDevice) X(cudaDeviceGetAttribute) X(cudaDriverGetVersion) \
     X(cudaRuntimeGetVersion) X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorName) \
-    X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties)
+    X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties) \
+    SIM_GRAPH_APIS(X)
+
+/* Graph capture and graphs (sim_graph.c). */
+#define SIM_GRAPH_APIS(X) \
+    X(cudaStreamBeginCapture) X(cudaStreamEndCapture) X(cudaStreamGetCaptureInfo) \
+    X(cudaThreadExchangeStreamCaptureMode) X(cudaGraphInstantiate) \
+    X(cudaGraphInstantiateWithFlags) X(cudaGraphLaunch) X(cudaGraphExecDestroy) \
+    X(cudaGraphDestroy)
 
 typedef enum {
 #define SIM_API_ENUM(name) SIM_API_##name,
@@ -88,6 +96,7 @@ struct sim_stream {
     pthread_cond_t done_cv;  /* waiters: `completed` moved */
     unsigned refs;
     sim_stream *next_in_device;
+    struct sim_capturing *capture; /* sim_graph.c: set while the stream is in a capture */
 };
 
 struct CUstream_st { sim_stream s; };
@@ -103,6 +112,7 @@ struct CUevent_st {
     uint64_t seq, gen;
     sim_clock clock;         /* the recording stream's clock at record time, plus its own tick */
     struct timespec time;
+    struct sim_event_capture *capture; /* sim_graph.c: last recorded inside a capture */
 };
 
 /* A range inside a chunk: allocated, or free with the stream-ordered free that released it. */
@@ -211,6 +221,9 @@ void sim_clock_free(sim_clock *c);
 void sim_stream_sync_to(sim_stream *s, uint64_t seq);
 void sim_device_sync(int device);
 void sim_streams_reset(void);
+/* A stream with no handle (graph launches' concurrent branches), and its destruction. */
+sim_stream *sim_stream_new_internal(int device);
+void sim_stream_destroy_internal(sim_stream *s);
 
 /* ---- sim_pool.c ---- */
 /* Is [p, p+n) inside one live allocation of device `device`? */
@@ -220,5 +233,43 @@ cudaError_t sim_device_memory_init(sim_device *d, int device);
 /* Releases memory above each pool's threshold after a host synchronize (rule 12). */
 void sim_pools_release_after_sync(int device);
 void sim_pools_reset(void);
+
+/* ---- sim_graph.c: stream capture, graphs, graph-owned memory ---- */
+enum { SIM_H_GRAPH = 16, SIM_H_GRAPH_EXEC };
+/* Lock-free: is a capture sequence in progress? The other files' fast paths skip every capture
+ * check while it is false. */
+bool sim_graph_capturing_any(void);
+/* Lock-free: is p inside the address range reserved for graph allocations? */
+bool sim_graph_owns(const void *p);
+/* Under the lock, for p with sim_graph_owns(p): is [p, p+n) inside one live graph allocation? */
+bool sim_graph_range_live(const void *p, size_t n);
+/* Under the lock, for a call about to enqueue `op` on s: false when the call goes on as usual;
+ * true when capture handled it (op recorded into s's capture, or freed on error: *err). */
+bool sim_graph_capture_op(sim_stream *s, sim_op *op, bool dst_dev, bool src_dev,
+                          cudaError_t *err);
+/* Under the lock: synchronizing or querying s while captures run (error, capture invalidated). */
+cudaError_t sim_graph_stream_check(sim_stream *s);
+/* Under the lock: a device synchronize while a stream of `device` captures. */
+cudaError_t sim_graph_device_sync_check(int device);
+/* Takes the lock: potentially unsafe calls (cudaMalloc, cudaFree) under the calling thread's
+ * capture interaction mode; the captures that forbid the call are invalidated. */
+cudaError_t sim_graph_unsafe_call(void);
+/* Entry-point interceptions (take the lock): true if capture or graph memory handled the call. */
+bool sim_graph_malloc_async(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream,
+                            cudaError_t *err);
+bool sim_graph_free_async(void *ptr, cudaStream_t stream, cudaError_t *err);
+bool sim_graph_free_sync(void *ptr, cudaError_t *err);
+/* Under the lock: events whose last record was inside a capture. */
+cudaError_t sim_graph_event_usable(struct CUevent_st *e);
+bool sim_graph_event_record(struct CUevent_st *e, sim_stream *s, cudaError_t *err);
+bool sim_graph_event_wait(sim_stream *s, struct CUevent_st *e, unsigned flags, cudaError_t *err);
+void sim_graph_event_forget(struct CUevent_st *e);
+void sim_graph_stream_destroyed(sim_stream *s);
+void sim_graphs_reset(void);
+
+/* ---- sim_core.c: device capacity for graph-owned memory ---- */
+/* Counts `bytes` more (or, with release, fewer) physical memory on `device` against its capacity;
+ * fails if it does not fit. */
+bool sim_device_charge(int device, size_t bytes, bool release);
 
 #endif

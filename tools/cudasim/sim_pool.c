@@ -78,6 +78,8 @@ static sim_chunk *chunk_at(const void *p, sim_device **dev_out)
 
 bool sim_is_device_address(const void *p)
 {
+    if (sim_graph_owns(p))
+        return true;
     sim_device *d = NULL;
     (void)chunk_at(p, &d);
     return d != NULL;
@@ -85,6 +87,8 @@ bool sim_is_device_address(const void *p)
 
 bool sim_range_live(const void *p, size_t n)
 {
+    if (sim_graph_owns(p))
+        return sim_graph_range_live(p, n);
     sim_chunk *c = chunk_at(p, NULL);
     if (!c || n == 0)
         return c != NULL;
@@ -471,6 +475,8 @@ static cudaError_t malloc_async(sim_api api, void **ptr, size_t size, cudaMemPoo
         return sim_ret(err);
     if (!ptr)
         return sim_ret(cudaErrorInvalidValue);
+    if (sim_graph_capturing_any() && sim_graph_malloc_async(ptr, size, handle, stream, &err))
+        return sim_ret(err); /* a graph allocation node, or what the capture forbids */
     sim_lock();
     sim_stream *s = sim_stream_resolve(stream, &err);
     sim_pool *pool = NULL;
@@ -512,6 +518,9 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
     cudaError_t err = sim_enter(SIM_API_cudaFreeAsync);
     if (err)
         return sim_ret(err);
+    if ((sim_graph_capturing_any() || sim_graph_owns(devPtr)) &&
+        sim_graph_free_async(devPtr, hStream, &err))
+        return sim_ret(err); /* a graph free node, or graph-owned memory */
     sim_lock();
     sim_stream *s = sim_stream_resolve(hStream, &err);
     if (s && sim_g.devices[s->device].sticky)
@@ -527,7 +536,7 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
     cudaError_t err = sim_enter(SIM_API_cudaMalloc);
-    if (err)
+    if (err || (err = sim_graph_unsafe_call()))
         return sim_ret(err);
     if (!devPtr)
         return sim_ret(cudaErrorInvalidValue);
@@ -554,7 +563,9 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
 cudaError_t cudaFree(void *devPtr)
 {
     cudaError_t err = sim_enter(SIM_API_cudaFree);
-    if (err)
+    if (err || (err = sim_graph_unsafe_call()))
+        return sim_ret(err);
+    if (sim_graph_free_sync(devPtr, &err))
         return sim_ret(err);
     if (!devPtr)
         return cudaSuccess; /* rule 4 */
@@ -629,7 +640,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 cudaError_t cudaFreeHost(void *ptr)
 {
     cudaError_t err = sim_enter(SIM_API_cudaFreeHost);
-    if (err)
+    if (err || (err = sim_graph_unsafe_call())) /* a free that synchronizes, on a GPU */
         return sim_ret(err);
     if (!ptr)
         return cudaSuccess;

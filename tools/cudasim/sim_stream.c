@@ -116,11 +116,27 @@ static sim_stream *stream_new(int device, unsigned flags, int priority, bool leg
     return s;
 }
 
+/* Streams without a handle, for work a graph launch runs concurrently with the launch stream.
+ * Non-blocking: the legacy stream's implicit synchronization reaches them through the launch
+ * stream. */
+sim_stream *sim_stream_new_internal(int device)
+{
+    return stream_new(device, cudaStreamNonBlocking, 0, false);
+}
+
+void sim_stream_destroy_internal(sim_stream *s)
+{
+    s->destroyed = true; /* as cudaStreamDestroy: pending work runs first */
+    pthread_cond_signal(&s->work_cv);
+    stream_maybe_retire(s);
+}
+
 /* ---- the worker ---- */
 
 static void event_release_if_done(struct CUevent_st *e)
 {
     if (e->destroyed && e->pending == 0) {
+        sim_graph_event_forget(e);
         if (e->stream)
             sim_stream_unref(e->stream);
         sim_clock_free(&e->clock);
@@ -424,6 +440,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     }
     sim_stream *s = &stream->s;
     sim_handle_remove(stream);
+    sim_graph_stream_destroyed(s);
     s->destroyed = true; /* rule 16: pending work still runs, then resources go */
     pthread_cond_signal(&s->work_cv);
     stream_maybe_retire(s);
@@ -438,6 +455,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
         return sim_ret(err);
     sim_lock();
     sim_stream *s = sim_stream_resolve(stream, &err);
+    if (s && (err = sim_graph_stream_check(s)))
+        s = NULL; /* Programming Guide: a capturing stream cannot be synchronized */
     if (s) {
         sim_stream_sync_to(s, s->submitted);
         sim_pools_release_after_sync(s->device);
@@ -454,27 +473,13 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
         return sim_ret(err);
     sim_lock();
     sim_stream *s = resolve_live(stream, &err);
+    if (s && (err = sim_graph_stream_check(s)))
+        s = NULL; /* Programming Guide: nor queried */
     if (s && s->completed < s->submitted)
         err = cudaErrorNotReady;
     sim_unlock();
     /* NotReady is an answer, not an error: CUDA does not record it as the last error. */
     return err == cudaErrorNotReady ? err : sim_ret(err);
-}
-
-cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status)
-{
-    cudaError_t err = sim_enter(SIM_API_cudaStreamIsCapturing);
-    if (err)
-        return sim_ret(err);
-    if (!status)
-        return sim_ret(cudaErrorInvalidValue);
-    sim_lock();
-    (void)resolve_live(stream, &err);
-    sim_unlock();
-    if (err)
-        return sim_ret(err);
-    *status = cudaStreamCaptureStatusNone;
-    return cudaSuccess;
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
@@ -493,8 +498,10 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userD
         } else {
             op->u.host.fn = fn;
             op->u.host.arg = userData;
-            sim_stream_implicit_sync(s);
-            err = sim_stream_enqueue(s, op);
+            if (!sim_graph_capture_op(s, op, false, false, &err)) {
+                sim_stream_implicit_sync(s);
+                err = sim_stream_enqueue(s, op);
+            }
         }
     }
     sim_unlock();
@@ -516,9 +523,11 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
             op->u.set.dst = devPtr;
             op->u.set.value = value;
             op->u.set.count = count;
-            op->bad_address = !sim_range_live(devPtr, count);
-            sim_stream_implicit_sync(s);
-            err = sim_stream_enqueue(s, op);
+            if (!sim_graph_capture_op(s, op, true, false, &err)) {
+                op->bad_address = !sim_range_live(devPtr, count);
+                sim_stream_implicit_sync(s);
+                err = sim_stream_enqueue(s, op);
+            }
         }
     }
     sim_unlock();
@@ -549,10 +558,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
             op->u.copy.dst = dst;
             op->u.copy.src = src;
             op->u.copy.count = count;
-            op->bad_address = (dst_dev && !sim_range_live(dst, count)) ||
-                              (src_dev && !sim_range_live(src, count));
-            sim_stream_implicit_sync(s);
-            err = sim_stream_enqueue(s, op);
+            if (!sim_graph_capture_op(s, op, dst_dev, src_dev, &err)) {
+                op->bad_address = (dst_dev && !sim_range_live(dst, count)) ||
+                                  (src_dev && !sim_range_live(src, count));
+                sim_stream_implicit_sync(s);
+                err = sim_stream_enqueue(s, op);
+            }
         }
     }
     sim_unlock();
@@ -568,6 +579,8 @@ cudaError_t cudaDeviceSynchronize(void)
     int dev = sim_current_device();
     if (!sim_dev(dev)) {
         err = cudaErrorInvalidDevice;
+    } else if (sim_graph_capturing_any() && (err = sim_graph_device_sync_check(dev))) {
+        /* Programming Guide: the device handle encompasses the capturing streams */
     } else {
         sim_device_sync(dev);
         sim_pools_release_after_sync(dev);
@@ -638,6 +651,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
         err = cudaErrorInvalidResourceHandle;
     else
         s = resolve_live(stream, &err);
+    if (s && sim_graph_event_record(event, s, &err))
+        s = NULL; /* recorded into the capture (no node), or refused */
     if (s) {
         sim_op *op = sim_op_new(OP_RECORD);
         if (!op) {
@@ -682,6 +697,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
         err = cudaErrorInvalidResourceHandle;
     else if (sim_g.devices[event->device].sticky)
         err = sim_g.devices[event->device].sticky;
+    else if ((err = sim_graph_event_usable(event)))
+        ; /* Programming Guide: a captured event cannot be queried */
     else if (!event_complete(event))
         err = cudaErrorNotReady;
     sim_unlock();
@@ -696,6 +713,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
     sim_lock();
     if (!sim_handle_valid(event, SIM_H_EVENT)) {
         err = cudaErrorInvalidResourceHandle;
+    } else if ((err = sim_graph_event_usable(event))) {
+        /* Programming Guide: nor synchronized */
     } else if (event->recorded) {
         sim_stream *s = event->stream;
         sim_stream_ref(s);
@@ -721,6 +740,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
         err = cudaErrorInvalidResourceHandle;
     else
         s = resolve_live(stream, &err);
+    if (s && sim_graph_event_wait(s, event, flags, &err))
+        s = NULL; /* a capture joined or extended, or a wait the capture forbids */
     if (s && event->recorded) {
         /* rule 18: the wait covers the record as of now; later records do not change it */
         sim_stream_implicit_sync(s);
@@ -742,6 +763,8 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
         !start->recorded || !end->recorded || (start->flags & cudaEventDisableTiming) ||
         (end->flags & cudaEventDisableTiming))
         err = cudaErrorInvalidResourceHandle;
+    else if ((err = sim_graph_event_usable(start)) || (err = sim_graph_event_usable(end)))
+        ;
     else if (!event_complete(start) || !event_complete(end))
         err = cudaErrorNotReady;
     else
