@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building and testing streampool needs on Debian 12: Meson, Ninja, pkg-config,
+# CMake, g++ and make (the consumer tests build against the installed library as users do),
 # and cmocka (tests). The CUDA toolkit is expected in its standard
 # location (/usr/local/cuda); nothing here downloads it.
 set -euo pipefail
-packages=(meson ninja-build pkg-config libcmocka-dev python3)
+packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

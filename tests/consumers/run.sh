@@ -46,14 +46,18 @@ real_soname() {
 }
 
 installed_library_needs_real_runtime() {
-    local lib=$prefix/lib/libstreampool.so.0 soname
+    # Whole outputs first: `producer | grep -q` under pipefail fails at random when grep exits
+    # before the producer has written everything (SIGPIPE).
+    local lib=$prefix/lib/libstreampool.so.0 soname dyn sim_dyn sim_syms
     soname=$(real_soname)
-    readelf -d "$lib"
+    dyn=$(readelf -d "$lib") && sim_dyn=$(readelf -d "$prefix/lib/cudasim/$soname") &&
+        sim_syms=$(objdump -T "$prefix/lib/cudasim/$soname") || return 1
+    echo "$dyn"
     [ -n "$soname" ] &&
-        readelf -d "$lib" | grep -q "(NEEDED).*\[$soname\]" &&
-        ! readelf -d "$lib" | grep -qi -e cudasim -e RPATH -e RUNPATH &&
-        readelf -d "$prefix/lib/cudasim/$soname" | grep -q "(SONAME).*\[$soname\]" &&
-        objdump -T "$prefix/lib/cudasim/$soname" | grep -q " $soname *cudaMallocAsync$"
+        grep -q "(NEEDED).*\[$soname\]" <<<"$dyn" &&
+        ! grep -qi -e cudasim -e RPATH -e RUNPATH <<<"$dyn" &&
+        grep -q "(SONAME).*\[$soname\]" <<<"$sim_dyn" &&
+        grep -q " $soname *cudaMallocAsync$" <<<"$sim_syms"
 }
 
 # Runs a consumer on the installed cudasim and checks that cudasim is what it resolved.
