@@ -136,6 +136,15 @@ size_t device_total_bytes(void)
     return cudaMemGetInfo(&free_b, &total) == cudaSuccess ? total : 0;
 }
 
+bool device_can_resize(void)
+{
+#ifdef SP_CUDASIM
+    return true;
+#else
+    return false;
+#endif
+}
+
 bool device_fresh(size_t capacity)
 {
 #ifdef SP_CUDASIM

@@ -91,6 +91,7 @@ size_t device_total_bytes(void);
  * reset, so an allocator finds no memory, pool or stream left by the one before. Returns false
  * where that is not possible (a real GPU); the caller then relies on bench_alloc_close. */
 bool device_fresh(size_t capacity);
+bool device_can_resize(void);  /* device_fresh can set a capacity: cudasim */
 
 /* ---- results ---- */
 

@@ -156,6 +156,10 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage();
+        return 0;
+    }
     const char *cmd = argv[1], *json = NULL, *plot = NULL, *file = NULL, *log_dir = ".";
     serve_options so = {.stream_counts = {1, 4, 16, 64}, .n_stream_counts = 4, .requests = 32,
                         .warmup = 64, .repeats = 3, .buffers = 8, .work_us = 50,

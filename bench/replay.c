@@ -437,8 +437,8 @@ static int replay_row_of(const replay_log *log, const replay_options *o, const c
         return 0;
     }
     row->oom_reclaims = -1; /* reported at the capacity found, if any */
-    if (!o->find_capacity || row->failures)
-        return 0;
+    if (!o->find_capacity || row->failures || !device_can_resize())
+        return 0; /* on a GPU the capacity column stays empty */
     /* the largest peak reserved, rounded up to the device's 2 MiB chunks with room to spare,
      * should replay clean; grow until one does if it does not */
     size_t start = ((row->peak_reserved_max + ((size_t)4 << 20)) | (((size_t)2 << 20) - 1)) + 1;

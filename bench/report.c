@@ -121,7 +121,7 @@ void report_table(const bench_results *r, const bench_env *env)
                "ratio", "driver");
         for (int i = 0; i < r->n_hotpath; i++) {
             const hotpath_row *h = &r->hotpath[i];
-            printf("%12zu %8d %14.1f %14.1f %9.2fx %10.1f\n", h->size, h->threads, h->ns_per_pair,
+            printf("%12zu %8d %14.1f %14.1f %9.3gx %10.1f\n", h->size, h->threads, h->ns_per_pair,
                    h->malloc_ns_per_pair, h->ns_per_pair / h->malloc_ns_per_pair,
                    h->driver_calls_per_1000_pairs);
         }
