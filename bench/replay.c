@@ -176,7 +176,7 @@ static int load_log(const char *path, replay_log *log)
         strip_newline(line);
         if (!line[0])
             continue;
-        char *field[8];
+        char *field[8] = {0};
         int nf = 0;
         for (char *p = line, *c; nf < 8; p = c + 1) {
             field[nf++] = p;

@@ -3,6 +3,7 @@
 rejected with their line number, and the JSON and SVG a small serve run writes. TAP output."""
 import json
 import os
+import xml.etree.ElementTree as ET
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,12 @@ def _():
     pools = {l.split(",")[6] for l in open(os.path.join(tmp, "tenants.csv")).read().splitlines()[1:]}
     check("tenants: one pool column value per tenant", pools == {"tenant-0", "tenant-1", "tenant-2"},
           pools)
+    whole = os.path.join(tmp, "llm-whole.csv")
+    r = run("gen-log", whole, "--shape", "llm", "--block-tokens", "0", *SMALL["llm"])
+    blocks = balanced(os.path.join(tmp, "llm.csv"))[0]
+    check("llm whole-sequence buffers: fewer allocations than 16-token blocks (they double)",
+          r.returncode == 0 and 0 < balanced(whole)[0] < blocks, (balanced(whole), blocks))
+    check("llm whole-sequence buffers: balanced", balanced(whole)[2] == 0)
     r = run("gen-log", log, "--shape", "nope")
     check("gen-log unknown shape: exit 2", r.returncode == 2, r.stderr)
 
@@ -246,6 +253,12 @@ def _():
         check(f"{tag}: zero failures at its reported capacity",
               r.returncode == 0 and y["failures"] == 0 and y["device_bytes"] == x["capacity_bytes"],
               (r.stderr, y))
+    try:
+        ET.parse(svg)
+        well_formed = True
+    except ET.ParseError as e:
+        well_formed = repr(e)
+    check("svg: well-formed XML", well_formed is True, well_formed)
     page = open(svg).read()
     check("svg: one page, a plot per benchmark, labelled with runtime and machine",
           page.startswith("<svg") and "requests/s" in page and "p99" in page and
