@@ -14,12 +14,15 @@ static const serve_row *find_serve(const bench_results *r, const char *alloc, in
     return NULL;
 }
 
-/* This row's median requests/s over the baseline's at the same stream count; 0: no baseline. */
+/* This row's median requests/s over the baseline's at the same stream count; 0: no baseline,
+ * or either row failed calls (a request whose allocation failed skips its work, so its rate is
+ * not comparable). */
 static double multiple(const bench_results *r, const serve_row *s, alloc_kind baseline)
 {
     const serve_row *b = find_serve(r, bench_alloc_name(baseline), s->streams);
-    return b && b->requests_per_s.median > 0 ? s->requests_per_s.median / b->requests_per_s.median
-                                             : 0;
+    if (!b || b->failures || s->failures || b->requests_per_s.median <= 0)
+        return 0;
+    return s->requests_per_s.median / b->requests_per_s.median;
 }
 
 static void serve_table(const bench_results *r)
@@ -52,7 +55,7 @@ static void serve_table(const bench_results *r)
                p99, s->p50_us, (double)s->peak_reserved_bytes / 1048576.0, calls, allocs, vmax,
                vmalloc);
         if (s->failures)
-            printf("  %ld FAILED calls", s->failures);
+            printf("  %ld FAILED calls: not comparable", s->failures);
         printf("\n");
     }
 }
