@@ -169,7 +169,8 @@ typedef struct {
     int stream_counts[8];
     int n_stream_counts;
     long requests;               /* measured requests per stream */
-    long warmup;                 /* unmeasured requests per stream before them */
+    long warmup;                 /* unmeasured requests per stream before them; < 0: the
+                                    default, bench_serve_warmup */
     int repeats;
     int buffers;                 /* per request */
     int work_us;                 /* host-function delay per request */
@@ -179,6 +180,7 @@ typedef struct {
 } serve_options;
 
 int bench_serve(const serve_options *o, bench_results *r);
+long bench_serve_warmup(const serve_options *o, int streams); /* per stream */
 /* The i-th buffer size of a request (serve.c documents the shape). */
 size_t bench_request_buffer_size(uint64_t *rng, int i);
 

@@ -21,7 +21,8 @@ static void usage(void)
             "usage: sp-bench serve|hotpath|replay LOG|gen-log FILE|all [options]\n"
             "  serve:   --streams 1,4,16,64  stream counts, one row each per allocator\n"
             "           --requests 32        measured requests per stream\n"
-            "           --warmup 64          unmeasured requests per stream before them\n"
+            "           --warmup W           unmeasured requests per stream before them\n"
+            "                                (default: 64, and at least 512 over all streams)\n"
             "           --repeat 3           runs per row: median and min-max\n"
             "           --buffers 8 --work-us 50 --memset-bytes 65536 (0: whole buffers) --seed 1\n"
             "           --allocators cudaMalloc,cudaMallocAsync,cudaMallocAsync-max,streampool\n"
@@ -162,7 +163,7 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1], *json = NULL, *plot = NULL, *file = NULL, *log_dir = ".";
     serve_options so = {.stream_counts = {1, 4, 16, 64}, .n_stream_counts = 4, .requests = 32,
-                        .warmup = 64, .repeats = 3, .buffers = 8, .work_us = 50,
+                        .warmup = -1, .repeats = 3, .buffers = 8, .work_us = 50,
                         .memset_bytes = 65536, .seed = 1,
                         .allocators = {true, true, true, true}};
     hotpath_options ho = {.seconds_per_cell = 0.1, .quick = false};
@@ -201,7 +202,10 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--requests") == 0) {
             requests = atol(v);
         } else if (strcmp(a, "--warmup") == 0) {
-            so.warmup = atol(v);
+            if ((so.warmup = atol(v)) < 0) {
+                fprintf(stderr, "sp-bench: bad --warmup '%s'\n", v);
+                return 2;
+            }
         } else if (strcmp(a, "--repeat") == 0) {
             so.repeats = ro.repeats = atoi(v);
         } else if (strcmp(a, "--buffers") == 0) {
@@ -275,7 +279,7 @@ int main(int argc, char **argv)
         go.streams = streams;
     else if (strcmp(cmd, "gen-log") == 0 && go.shape == SHAPE_TENANTS)
         go.streams = 2;
-    if (so.requests <= 0 || so.warmup < 0 || so.repeats <= 0 || so.buffers <= 0 ||
+    if (so.requests <= 0 || so.repeats <= 0 || so.buffers <= 0 ||
         so.buffers > 64 || so.work_us < 0 || ho.seconds_per_cell <= 0 || ro.max_streams <= 0) {
         fprintf(stderr, "sp-bench: an option is out of range\n");
         return 2;

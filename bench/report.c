@@ -28,9 +28,13 @@ static double multiple(const bench_results *r, const serve_row *s, alloc_kind ba
 static void serve_table(const bench_results *r)
 {
     const serve_row *f = &r->serve[0];
-    printf("\nserve: %ld measured requests per stream after %ld unmeasured, %d repeats: median "
-           "(min-max)\n",
-           f->requests / f->streams, f->warmup / f->streams, f->repeats);
+    printf("\nserve: %ld measured requests per stream after unmeasured ones (per stream:",
+           f->requests / f->streams);
+    for (int i = 0; i < r->n_serve; i++)
+        if (i == 0 || r->serve[i].streams != r->serve[i - 1].streams)
+            printf("%s %ld at %d stream%s", i ? "," : "", r->serve[i].warmup / r->serve[i].streams,
+                   r->serve[i].streams, r->serve[i].streams > 1 ? "s" : "");
+    printf("), %d repeats: median (min-max)\n", f->repeats);
     printf("%-31s %3s %21s %23s %7s %8s %6s %6s %7s %7s\n", "allocator", "str", "requests/s",
            "p99 us", "p50 us", "peak MiB", "calls", "allocs", "x async", "x cuda");
     printf("%-31s %3s %21s %23s %7s %8s %6s %6s %7s %7s\n", "", "", "", "", "", "", "/req", "/req",

@@ -49,6 +49,7 @@ typedef struct {
     cudaStream_t stream;
     int index;
     double *latency_us;          /* o->requests of them: the measured requests only */
+    long warmup;                 /* unmeasured requests before them */
     pthread_barrier_t *warm, *go;
     atomic_size_t *peak_used;
     long failures;
@@ -62,6 +63,17 @@ static void note_peak(atomic_size_t *peak, size_t used)
 }
 
 /* One request: allocate, enqueue the work, free, wait for the stream. Returns its latency. */
+/* The default warm-up is 64 requests per stream and at least 512 in all: one stream alone needs
+ * more requests than each of many (which also take each other's cached blocks) before its
+ * cache has seen the sizes the mix draws and it stops asking the driver. */
+long bench_serve_warmup(const serve_options *o, int streams)
+{
+    if (o->warmup >= 0)
+        return o->warmup;
+    long per_stream = 512 / streams;
+    return per_stream > 64 ? per_stream : 64;
+}
+
 static double serve_request(stream_worker *w, uint64_t *rng, long r)
 {
     const serve_options *o = w->o;
@@ -101,7 +113,7 @@ static void *serve_stream(void *arg)
     const serve_options *o = w->o;
     uint64_t rng = o->seed ^ (0x5851F42D4C957F2Dull * (uint64_t)(w->index + 1));
     long r = 0;
-    for (; r < o->warmup; r++)
+    for (; r < w->warmup; r++)
         (void)serve_request(w, &rng, r);
     pthread_barrier_wait(w->warm);
     pthread_barrier_wait(w->go);
@@ -152,8 +164,8 @@ static int serve_once(const serve_options *o, alloc_kind kind, int streams, serv
     atomic_size_t peak_used = device_used_bytes();
     size_t used_before = atomic_load(&peak_used);
     for (int i = 0; i < streams; i++) {
-        ws[i] = (stream_worker){o, &alloc, ss[i], i, lat + (long)i * o->requests, &warm, &go,
-                                &peak_used, 0};
+        ws[i] = (stream_worker){o, &alloc, ss[i], i, lat + (long)i * o->requests,
+                                bench_serve_warmup(o, streams), &warm, &go, &peak_used, 0};
         pthread_create(&ts[i], NULL, serve_stream, &ws[i]);
     }
     pthread_barrier_wait(&warm);
@@ -205,7 +217,8 @@ static int serve_row_of(const serve_options *o, alloc_kind kind, int streams, se
     double allocs[MAX_REPEATS];
     int n = o->repeats < MAX_REPEATS ? o->repeats : MAX_REPEATS;
     *row = (serve_row){.allocator = bench_alloc_name(kind), .streams = streams,
-                       .requests = o->requests * streams, .warmup = o->warmup * streams,
+                       .requests = o->requests * streams,
+                       .warmup = bench_serve_warmup(o, streams) * streams,
                        .repeats = n};
     for (int i = 0; i < n; i++) {
         serve_run run;
