@@ -2,6 +2,9 @@
  * synchronous cudaMalloc/cudaFree baseline, raw cudaMallocAsync on the device's default pool
  * with CUDA's release threshold (0) and with UINT64_MAX, and streampool. Also the CUDA call
  * counters, which only cudasim has. */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "bench.h"
@@ -40,27 +43,68 @@ int bench_alloc_open(bench_alloc *a, alloc_kind kind)
     case ALLOC_STREAMPOOL:
         if (sp_runtime_create(0, NULL, &a->rt) != SP_OK)
             return -1;
-        return sp_pool_create(a->rt, "bench", NULL, &a->pool) == SP_OK ? 0 : -1;
+        if (sp_pool_create(a->rt, "bench", NULL, &a->pools[0]) != SP_OK)
+            return -1;
+        a->pool = a->pools[0];
+        return 0;
     default: return 0;
+    }
+}
+
+/* Tenant pools are made when first used, so a one-tenant run has exactly one pool. */
+static sp_pool *tenant_pool(bench_alloc *a, int tenant)
+{
+    if (tenant < 0 || tenant >= BENCH_MAX_TENANTS)
+        return NULL;
+    if (!a->pools[tenant]) {
+        char name[32];
+        snprintf(name, sizeof name, "tenant-%d", tenant);
+        if (sp_pool_create(a->rt, name, NULL, &a->pools[tenant]) != SP_OK)
+            return NULL;
+    }
+    return a->pools[tenant];
+}
+
+int bench_alloc_alloc_tenant(bench_alloc *a, int tenant, void **p, size_t n, cudaStream_t s)
+{
+    switch (a->kind) {
+    case ALLOC_CUDA_MALLOC: return cudaMalloc(p, n) == cudaSuccess ? 0 : -1;
+    case ALLOC_STREAMPOOL: {
+        sp_pool *pool = tenant_pool(a, tenant);
+        return pool && sp_alloc(pool, p, n, s) == SP_OK ? 0 : -1;
+    }
+    default: return cudaMallocAsync(p, n, s) == cudaSuccess ? 0 : -1;
+    }
+}
+
+int bench_alloc_free_tenant(bench_alloc *a, int tenant, void *p, cudaStream_t s)
+{
+    switch (a->kind) {
+    case ALLOC_CUDA_MALLOC: return cudaFree(p) == cudaSuccess ? 0 : -1;
+    case ALLOC_STREAMPOOL: {
+        sp_pool *pool = tenant_pool(a, tenant);
+        return pool && sp_free(pool, p, s) == SP_OK ? 0 : -1;
+    }
+    default: return cudaFreeAsync(p, s) == cudaSuccess ? 0 : -1;
     }
 }
 
 int bench_alloc_alloc(bench_alloc *a, void **p, size_t n, cudaStream_t s)
 {
-    switch (a->kind) {
-    case ALLOC_CUDA_MALLOC: return cudaMalloc(p, n) == cudaSuccess ? 0 : -1;
-    case ALLOC_STREAMPOOL: return sp_alloc(a->pool, p, n, s) == SP_OK ? 0 : -1;
-    default: return cudaMallocAsync(p, n, s) == cudaSuccess ? 0 : -1;
-    }
+    return bench_alloc_alloc_tenant(a, 0, p, n, s);
 }
 
 int bench_alloc_free(bench_alloc *a, void *p, cudaStream_t s)
 {
-    switch (a->kind) {
-    case ALLOC_CUDA_MALLOC: return cudaFree(p) == cudaSuccess ? 0 : -1;
-    case ALLOC_STREAMPOOL: return sp_free(a->pool, p, s) == SP_OK ? 0 : -1;
-    default: return cudaFreeAsync(p, s) == cudaSuccess ? 0 : -1;
-    }
+    return bench_alloc_free_tenant(a, 0, p, s);
+}
+
+void bench_alloc_stats(bench_alloc *a, sp_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->size = sizeof *st;
+    if (a->kind == ALLOC_STREAMPOOL)
+        (void)sp_runtime_stats(a->rt, st);
 }
 
 void bench_alloc_stream_done(bench_alloc *a, cudaStream_t s)
@@ -73,7 +117,9 @@ void bench_alloc_stream_done(bench_alloc *a, cudaStream_t s)
 void bench_alloc_close(bench_alloc *a)
 {
     if (a->kind == ALLOC_STREAMPOOL) {
-        (void)sp_pool_destroy(a->pool);
+        for (int i = 0; i < BENCH_MAX_TENANTS; i++)
+            if (a->pools[i])
+                (void)sp_pool_destroy(a->pools[i]);
         (void)sp_runtime_destroy(a->rt);
     }
     (void)cudaDeviceSynchronize();
@@ -84,12 +130,50 @@ void bench_alloc_close(bench_alloc *a)
     (void)cudaMemPoolSetAttribute(a->default_pool, cudaMemPoolAttrUsedMemHigh, &zero);
 }
 
+size_t device_total_bytes(void)
+{
+    size_t free_b = 0, total = 0;
+    return cudaMemGetInfo(&free_b, &total) == cudaSuccess ? total : 0;
+}
+
+bool device_can_resize(void)
+{
+#ifdef SP_CUDASIM
+    return true;
+#else
+    return false;
+#endif
+}
+
+bool device_fresh(size_t capacity)
+{
+#ifdef SP_CUDASIM
+    cudasimReset();
+    return capacity == 0 || cudasimSetDeviceMemory(0, capacity) == cudaSuccess;
+#else
+    (void)capacity;
+    return false;
+#endif
+}
+
 size_t device_used_bytes(void)
 {
     size_t free_b = 0, total = 0;
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess)
         return 0;
     return total - free_b;
+}
+
+static _Atomic long long drain_queries; /* the benchmark's own cudaStreamQuery calls */
+
+void bench_stream_drain(cudaStream_t s)
+{
+    for (;;) {
+        drain_queries++;
+        if (cudaStreamQuery(s) != cudaErrorNotReady)
+            return;
+        sched_yield();
+    }
 }
 
 #ifdef SP_CUDASIM
@@ -101,6 +185,7 @@ static const char *const work_calls[] = {
 void calls_reset(void)
 {
     cudasimResetCallCounts();
+    drain_queries = 0;
 }
 
 long long calls_by_allocator(void)
@@ -108,7 +193,13 @@ long long calls_by_allocator(void)
     long long n = (long long)cudasimCallCount(NULL);
     for (size_t i = 0; i < sizeof work_calls / sizeof work_calls[0]; i++)
         n -= (long long)cudasimCallCount(work_calls[i]);
-    return n;
+    return n - drain_queries;
+}
+
+long long calls_allocating(void)
+{
+    return (long long)(cudasimCallCount("cudaMalloc") + cudasimCallCount("cudaMallocAsync") +
+                       cudasimCallCount("cudaMallocFromPoolAsync"));
 }
 
 bool calls_available(void)
@@ -116,6 +207,11 @@ bool calls_available(void)
     return true;
 }
 #else
+long long calls_allocating(void)
+{
+    return -1;
+}
+
 void calls_reset(void)
 {
 }

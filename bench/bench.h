@@ -43,20 +43,34 @@ typedef enum {
     ALLOC_KIND_COUNT
 } alloc_kind;
 
+#define BENCH_MAX_TENANTS 16
+
 typedef struct {
     alloc_kind kind;
     const char *name;         /* as in the JSON: "cudaMalloc", "cudaMallocAsync", ... */
     sp_runtime *rt;
-    sp_pool *pool;
+    sp_pool *pool;            /* tenant 0's: pools[0] */
+    sp_pool *pools[BENCH_MAX_TENANTS]; /* streampool: one pool per tenant, made on first use */
     cudaMemPool_t default_pool;
 } bench_alloc;
 
 int bench_alloc_open(bench_alloc *a, alloc_kind kind);
 int bench_alloc_alloc(bench_alloc *a, void **p, size_t n, cudaStream_t s);
 int bench_alloc_free(bench_alloc *a, void *p, cudaStream_t s);
+/* The same for a tenant (0 .. BENCH_MAX_TENANTS-1): its own streampool pool; the raw
+ * allocators have one device pool for every tenant, as a program without streampool would. */
+int bench_alloc_alloc_tenant(bench_alloc *a, int tenant, void **p, size_t n, cudaStream_t s);
+int bench_alloc_free_tenant(bench_alloc *a, int tenant, void *p, cudaStream_t s);
+/* streampool's stats summed over its pools (zeroed for the raw allocators). */
+void bench_alloc_stats(bench_alloc *a, sp_stats *st);
 void bench_alloc_stream_done(bench_alloc *a, cudaStream_t s); /* before cudaStreamDestroy */
 void bench_alloc_close(bench_alloc *a);
 const char *bench_alloc_name(alloc_kind kind);
+
+/* Waits, without synchronizing, until the stream has run everything enqueued on it (polling
+ * cudaStreamQuery, which the call counts leave out): the device of a replay, which has no
+ * kernels, is idle and runs a free at once. */
+void bench_stream_drain(cudaStream_t s);
 
 /* ---- CUDA call counting (cudasim only; -1 on a real runtime) ---- */
 
@@ -64,26 +78,46 @@ void calls_reset(void);
 /* Calls the allocator made since calls_reset: every CUDA call except the benchmark's own work
  * (memsets, copies, host functions, stream synchronization and memory queries). */
 long long calls_by_allocator(void);
+/* Of those, the ones that ask the driver for memory (cudaMalloc, cudaMallocAsync,
+ * cudaMallocFromPoolAsync): what a warm cache should bring near zero. */
+long long calls_allocating(void);
 bool calls_available(void);
 
 /* Device memory in use (total - free), for the peak-reserved figure. */
 size_t device_used_bytes(void);
+size_t device_total_bytes(void);
+
+/* A fresh device of `capacity` bytes (0: the emulator's default) with nothing on it: cudasim's
+ * reset, so an allocator finds no memory, pool or stream left by the one before. Returns false
+ * where that is not possible (a real GPU); the caller then relies on bench_alloc_close. */
+bool device_fresh(size_t capacity);
+bool device_can_resize(void);  /* device_fresh can set a capacity: cudasim */
 
 /* ---- results ---- */
 
 typedef struct {
+    double median, min, max;     /* over the repeats */
+} spread;
+
+typedef struct {
     const char *allocator;
     int streams;
-    long requests;
-    double requests_per_s, p50_us, p99_us;
-    size_t peak_reserved_bytes;
-    double cuda_calls_per_request; /* < 0: not available */
+    long requests;               /* measured, all streams, one repeat */
+    long warmup;                 /* unmeasured, all streams, one repeat */
+    int repeats;
+    spread requests_per_s, p99_us;
+    double p50_us;               /* median of the repeats */
+    size_t peak_reserved_bytes;  /* largest of the repeats */
+    double cuda_calls_per_request; /* median of the repeats; < 0: not available */
+    double driver_allocs_per_request; /* the same for calls_allocating() */
+    long failures;               /* failed calls, all repeats */
 } serve_row;
 
 typedef struct {
     size_t size;
     int threads;
     double ns_per_pair, malloc_ns_per_pair;
+    double driver_calls_per_1000_pairs; /* streampool's driver allocs + frees while measured */
 } hotpath_row;
 
 typedef struct {
@@ -95,15 +129,25 @@ typedef struct {
     const char *dimension;        /* "live_allocations", "streams", "pools" */
     long value;
     double ns_per_pair;
+    size_t held_bytes;            /* streampool's held bytes (all pools) while measured */
 } scaling_row;
 
 typedef struct {
     const char *allocator;
-    const char *log;
+    char workload[64];           /* the shape, or the log's file name */
     long events;
-    size_t peak_requested, peak_held, peak_reserved;
-    long hits;                   /* allocations served without the driver (streampool) */
+    size_t device_bytes;         /* device capacity of the unconstrained run */
+    long failures;               /* failed allocations in those runs: reported, never dropped */
+    int repeats;                 /* runs per figure, and trials per capacity tried */
+    size_t peak_requested;
+    size_t peak_held, peak_held_min, peak_held_max;             /* median, min, max */
+    size_t peak_reserved, peak_reserved_min, peak_reserved_max; /* median, min, max */
     long long cuda_calls;        /* < 0: not available */
+    long hits;                   /* allocations served without the driver (streampool); < 0: n/a */
+    size_t capacity_bytes;       /* smallest capacity at which every trial replayed with no
+                                    failure; 0: not found */
+    size_t capacity_failed_bytes;/* largest capacity tried that failed (the bisection's floor) */
+    long oom_reclaims;           /* at capacity: streampool's oom_retries; < 0: n/a */
 } replay_row;
 
 typedef struct {
@@ -115,7 +159,7 @@ typedef struct {
     int n_scaling;
     calls_row calls[ALLOC_KIND_COUNT];
     int n_calls;
-    replay_row replay[16];
+    replay_row replay[64];
     int n_replay;
 } bench_results;
 
@@ -124,7 +168,10 @@ typedef struct {
 typedef struct {
     int stream_counts[8];
     int n_stream_counts;
-    long requests;               /* per configuration, split across its streams */
+    long requests;               /* measured requests per stream */
+    long warmup;                 /* unmeasured requests per stream before them; < 0: the
+                                    default, bench_serve_warmup */
+    int repeats;
     int buffers;                 /* per request */
     int work_us;                 /* host-function delay per request */
     size_t memset_bytes;         /* bytes of each buffer a request writes; 0: all of it */
@@ -133,6 +180,7 @@ typedef struct {
 } serve_options;
 
 int bench_serve(const serve_options *o, bench_results *r);
+long bench_serve_warmup(const serve_options *o, int streams); /* per stream */
 /* The i-th buffer size of a request (serve.c documents the shape). */
 size_t bench_request_buffer_size(uint64_t *rng, int i);
 
@@ -143,15 +191,58 @@ typedef struct {
 
 int bench_hotpath(const hotpath_options *o, bench_results *r);
 
-/* Replays an RMM-format CSV log; returns 0, or 2 with a message naming the bad line. */
-int bench_replay(const char *path, int max_streams, bench_results *r);
-/* Writes a synthetic log of `requests` LLM-like requests over `streams` streams. */
-int bench_generate_log(const char *path, long requests, int streams, uint64_t seed);
+typedef struct {
+    int max_streams;
+    bool allocators[ALLOC_KIND_COUNT];
+    size_t capacity;             /* > 0: the runs at this device capacity, no search */
+    int repeats;                 /* runs per allocator, and trials per capacity in the search */
+    bool find_capacity;          /* bisect for the smallest capacity (cudasim only) */
+    const char *workload;        /* row label; NULL: the log's file name */
+} replay_options;
+
+/* Replays an RMM-format CSV log; returns 0, 1 if an allocator failed an allocation, or 2 with a
+ * message naming the bad line. */
+int bench_replay(const char *path, const replay_options *o, bench_results *r);
+
+/* ---- synthetic logs (genlog.c) ---- */
+
+typedef enum { SHAPE_SERVING, SHAPE_TRAINING, SHAPE_LLM, SHAPE_TENANTS, SHAPE_COUNT } log_shape;
+
+typedef struct {
+    log_shape shape;
+    uint64_t seed;
+    /* serving and tenants */
+    long requests;               /* serving: requests; tenants: per tenant */
+    int streams;                 /* serving: streams; tenants: per tenant */
+    /* training */
+    int layers, hidden, batch, seq, steps;
+    /* llm */
+    long llm_requests;
+    int max_batch, block_tokens; /* block_tokens 0: whole-sequence buffers that grow by doubling */
+    int max_prompt, max_output;
+    /* tenants */
+    int tenants;
+    int noisy_factor;            /* the noisy tenant's sizes and burst length, times the others' */
+} genlog_options;
+
+void genlog_defaults(genlog_options *g);
+const char *genlog_shape_name(log_shape s);
+int genlog_shape_parse(const char *name, log_shape *out);
+/* Writes a synthetic log of shape g->shape; 0 or 2 (with a message). */
+int bench_generate_log(const char *path, const genlog_options *g);
 
 /* ---- report.c ---- */
 
-void report_table(const bench_results *r, const char *device, const char *runtime);
-int report_json(const bench_results *r, const char *device, const char *runtime, const char *path);
-int report_svg(const bench_results *r, const char *device, const char *path);
+typedef struct {
+    char device[256];            /* the GPU's name, or cudasim's */
+    char runtime[64];            /* "cudasim" or "cuda 13.0" */
+    char machine[256];           /* host name, CPU model and cores */
+} bench_env;
+
+void report_table(const bench_results *r, const bench_env *env);
+/* JSON_SCHEMA_VERSION: bump on any change of a field's name, type or meaning (README). */
+#define BENCH_JSON_SCHEMA_VERSION 2
+int report_json(const bench_results *r, const bench_env *env, const char *path);
+int report_svg(const bench_results *r, const bench_env *env, const char *path);
 
 #endif

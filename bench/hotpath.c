@@ -17,6 +17,7 @@ typedef struct {
     double seconds;
     pthread_barrier_t *start;
     double ns_per_pair;
+    long pairs;
 } pair_loop;
 
 static void *run_pairs(void *arg)
@@ -53,32 +54,49 @@ static void *run_pairs(void *arg)
         t = now_s();
     } while (t - t0 < l->seconds);
     l->ns_per_pair = (t - t0) * 1e9 / (double)pairs;
+    l->pairs = pairs;
     return NULL;
 }
 
-/* Mean ns per pair over `threads` threads, each on its own stream. */
-static double measure(sp_pool *pool, cudaStream_t *streams, int threads, size_t size, double s)
+static uint64_t driver_calls(sp_pool *pool)
+{
+    sp_stats st = {.size = sizeof st};
+    if (!pool || sp_pool_stats(pool, &st) != SP_OK)
+        return 0;
+    return st.driver_allocs + st.driver_frees;
+}
+
+/* Mean ns per pair over `threads` threads, each on its own stream; *driver gets the pool's
+ * driver allocations and frees per 1,000 pairs meanwhile (0 once sizes are reused). */
+static double measure(sp_pool *pool, cudaStream_t *streams, int threads, size_t size, double s,
+                      double *driver)
 {
     pthread_t t[2];
     pair_loop loops[2];
     pthread_barrier_t start;
-    pthread_barrier_init(&start, NULL, (unsigned)threads);
+    pthread_barrier_init(&start, NULL, (unsigned)threads + 1); /* and this thread */
     for (int i = 0; i < threads; i++) {
-        loops[i] = (pair_loop){pool, streams[i], size, s, &start, 0};
+        loops[i] = (pair_loop){pool, streams[i], size, s, &start, 0, 0};
         pthread_create(&t[i], NULL, run_pairs, &loops[i]);
     }
-    double sum = 0;
+    pthread_barrier_wait(&start); /* every warm pair is done: count from here */
+    uint64_t calls0 = driver_calls(pool);
+    double sum = 0, pairs = 0;
     for (int i = 0; i < threads; i++) {
         pthread_join(t[i], NULL);
         sum += loops[i].ns_per_pair;
+        pairs += loops[i].pairs;
     }
+    if (driver)
+        *driver = pairs > 0 ? (double)(driver_calls(pool) - calls0) * 1000.0 / pairs : 0;
     pthread_barrier_destroy(&start);
     return sum / threads;
 }
 
 /* Pair cost on one stream, round-robin over `nstreams` streams and `npools` pools, with
  * `live` allocations held meanwhile. */
-static double scaled_pair_ns(sp_runtime *rt, long live, int nstreams, int npools, double seconds)
+static double scaled_pair_ns(sp_runtime *rt, long live, int nstreams, int npools, double seconds,
+                             size_t *held_bytes)
 {
     cudaStream_t *streams = calloc((size_t)nstreams, sizeof *streams);
     sp_pool **pools = calloc((size_t)npools, sizeof *pools);
@@ -122,6 +140,8 @@ static double scaled_pair_ns(sp_runtime *rt, long live, int nstreams, int npools
         t = now_s();
     } while (t - t0 < seconds);
     double ns = (t - t0) * 1e9 / (double)pairs;
+    sp_stats st = {.size = sizeof st};
+    *held_bytes = sp_runtime_stats(rt, &st) == SP_OK ? st.held.current : 0;
     for (long i = 0; i < live; i++)
         sp_free(pools[0], held[i], streams[0]);
     for (int i = 0; i < nstreams; i++)
@@ -179,13 +199,17 @@ int bench_hotpath(const hotpath_options *o, bench_results *r)
     cudaStream_t streams[2];
     for (int i = 0; i < 2; i++)
         cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking);
-    static const size_t sizes[] = {256, 4096, 65536, (size_t)1 << 20, (size_t)16 << 20,
-                                   (size_t)64 << 20};
+    /* the large sizes (1-64 MiB) are served from blocks the pool keeps and reuses: the driver
+     * column shows whether they are */
+    static const size_t sizes[] = {256, 4096, 65536, (size_t)1 << 20, (size_t)4 << 20,
+                                   (size_t)16 << 20, (size_t)64 << 20};
     for (int threads = 1; threads <= 2; threads++) {
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-            hotpath_row row = {sizes[i], threads, 0, 0};
-            row.ns_per_pair = measure(pool, streams, threads, sizes[i], o->seconds_per_cell);
-            row.malloc_ns_per_pair = measure(NULL, streams, threads, sizes[i], o->seconds_per_cell);
+            hotpath_row row = {sizes[i], threads, 0, 0, 0};
+            row.ns_per_pair = measure(pool, streams, threads, sizes[i], o->seconds_per_cell,
+                                      &row.driver_calls_per_1000_pairs);
+            row.malloc_ns_per_pair = measure(NULL, streams, threads, sizes[i], o->seconds_per_cell,
+                                             NULL);
             r->hotpath[r->n_hotpath++] = row;
             fprintf(stderr, "  hotpath: %9zu B x%d  %7.1f ns  (malloc %7.1f ns)\n", row.size,
                     threads, row.ns_per_pair, row.malloc_ns_per_pair);
@@ -212,10 +236,12 @@ int bench_hotpath(const hotpath_options *o, bench_results *r)
     for (int d = 0; d < 3; d++) {
         for (int i = 0; i < dims[d].n; i++) {
             long v = dims[d].values[i];
+            size_t held = 0;
             double ns = scaled_pair_ns(rt, d == 0 ? v : 0, d == 1 ? (int)v : 1, d == 2 ? (int)v : 1,
-                                       o->seconds_per_cell);
-            r->scaling[r->n_scaling++] = (scaling_row){dims[d].name, v, ns};
-            fprintf(stderr, "  scaling: %-16s %8ld  %7.1f ns\n", dims[d].name, v, ns);
+                                       o->seconds_per_cell, &held);
+            r->scaling[r->n_scaling++] = (scaling_row){dims[d].name, v, ns, held};
+            fprintf(stderr, "  scaling: %-16s %8ld  %7.1f ns  held %zu KiB\n", dims[d].name, v,
+                    ns, held >> 10);
         }
     }
     return sp_runtime_destroy(rt) == SP_OK ? 0 : -1;

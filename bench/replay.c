@@ -1,8 +1,11 @@
 /* sp-bench replay: replays an allocation log in RMM's CSV format (logging_resource_adaptor:
- * "Thread,Time,Action,Pointer,Size,Stream", further columns ignored; actions "allocate" and
- * "free") against streampool and raw cudaMallocAsync, and reports memory efficiency: peak held
- * and peak reserved over peak requested. The whole log is checked before anything runs; a bad
- * line is reported by its number. Also writes synthetic logs for tests. */
+ * "Thread,Time,Action,Pointer,Size,Stream", actions "allocate" and "free"; an optional seventh
+ * column names the tenant, as streampool's own trace writes its pool: one streampool pool per
+ * tenant) against each allocator, and reports memory efficiency: peak held and peak reserved
+ * over peak requested, CUDA calls, and the smallest device capacity that replays the log without
+ * a failed allocation. Every allocator starts on a fresh device (cudasim's reset), so none pays
+ * for memory the one before kept. The whole log is checked before anything runs; a bad line is
+ * reported by its number. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,7 +16,9 @@
 
 typedef struct {
     bool is_alloc;
-    uint64_t ptr, stream;
+    int stream;        /* index into replay_log.streams */
+    int tenant;        /* index into replay_log.tenants */
+    uint64_t ptr;
     size_t size;
 } event;
 
@@ -22,6 +27,8 @@ typedef struct {
     long n, cap;
     uint64_t *streams; /* distinct log stream ids, in order of appearance */
     int n_streams, cap_streams;
+    char tenants[BENCH_MAX_TENANTS][32]; /* distinct seventh-column values; "" if none */
+    int n_tenants;
 } replay_log;
 
 /* ---- a map from log pointers to live entries (open addressing, grows) ---- */
@@ -123,6 +130,17 @@ static int stream_index(replay_log *log, uint64_t id)
     return log->n_streams++;
 }
 
+static int tenant_index(replay_log *log, const char *name)
+{
+    for (int i = 0; i < log->n_tenants; i++)
+        if (strcmp(log->tenants[i], name) == 0)
+            return i;
+    if (log->n_tenants == BENCH_MAX_TENANTS || strlen(name) >= sizeof log->tenants[0])
+        return -1;
+    snprintf(log->tenants[log->n_tenants], sizeof log->tenants[0], "%s", name);
+    return log->n_tenants++;
+}
+
 static void strip_newline(char *line)
 {
     size_t len = strlen(line);
@@ -158,9 +176,9 @@ static int load_log(const char *path, replay_log *log)
         strip_newline(line);
         if (!line[0])
             continue;
-        char *field[6];
+        char *field[8] = {0};
         int nf = 0;
-        for (char *p = line, *c; nf < 6; p = c + 1) {
+        for (char *p = line, *c; nf < 8; p = c + 1) {
             field[nf++] = p;
             c = strchr(p, ',');
             if (!c)
@@ -168,7 +186,7 @@ static int load_log(const char *path, replay_log *log)
             *c = '\0';
         }
         event e = {0};
-        uint64_t size;
+        uint64_t size, stream = 0;
         const char *why = NULL;
         if (nf < 6)
             why = "expected 6 fields";
@@ -180,8 +198,10 @@ static int load_log(const char *path, replay_log *log)
             why = "bad pointer";
         else if (!why && !parse_u64(field[4], &size))
             why = "bad size";
-        else if (!why && !parse_u64(field[5], &e.stream))
+        else if (!why && !parse_u64(field[5], &stream))
             why = "bad stream";
+        else if (!why && (e.tenant = tenant_index(log, nf > 6 ? field[6] : "")) < 0)
+            why = "too many tenants, or a tenant name over 31 characters";
         if (!why) {
             e.size = (size_t)size;
             live_slot *s = live_find(&live, e.ptr);
@@ -209,7 +229,7 @@ static int load_log(const char *path, replay_log *log)
             log->ev = grown;
             log->cap = cap;
         }
-        if (stream_index(log, e.stream) < 0) {
+        if ((e.stream = stream_index(log, stream)) < 0) {
             rc = 2;
             break;
         }
@@ -229,56 +249,81 @@ static uint64_t pool_attr(cudaMemPool_t pool, enum cudaMemPoolAttr attr)
     return v;
 }
 
-static int replay_with(const replay_log *log, const char *path, alloc_kind kind, int max_streams,
-                       replay_row *row)
+typedef struct {
+    long failures;
+    size_t peak_requested, peak_held, peak_reserved;
+    long long cuda_calls;
+    long hits, oom_reclaims;
+} replay_run;
+
+/* One replay of the log by one allocator on a device of `capacity` bytes (0: as it is). */
+static int replay_once(const replay_log *log, alloc_kind kind, int max_streams, size_t capacity,
+                       replay_run *run)
 {
+    bool fresh = device_fresh(capacity);
+    if (!fresh && capacity) {
+        fprintf(stderr, "replay: a device capacity needs cudasim\n");
+        return -1;
+    }
     bench_alloc a;
     if (bench_alloc_open(&a, kind) != 0)
         return -1;
+    size_t used_before = device_used_bytes(), peak_used = used_before;
     int ns = log->n_streams < max_streams ? log->n_streams : max_streams;
     cudaStream_t *streams = calloc((size_t)(ns ? ns : 1), sizeof *streams);
     for (int i = 0; i < ns; i++)
         cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking);
     live_map live = {0};
-    size_t requested = 0, peak_requested = 0;
-    int failures = 0;
+    size_t requested = 0;
+    *run = (replay_run){.hits = -1, .oom_reclaims = -1};
     calls_reset();
     for (long i = 0; i < log->n; i++) {
         const event *e = &log->ev[i];
-        int si = stream_index((replay_log *)log, e->stream) % (ns ? ns : 1);
+        int si = e->stream % (ns ? ns : 1);
         if (e->is_alloc) {
             live_slot *s = live_insert(&live, e->ptr);
             s->size = e->size;
             s->stream = si;
-            if (bench_alloc_alloc(&a, &s->real, e->size, streams[si]) != 0) {
-                failures++;
+            if (bench_alloc_alloc_tenant(&a, e->tenant, &s->real, e->size, streams[si]) != 0) {
+                run->failures++; /* counted; its free is skipped below */
                 live_remove(&live, e->ptr);
                 continue;
             }
             requested += e->size;
-            if (requested > peak_requested)
-                peak_requested = requested;
+            if (requested > run->peak_requested)
+                run->peak_requested = requested;
+            if (kind == ALLOC_CUDA_MALLOC) { /* no pool to ask: the device's own count */
+                size_t used = device_used_bytes();
+                peak_used = used > peak_used ? used : peak_used;
+            }
         } else {
             live_slot *s = live_find(&live, e->ptr);
             if (!s)
                 continue; /* its allocation failed */
-            bench_alloc_free(&a, s->real, streams[si]);
+            bench_alloc_free_tenant(&a, e->tenant, s->real, streams[si]);
+            if (ns > 1) /* whether another stream may reuse it must not depend on timing */
+                bench_stream_drain(streams[si]);
             requested -= s->size;
             live_remove(&live, e->ptr);
         }
     }
-    long long calls = calls_by_allocator();
-    *row = (replay_row){.allocator = bench_alloc_name(kind), .log = path, .events = log->n,
-                        .peak_requested = peak_requested, .hits = -1, .cuda_calls = calls};
+    run->cuda_calls = calls_by_allocator();
     if (kind == ALLOC_STREAMPOOL) {
-        sp_stats st = {.size = sizeof st};
-        sp_pool_stats(a.pool, &st);
-        row->peak_held = st.held.peak;
-        row->peak_reserved = pool_attr(sp_pool_cuda_pool(a.pool), cudaMemPoolAttrReservedMemHigh);
-        row->hits = (long)(st.same_stream_hits + st.cross_stream_reuses + st.cross_stream_waits);
+        sp_stats st;
+        bench_alloc_stats(&a, &st);
+        run->peak_held = st.held.peak;
+        run->peak_reserved = 0;
+        for (int t = 0; t < BENCH_MAX_TENANTS; t++)
+            if (a.pools[t])
+                run->peak_reserved += pool_attr(sp_pool_cuda_pool(a.pools[t]),
+                                                cudaMemPoolAttrReservedMemHigh);
+        run->hits = (long)(st.same_stream_hits + st.cross_stream_reuses + st.cross_stream_waits);
+        run->oom_reclaims = (long)st.oom_retries;
+    } else if (kind == ALLOC_CUDA_MALLOC) {
+        run->peak_held = run->peak_reserved = peak_used - used_before;
     } else {
-        row->peak_held = pool_attr(a.default_pool, cudaMemPoolAttrUsedMemHigh);
-        row->peak_reserved = pool_attr(a.default_pool, cudaMemPoolAttrReservedMemHigh);
+        run->peak_held = pool_attr(a.default_pool, cudaMemPoolAttrUsedMemHigh);
+        run->peak_reserved = pool_attr(a.default_pool, cudaMemPoolAttrReservedMemHigh);
     }
     for (size_t i = 0; i < live.cap; i++) /* what the log never freed */
         if (live.s[i].key)
@@ -288,76 +333,160 @@ static int replay_with(const replay_log *log, const char *path, alloc_kind kind,
         cudaStreamDestroy(streams[i]);
     }
     bench_alloc_close(&a);
+    if (!fresh && pool_attr(a.default_pool, cudaMemPoolAttrReservedMemCurrent) != 0)
+        fprintf(stderr, "replay: %s left memory reserved in the default pool; the next "
+                        "allocator's figures include it\n", bench_alloc_name(kind));
     free(streams);
     free(live.s);
-    if (failures)
-        fprintf(stderr, "replay: %s: %d allocations failed\n", bench_alloc_name(kind), failures);
-    return failures ? -1 : 0;
+    return 0;
 }
 
-int bench_replay(const char *path, int max_streams, bench_results *r)
+/* Replays `trials` times at `capacity`; true if none failed an allocation. Several allocators
+ * are not deterministic with more than one stream (the driver's opportunistic reuse depends on
+ * whether a free has run yet), so a capacity passes only if every trial is clean. *reclaims
+ * gets the most out-of-memory reclaims of a trial. */
+static int clean_at(const replay_log *log, alloc_kind kind, int max_streams, size_t capacity,
+                    int trials, bool *clean, long *reclaims)
+{
+    *clean = true;
+    *reclaims = -1;
+    for (int t = 0; t < trials && *clean; t++) {
+        replay_run run;
+        if (replay_once(log, kind, max_streams, capacity, &run) != 0)
+            return -1;
+        *clean = run.failures == 0;
+        *reclaims = run.oom_reclaims > *reclaims ? run.oom_reclaims : *reclaims;
+    }
+    return 0;
+}
+
+/* The smallest capacity at which the log replays with no failure, to 1% (or 1 MiB): `ok`
+ * passed; below the peak requested bytes nothing can. Bisection assumes fewer bytes never
+ * help, which holds for these allocators up to the noise of 2 MiB chunk rounding. */
+static int find_capacity(const replay_log *log, alloc_kind kind, const replay_options *o,
+                         size_t ok, replay_row *row)
+{
+    const size_t MiB = (size_t)1 << 20;
+    size_t lo = row->peak_requested ? row->peak_requested - 1 : 0, hi = ok; /* lo fails */
+    bool clean;
+    long reclaims;
+    while (hi - lo > hi / 100 && hi - lo > MiB) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (clean_at(log, kind, o->max_streams, mid, o->repeats, &clean, &reclaims) != 0)
+            return -1;
+        if (clean)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    /* the answer, checked once more: a capacity that passed in the search may fail now */
+    for (int tries = 0; tries < 20; tries++, hi += hi / 100) {
+        if (clean_at(log, kind, o->max_streams, hi, o->repeats, &clean, &reclaims) != 0)
+            return -1;
+        if (clean) {
+            row->capacity_bytes = hi;
+            row->capacity_failed_bytes = lo;
+            row->oom_reclaims = reclaims;
+            return 0;
+        }
+    }
+    return 0; /* none found: capacity stays 0 (null), reported as such */
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int replay_row_of(const replay_log *log, const replay_options *o, const char *label,
+                         alloc_kind kind, replay_row *row)
+{
+    enum { MAX_REPEATS = 32 };
+    size_t held[MAX_REPEATS], reserved[MAX_REPEATS];
+    int n = o->repeats < MAX_REPEATS ? o->repeats : MAX_REPEATS;
+    replay_run run;
+    *row = (replay_row){.allocator = bench_alloc_name(kind), .events = log->n, .repeats = n,
+                        .hits = -1, .oom_reclaims = -1};
+    snprintf(row->workload, sizeof row->workload, "%s", label);
+    for (int i = 0; i < n; i++) {
+        if (replay_once(log, kind, o->max_streams, o->capacity, &run) != 0)
+            return -1;
+        held[i] = run.peak_held;
+        reserved[i] = run.peak_reserved;
+        row->failures += run.failures;
+        if (i == 0) { /* the same in every run */
+            row->device_bytes = device_total_bytes();
+            row->peak_requested = run.peak_requested;
+            row->cuda_calls = run.cuda_calls;
+            row->hits = run.hits;
+        }
+        if (run.oom_reclaims > row->oom_reclaims)
+            row->oom_reclaims = run.oom_reclaims;
+    }
+    qsort(held, (size_t)n, sizeof *held, cmp_size);
+    qsort(reserved, (size_t)n, sizeof *reserved, cmp_size);
+    row->peak_held = held[n / 2], row->peak_held_min = held[0], row->peak_held_max = held[n - 1];
+    row->peak_reserved = reserved[n / 2], row->peak_reserved_min = reserved[0];
+    row->peak_reserved_max = reserved[n - 1];
+    if (o->capacity) { /* runs at the given capacity: that is the row */
+        if (!row->failures)
+            row->capacity_bytes = o->capacity;
+        else
+            row->oom_reclaims = -1;
+        return 0;
+    }
+    row->oom_reclaims = -1; /* reported at the capacity found, if any */
+    if (!o->find_capacity || row->failures || !device_can_resize())
+        return 0; /* on a GPU the capacity column stays empty */
+    /* the largest peak reserved, rounded up to the device's 2 MiB chunks with room to spare,
+     * should replay clean; grow until one does if it does not */
+    size_t start = ((row->peak_reserved_max + ((size_t)4 << 20)) | (((size_t)2 << 20) - 1)) + 1;
+    for (int grow = 0; grow < 8; grow++, start *= 2) {
+        bool clean;
+        long reclaims;
+        if (clean_at(log, kind, o->max_streams, start, o->repeats, &clean, &reclaims) != 0)
+            return -1;
+        if (clean)
+            return find_capacity(log, kind, o, start, row);
+    }
+    return 0; /* none found: capacity stays 0 (null), reported as such */
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+int bench_replay(const char *path, const replay_options *o, bench_results *r)
 {
     replay_log log = {0};
-    int rc = load_log(path, &log);
-    static const alloc_kind kinds[] = {ALLOC_ASYNC_DEFAULT, ALLOC_STREAMPOOL};
-    for (int k = 0; rc == 0 && k < 2; k++) {
+    int loaded = load_log(path, &log), rc = loaded;
+    for (int k = 0; loaded == 0 && k < ALLOC_KIND_COUNT; k++) {
+        if (!o->allocators[k])
+            continue;
         replay_row row;
-        if (replay_with(&log, path, kinds[k], max_streams, &row) != 0)
+        if (replay_row_of(&log, o, o->workload ? o->workload : base_name(path), (alloc_kind)k,
+                          &row) != 0) {
+            fprintf(stderr, "replay: %s: cannot replay %s\n", bench_alloc_name((alloc_kind)k),
+                    path);
             rc = 1;
-        else if (r->n_replay < (int)(sizeof r->replay / sizeof r->replay[0]))
-            r->replay[r->n_replay++] = row;
+            continue;
+        }
+        if (row.failures) {
+            fprintf(stderr, "replay: %s: %s: %ld allocations failed on a %zu MiB device\n",
+                    row.workload, row.allocator, row.failures, row.device_bytes >> 20);
+            rc = 1;
+        }
+        fprintf(stderr, "  replay: %-16s %-32s held/req %.3f  capacity %zu MiB\n", row.workload,
+                row.allocator, (double)row.peak_held / (double)(row.peak_requested ? row.peak_requested : 1),
+                row.capacity_bytes >> 20);
+        if (r->n_replay < (int)(sizeof r->replay / sizeof r->replay[0]))
+            r->replay[r->n_replay++] = row; /* a row with failures is kept: never dropped */
     }
+    (void)device_fresh(0);
     free(log.ev);
     free(log.streams);
     return rc;
-}
-
-/* ---- synthetic logs ---- */
-
-int bench_generate_log(const char *path, long requests, int streams, uint64_t seed)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "gen-log: %s: %s\n", path, strerror(errno));
-        return 2;
-    }
-    fprintf(f, "Thread,Time,Action,Pointer,Size,Stream\n");
-    typedef struct {
-        uint64_t ptr[8];
-        size_t size[8];
-        int n;
-        bool open;
-    } request;
-    request *active = calloc((size_t)streams, sizeof *active);
-    uint64_t rng = seed, next_ptr = 0x7f0000000000ull, t = 0;
-    long started = 0, finished = 0;
-    while (finished < requests) {
-        int s = (int)(rng_next(&rng) % (uint64_t)streams);
-        request *q = &active[s];
-        uint64_t stream_id = 0x1000 + (uint64_t)s;
-        if (!q->open && started < requests) {
-            q->open = true;
-            q->n = 0;
-            started++;
-        }
-        if (!q->open)
-            continue;
-        if (q->n < 8 && rng_next(&rng) % 3 != 0) {
-            q->size[q->n] = bench_request_buffer_size(&rng, q->n);
-            q->ptr[q->n] = next_ptr;
-            next_ptr += (q->size[q->n] + 0xfff) & ~(uint64_t)0xfff;
-            fprintf(f, "0,%" PRIu64 ".%06" PRIu64 ",allocate,0x%" PRIx64 ",%zu,0x%" PRIx64 "\n",
-                    t / 1000000, t % 1000000, q->ptr[q->n], q->size[q->n], stream_id);
-            q->n++;
-        } else {
-            for (int i = 0; i < q->n; i++)
-                fprintf(f, "0,%" PRIu64 ".%06" PRIu64 ",free,0x%" PRIx64 ",%zu,0x%" PRIx64 "\n",
-                        t / 1000000, t % 1000000, q->ptr[i], q->size[i], stream_id);
-            q->open = false;
-            finished++;
-        }
-        t += 1 + rng_next(&rng) % 50;
-    }
-    free(active);
-    return fclose(f) == 0 ? 0 : 2;
 }

@@ -1,5 +1,5 @@
-/* sp-bench output: a table on stdout, the same rows as JSON, and an SVG plot of requests/s and
- * p99 latency by stream count per allocator (written directly: no plotting dependency). */
+/* sp-bench output: tables on stdout, the same rows as JSON (schema in README, "The benchmark"),
+ * and one SVG page with a plot per benchmark, written directly (no plotting dependency). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,40 +14,123 @@ static const serve_row *find_serve(const bench_results *r, const char *alloc, in
     return NULL;
 }
 
+/* This row's median requests/s over the baseline's at the same stream count; 0: no baseline,
+ * or either row failed calls (a request whose allocation failed skips its work, so its rate is
+ * not comparable). */
+static double multiple(const bench_results *r, const serve_row *s, alloc_kind baseline)
+{
+    const serve_row *b = find_serve(r, bench_alloc_name(baseline), s->streams);
+    if (!b || b->failures || s->failures || b->requests_per_s.median <= 0)
+        return 0;
+    return s->requests_per_s.median / b->requests_per_s.median;
+}
+
 static void serve_table(const bench_results *r)
 {
-    printf("\nserve: requests/s, latency, peak reserved, CUDA calls per request\n");
-    printf("%-32s %7s %11s %10s %10s %12s %10s %12s\n", "allocator", "streams", "requests/s",
-           "p50 us", "p99 us", "peak MiB", "calls/req", "streampool x");
+    const serve_row *f = &r->serve[0];
+    printf("\nserve: %ld measured requests per stream after unmeasured ones (per stream:",
+           f->requests / f->streams);
+    for (int i = 0; i < r->n_serve; i++)
+        if (i == 0 || r->serve[i].streams != r->serve[i - 1].streams)
+            printf("%s %ld at %d stream%s", i ? "," : "", r->serve[i].warmup / r->serve[i].streams,
+                   r->serve[i].streams, r->serve[i].streams > 1 ? "s" : "");
+    printf("), %d repeats: median (min-max)\n", f->repeats);
+    printf("%-31s %3s %21s %23s %7s %8s %6s %6s %7s %7s\n", "allocator", "str", "requests/s",
+           "p99 us", "p50 us", "peak MiB", "calls", "allocs", "x async", "x cuda");
+    printf("%-31s %3s %21s %23s %7s %8s %6s %6s %7s %7s\n", "", "", "", "", "", "", "/req", "/req",
+           "max", "Malloc");
     for (int i = 0; i < r->n_serve; i++) {
         const serve_row *s = &r->serve[i];
-        const serve_row *sp = find_serve(r, "streampool", s->streams);
-        char calls[16] = "-", ratio[16] = "";
+        char calls[16] = "-", allocs[16] = "-", vmax[16] = "", vmalloc[16] = "", rps[40], p99[40];
         if (s->cuda_calls_per_request >= 0)
             snprintf(calls, sizeof calls, "%.2f", s->cuda_calls_per_request);
-        if (sp && sp != s)
-            snprintf(ratio, sizeof ratio, "%.2fx", sp->requests_per_s / s->requests_per_s);
-        printf("%-32s %7d %11.0f %10.1f %10.1f %12.1f %10s %12s\n", s->allocator, s->streams,
-               s->requests_per_s, s->p50_us, s->p99_us, (double)s->peak_reserved_bytes / 1048576.0,
-               calls, ratio);
+        if (s->driver_allocs_per_request >= 0)
+            snprintf(allocs, sizeof allocs, "%.2f", s->driver_allocs_per_request);
+        double m = multiple(r, s, ALLOC_ASYNC_KEEP), c = multiple(r, s, ALLOC_CUDA_MALLOC);
+        if (m > 0)
+            snprintf(vmax, sizeof vmax, "%.2fx", m);
+        if (c > 0)
+            snprintf(vmalloc, sizeof vmalloc, "%.2fx", c);
+        snprintf(rps, sizeof rps, "%.0f (%.0f-%.0f)", s->requests_per_s.median,
+                 s->requests_per_s.min, s->requests_per_s.max);
+        snprintf(p99, sizeof p99, "%.0f (%.0f-%.0f)", s->p99_us.median, s->p99_us.min,
+                 s->p99_us.max);
+        printf("%-31s %3d %21s %23s %7.0f %8.0f %6s %6s %7s %7s", s->allocator, s->streams, rps,
+               p99, s->p50_us, (double)s->peak_reserved_bytes / 1048576.0, calls, allocs, vmax,
+               vmalloc);
+        if (s->failures)
+            printf("  %ld FAILED calls: not comparable", s->failures);
+        printf("\n");
     }
 }
 
-void report_table(const bench_results *r, const char *device, const char *runtime)
+static void ratio_spread(char *buf, size_t len, size_t median, size_t lo, size_t hi, double req)
 {
-    printf("sp-bench on %s (%s)%s\n", device, runtime,
-           strcmp(runtime, "cudasim") == 0
-               ? ": CPU timings of host-side work and synchronization structure, not device timings"
+    if (lo == hi)
+        snprintf(buf, len, "%.3f", (double)median / req);
+    else
+        snprintf(buf, len, "%.2f (%.2f-%.2f)", (double)median / req, (double)lo / req,
+                 (double)hi / req);
+}
+
+static void replay_tables(const bench_results *r)
+{
+    for (int i = 0; i < r->n_replay; i++) {
+        const replay_row *p = &r->replay[i];
+        if (i == 0 || strcmp(r->replay[i - 1].workload, p->workload) != 0) {
+            printf("\nreplay %s: %ld events, each allocator on a fresh device, %d runs: median "
+                   "(min-max); capacity: the smallest device with no failed allocation in %d of %d "
+                   "runs (to 1%%)\n",
+                   p->workload, p->events, p->repeats, p->repeats, p->repeats);
+            printf("%-31s %9s %19s %19s %8s %8s %9s %8s %8s\n", "allocator", "peak req", "held/req",
+                   "reserved/req", "calls", "hits", "capacity", "cap/req", "oom");
+            printf("%-31s %9s %19s %19s %8s %8s %9s %8s %8s\n", "", "MiB", "", "", "", "", "MiB", "",
+                   "reclaims");
+        }
+        double req = p->peak_requested ? (double)p->peak_requested : 1;
+        char calls[24] = "-", hits[24] = "-", cap[24] = "none", capr[24] = "-", oom[24] = "-";
+        if (p->cuda_calls >= 0)
+            snprintf(calls, sizeof calls, "%lld", p->cuda_calls);
+        if (p->hits >= 0)
+            snprintf(hits, sizeof hits, "%ld", p->hits);
+        if (p->capacity_bytes) {
+            snprintf(cap, sizeof cap, "%.0f", (double)p->capacity_bytes / 1048576.0);
+            snprintf(capr, sizeof capr, "%.3f", (double)p->capacity_bytes / req);
+        }
+        if (p->oom_reclaims >= 0)
+            snprintf(oom, sizeof oom, "%ld", p->oom_reclaims);
+        char held[40], resv[40];
+        ratio_spread(held, sizeof held, p->peak_held, p->peak_held_min, p->peak_held_max, req);
+        ratio_spread(resv, sizeof resv, p->peak_reserved, p->peak_reserved_min,
+                     p->peak_reserved_max, req);
+        printf("%-31s %9.1f %19s %19s %8s %8s %9s %8s %8s", p->allocator,
+               (double)p->peak_requested / 1048576.0, held, resv, calls, hits, cap, capr, oom);
+        if (p->failures)
+            printf("  %ld FAILED allocations on a %.0f MiB device", p->failures,
+                   (double)p->device_bytes / 1048576.0);
+        printf("\n");
+    }
+}
+
+void report_table(const bench_results *r, const bench_env *env)
+{
+    printf("sp-bench on %s (%s), %s%s\n", env->device, env->runtime, env->machine,
+           strcmp(env->runtime, "cudasim") == 0
+               ? "\n  cudasim: CPU timings of host-side work and synchronization structure, not "
+                 "device timings"
                : "");
     if (r->n_serve)
         serve_table(r);
     if (r->n_hotpath) {
-        printf("\nhotpath: ns per alloc+free pair on one stream, beside glibc malloc+free\n");
-        printf("%12s %8s %14s %14s %10s\n", "size", "threads", "streampool ns", "malloc ns", "ratio");
+        printf("\nhotpath: ns per alloc+free pair on one stream per thread, beside glibc "
+               "malloc+free; streampool's driver calls per 1,000 pairs\n");
+        printf("%12s %8s %14s %14s %10s %10s\n", "size", "threads", "streampool ns", "malloc ns",
+               "ratio", "driver");
         for (int i = 0; i < r->n_hotpath; i++) {
             const hotpath_row *h = &r->hotpath[i];
-            printf("%12zu %8d %14.1f %14.1f %9.2fx\n", h->size, h->threads, h->ns_per_pair,
-                   h->malloc_ns_per_pair, h->ns_per_pair / h->malloc_ns_per_pair);
+            printf("%12zu %8d %14.1f %14.1f %9.3gx %10.1f\n", h->size, h->threads, h->ns_per_pair,
+                   h->malloc_ns_per_pair, h->ns_per_pair / h->malloc_ns_per_pair,
+                   h->driver_calls_per_1000_pairs);
         }
     }
     if (r->n_calls) {
@@ -56,8 +139,10 @@ void report_table(const bench_results *r, const char *device, const char *runtim
             printf("%-32s %10.0f\n", r->calls[i].allocator, r->calls[i].calls_per_1000_pairs);
     }
     if (r->n_scaling) {
-        printf("\nscaling: ns per pair as live allocations, streams and pools grow\n");
-        printf("%-18s %10s %10s %18s\n", "dimension", "value", "ns/pair", "largest/smallest");
+        printf("\nscaling: ns per pair and streampool's held memory as live allocations, streams "
+               "and pools grow\n");
+        printf("%-18s %10s %10s %12s %18s\n", "dimension", "value", "ns/pair", "held KiB",
+               "largest/smallest");
         for (int i = 0; i < r->n_scaling; i++) {
             const scaling_row *s = &r->scaling[i];
             bool last = i + 1 == r->n_scaling || strcmp(r->scaling[i + 1].dimension, s->dimension) != 0;
@@ -68,28 +153,16 @@ void report_table(const bench_results *r, const char *device, const char *runtim
                     first--;
                 snprintf(ratio, sizeof ratio, "%.2fx", s->ns_per_pair / r->scaling[first].ns_per_pair);
             }
-            printf("%-18s %10ld %10.1f %18s\n", s->dimension, s->value, s->ns_per_pair, ratio);
+            printf("%-18s %10ld %10.1f %12.0f %18s\n", s->dimension, s->value, s->ns_per_pair,
+                   (double)s->held_bytes / 1024.0, ratio);
         }
     }
-    if (r->n_replay) {
-        printf("\nreplay: memory efficiency on an allocation log\n");
-        printf("%-18s %9s %14s %14s %14s %10s %10s %10s\n", "allocator", "events", "peak req MiB",
-               "held/req", "reserved/req", "hits", "calls", "log");
-        for (int i = 0; i < r->n_replay; i++) {
-            const replay_row *p = &r->replay[i];
-            char hits[24] = "-", calls[24] = "-";
-            if (p->hits >= 0)
-                snprintf(hits, sizeof hits, "%ld", p->hits);
-            if (p->cuda_calls >= 0)
-                snprintf(calls, sizeof calls, "%lld", p->cuda_calls);
-            double req = p->peak_requested ? (double)p->peak_requested : 1;
-            printf("%-18s %9ld %14.1f %14.3f %14.3f %10s %10s %s\n", p->allocator, p->events,
-                   (double)p->peak_requested / 1048576.0, (double)p->peak_held / req,
-                   (double)p->peak_reserved / req, hits, calls, p->log);
-        }
-    }
+    if (r->n_replay)
+        replay_tables(r);
     fflush(stdout);
 }
+
+/* ---- JSON ---- */
 
 static void json_string(FILE *f, const char *s)
 {
@@ -103,40 +176,67 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-int report_json(const bench_results *r, const char *device, const char *runtime, const char *path)
+static void json_spread(FILE *f, const char *name, spread s, int decimals)
+{
+    fprintf(f, "\"%s\": {\"median\": %.*f, \"min\": %.*f, \"max\": %.*f}", name, decimals, s.median,
+            decimals, s.min, decimals, s.max);
+}
+
+static void json_ratio(FILE *f, const char *name, double v)
+{
+    if (v > 0)
+        fprintf(f, ", \"%s\": %.4f", name, v);
+    else
+        fprintf(f, ", \"%s\": null", name);
+}
+
+int report_json(const bench_results *r, const bench_env *env, const char *path)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
-    fprintf(f, "{\"device\": ");
-    json_string(f, device);
+    fprintf(f, "{\"schema_version\": %d, \"device\": ", BENCH_JSON_SCHEMA_VERSION);
+    json_string(f, env->device);
     fprintf(f, ", \"runtime\": ");
-    json_string(f, runtime);
+    json_string(f, env->runtime);
+    fprintf(f, ", \"machine\": ");
+    json_string(f, env->machine);
     fprintf(f, ",\n \"serve\": [");
     for (int i = 0; i < r->n_serve; i++) {
         const serve_row *s = &r->serve[i];
         fprintf(f, "%s\n  {\"allocator\": ", i ? "," : "");
         json_string(f, s->allocator);
-        fprintf(f, ", \"streams\": %d, \"requests\": %ld, \"requests_per_s\": %.1f, \"p50_us\": %.1f, "
-                   "\"p99_us\": %.1f, \"peak_reserved_bytes\": %zu, \"cuda_calls_per_request\": ",
-                s->streams, s->requests, s->requests_per_s, s->p50_us, s->p99_us,
-                s->peak_reserved_bytes);
+        fprintf(f, ", \"streams\": %d, \"requests\": %ld, \"warmup_requests\": %ld, \"repeats\": %d, ",
+                s->streams, s->requests, s->warmup, s->repeats);
+        json_spread(f, "requests_per_s", s->requests_per_s, 1);
+        fprintf(f, ", ");
+        json_spread(f, "p99_us", s->p99_us, 1);
+        fprintf(f, ", \"p50_us\": %.1f, \"peak_reserved_bytes\": %zu, \"failures\": %ld, "
+                   "\"cuda_calls_per_request\": ",
+                s->p50_us, s->peak_reserved_bytes, s->failures);
         if (s->cuda_calls_per_request >= 0)
-            fprintf(f, "%.3f}", s->cuda_calls_per_request);
+            fprintf(f, "%.3f, \"driver_allocs_per_request\": %.3f", s->cuda_calls_per_request,
+                    s->driver_allocs_per_request);
         else
-            fprintf(f, "null}");
+            fprintf(f, "null, \"driver_allocs_per_request\": null");
+        json_ratio(f, "vs_async_threshold_max", multiple(r, s, ALLOC_ASYNC_KEEP));
+        json_ratio(f, "vs_cuda_malloc", multiple(r, s, ALLOC_CUDA_MALLOC));
+        fprintf(f, "}");
     }
     fprintf(f, "],\n \"hotpath\": [");
     for (int i = 0; i < r->n_hotpath; i++) {
         const hotpath_row *h = &r->hotpath[i];
-        fprintf(f, "%s\n  {\"size\": %zu, \"threads\": %d, \"ns_per_pair\": %.2f, \"malloc_ns_per_pair\": %.2f}",
-                i ? "," : "", h->size, h->threads, h->ns_per_pair, h->malloc_ns_per_pair);
+        fprintf(f, "%s\n  {\"size\": %zu, \"threads\": %d, \"ns_per_pair\": %.2f, "
+                   "\"malloc_ns_per_pair\": %.2f, \"driver_calls_per_1000_pairs\": %.2f}",
+                i ? "," : "", h->size, h->threads, h->ns_per_pair, h->malloc_ns_per_pair,
+                h->driver_calls_per_1000_pairs);
     }
     fprintf(f, "],\n \"scaling\": [");
     for (int i = 0; i < r->n_scaling; i++) {
         const scaling_row *s = &r->scaling[i];
-        fprintf(f, "%s\n  {\"dimension\": \"%s\", \"value\": %ld, \"ns_per_pair\": %.2f}",
-                i ? "," : "", s->dimension, s->value, s->ns_per_pair);
+        fprintf(f, "%s\n  {\"dimension\": \"%s\", \"value\": %ld, \"ns_per_pair\": %.2f, "
+                   "\"held_bytes\": %zu}",
+                i ? "," : "", s->dimension, s->value, s->ns_per_pair, s->held_bytes);
     }
     fprintf(f, "],\n \"calls\": [");
     for (int i = 0; i < r->n_calls; i++) {
@@ -149,18 +249,34 @@ int report_json(const bench_results *r, const char *device, const char *runtime,
         const replay_row *p = &r->replay[i];
         fprintf(f, "%s\n  {\"allocator\": ", i ? "," : "");
         json_string(f, p->allocator);
-        fprintf(f, ", \"log\": ");
-        json_string(f, p->log);
-        fprintf(f, ", \"events\": %ld, \"peak_requested_bytes\": %zu, \"peak_held_bytes\": %zu, "
-                   "\"peak_reserved_bytes\": %zu, \"hits\": ",
-                p->events, p->peak_requested, p->peak_held, p->peak_reserved);
+        fprintf(f, ", \"workload\": ");
+        json_string(f, p->workload);
+        fprintf(f, ", \"events\": %ld, \"repeats\": %d, \"device_bytes\": %zu, \"failures\": %ld, "
+                   "\"peak_requested_bytes\": %zu, \"peak_held_bytes\": %zu, "
+                   "\"peak_held_bytes_min\": %zu, \"peak_held_bytes_max\": %zu, "
+                   "\"peak_reserved_bytes\": %zu, \"peak_reserved_bytes_min\": %zu, "
+                   "\"peak_reserved_bytes_max\": %zu, \"cuda_calls\": ",
+                p->events, p->repeats, p->device_bytes, p->failures, p->peak_requested,
+                p->peak_held, p->peak_held_min, p->peak_held_max, p->peak_reserved,
+                p->peak_reserved_min, p->peak_reserved_max);
+        if (p->cuda_calls >= 0)
+            fprintf(f, "%lld", p->cuda_calls);
+        else
+            fprintf(f, "null");
+        fprintf(f, ", \"hits\": ");
         if (p->hits >= 0)
             fprintf(f, "%ld", p->hits);
         else
             fprintf(f, "null");
-        fprintf(f, ", \"cuda_calls\": ");
-        if (p->cuda_calls >= 0)
-            fprintf(f, "%lld}", p->cuda_calls);
+        fprintf(f, ", \"capacity_bytes\": ");
+        if (p->capacity_bytes)
+            fprintf(f, "%zu, \"capacity_failed_bytes\": %zu", p->capacity_bytes,
+                    p->capacity_failed_bytes);
+        else
+            fprintf(f, "null, \"capacity_failed_bytes\": null");
+        fprintf(f, ", \"oom_reclaims\": ");
+        if (p->oom_reclaims >= 0)
+            fprintf(f, "%ld}", p->oom_reclaims);
         else
             fprintf(f, "null}");
     }
@@ -168,67 +284,218 @@ int report_json(const bench_results *r, const char *device, const char *runtime,
     return fclose(f) == 0 ? 0 : -1;
 }
 
-/* One panel: x = streams (log scale), y = value (log scale), a line per allocator. */
-static void svg_panel(FILE *f, const bench_results *r, double ox, const char *title,
-                      double (*value)(const serve_row *))
+/* ---- SVG ---- */
+
+static const char *const colors[] = {"#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd",
+                                     "#8c564b"};
+enum { PANEL_W = 500, PANEL_H = 380, PLOT_W = 400, PLOT_H = 270, PLOT_LEFT = 70, PLOT_TOP = 50 };
+
+typedef struct {
+    double x, y, lo, hi; /* lo/hi: the spread (whiskers); equal to y when none */
+} point;
+
+typedef struct {
+    const char *name;
+    point p[64];
+    int n;
+} series;
+
+static void svg_text(FILE *f, double x, double y, int size, const char *anchor, const char *fill,
+                     const char *text)
 {
-    static const char *const colors[] = {"#d62728", "#ff7f0e", "#1f77b4", "#2ca02c"};
-    const double w = 420, h = 300, left = 60, top = 40;
-    double vmin = INFINITY, vmax = 0;
-    int smin = 1 << 30, smax = 0;
-    for (int i = 0; i < r->n_serve; i++) {
-        double v = value(&r->serve[i]);
-        vmin = fmin(vmin, v);
-        vmax = fmax(vmax, v);
-        smin = r->serve[i].streams < smin ? r->serve[i].streams : smin;
-        smax = r->serve[i].streams > smax ? r->serve[i].streams : smax;
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%d\" text-anchor=\"%s\" fill=\"%s\">", x,
+            y, size, anchor, fill);
+    for (; *text; text++) {
+        if (*text == '<')
+            fputs("&lt;", f);
+        else if (*text == '&')
+            fputs("&amp;", f);
+        else
+            fputc(*text, f);
     }
-    double lo = floor(log10(vmin)), hi = ceil(log10(vmax));
+    fputs("</text>\n", f);
+}
+
+/* Lines on log-log axes (x base 2), one per series, with whiskers for the spread. */
+static void svg_lines(FILE *f, double ox, double oy, const char *title, const char *xlabel,
+                      const series *s, int ns)
+{
+    double xmin = INFINITY, xmax = 0, ymin = INFINITY, ymax = 0;
+    for (int k = 0; k < ns; k++)
+        for (int i = 0; i < s[k].n; i++) {
+            const point *p = &s[k].p[i];
+            if (p->y <= 0 || p->lo <= 0)
+                continue;
+            xmin = fmin(xmin, p->x), xmax = fmax(xmax, p->x);
+            ymin = fmin(ymin, p->lo), ymax = fmax(ymax, p->hi);
+        }
+    if (xmax <= 0)
+        return;
+    double lo = floor(log10(ymin)), hi = ceil(log10(ymax));
     if (hi <= lo)
         hi = lo + 1;
-    double sx = smax > smin ? log2((double)smax / smin) : 1;
-#define X(s) (ox + left + (smax > smin ? log2((double)(s) / smin) / sx : 0.5) * w)
-#define Y(v) (top + h - (log10(v) - lo) / (hi - lo) * h)
-    fprintf(f, "<text x=\"%.0f\" y=\"24\" font-size=\"15\">%s</text>\n", ox + left, title);
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#888\"/>\n",
-            ox + left, top, w, h);
-    for (double d = lo; d <= hi; d++)
-        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"end\">1e%.0f</text>\n",
-                ox + left - 4, Y(pow(10, d)) + 4, d);
-    for (int s = smin; s <= smax; s *= 2)
-        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"middle\">%d</text>\n",
-                X(s), top + h + 16, s);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" text-anchor=\"middle\">streams</text>\n",
-            ox + left + w / 2, top + h + 34);
-    for (int k = 0; k < ALLOC_KIND_COUNT; k++) {
-        const char *name = bench_alloc_name((alloc_kind)k);
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", colors[k]);
-        for (int i = 0; i < r->n_serve; i++)
-            if (strcmp(r->serve[i].allocator, name) == 0)
-                fprintf(f, "%.1f,%.1f ", X(r->serve[i].streams), Y(value(&r->serve[i])));
+    double sx = xmax > xmin ? log2(xmax / xmin) : 1;
+    double L = ox + PLOT_LEFT, T = oy + PLOT_TOP;
+#define X(v) (L + (xmax > xmin ? log2((v) / xmin) / sx : 0.5) * PLOT_W)
+#define Y(v) (T + PLOT_H - (log10(v) - lo) / (hi - lo) * PLOT_H)
+    svg_text(f, L, oy + 30, 14, "start", "#000", title);
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n",
+            L, T, PLOT_W, PLOT_H);
+    for (double d = lo; d <= hi; d++) {
+        char label[16];
+        snprintf(label, sizeof label, "1e%.0f", d);
+        svg_text(f, L - 4, Y(pow(10, d)) + 4, 11, "end", "#000", label);
+    }
+    for (double x = xmin; x <= xmax * 1.0001; x *= xmax / xmin > 64 ? 4 : 2) {
+        char label[24];
+        if (x >= 1048576)
+            snprintf(label, sizeof label, "%.0fM", x / 1048576);
+        else if (x >= 1024)
+            snprintf(label, sizeof label, "%.0fK", x / 1024);
+        else
+            snprintf(label, sizeof label, "%.0f", x);
+        svg_text(f, X(x), T + PLOT_H + 16, 11, "middle", "#000", label);
+        if (xmax <= xmin)
+            break;
+    }
+    svg_text(f, L + PLOT_W / 2.0, T + PLOT_H + 34, 12, "middle", "#000", xlabel);
+    for (int k = 0; k < ns; k++) {
+        const char *c = colors[k % 6];
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", c);
+        for (int i = 0; i < s[k].n; i++)
+            if (s[k].p[i].y > 0)
+                fprintf(f, "%.1f,%.1f ", X(s[k].p[i].x), Y(s[k].p[i].y));
         fprintf(f, "\"/>\n");
-        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" fill=\"%s\">%s</text>\n",
-                ox + left + 8, top + 16 + 15.0 * k, colors[k], name);
+        for (int i = 0; i < s[k].n; i++) {
+            const point *p = &s[k].p[i];
+            if (p->y > 0 && p->lo > 0 && p->hi > p->lo)
+                fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n",
+                        X(p->x), X(p->x), Y(p->lo), Y(p->hi), c);
+        }
+        svg_text(f, L + 8, T + 16 + 15.0 * k, 12, "start", c, s[k].name);
     }
 #undef X
 #undef Y
 }
 
-static double rps(const serve_row *s) { return s->requests_per_s; }
-static double p99(const serve_row *s) { return s->p99_us; }
-
-int report_svg(const bench_results *r, const char *device, const char *path)
+/* Grouped bars, linear axis from 0: one group per workload, one bar per allocator. */
+static void svg_replay_bars(FILE *f, const bench_results *r, double ox, double oy)
 {
-    if (!r->n_serve)
-        return 0;
+    const char *workloads[16];
+    int nw = 0;
+    double vmax = 1;
+    for (int i = 0; i < r->n_replay; i++) {
+        const replay_row *p = &r->replay[i];
+        if (nw == 0 || strcmp(workloads[nw - 1], p->workload) != 0) {
+            if (nw == 16)
+                break;
+            workloads[nw++] = p->workload;
+        }
+        if (p->peak_requested)
+            vmax = fmax(vmax, (double)p->peak_held / (double)p->peak_requested);
+    }
+    vmax = ceil(vmax * 2) / 2;
+    double L = ox + PLOT_LEFT, T = oy + PLOT_TOP, gw = (double)PLOT_W / nw;
+    svg_text(f, L, oy + 30, 14, "start", "#000",
+             "replay: peak held / peak requested (lower is better; 1 is ideal)");
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n",
+            L, T, PLOT_W, PLOT_H);
+    for (double v = 0; v <= vmax + 1e-9; v += vmax > 4 ? 1 : 0.5) {
+        char label[16];
+        snprintf(label, sizeof label, "%.1f", v);
+        double y = T + PLOT_H - v / vmax * PLOT_H;
+        svg_text(f, L - 4, y + 4, 11, "end", "#000", label);
+        fprintf(f, "<line x1=\"%.0f\" x2=\"%.0f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L,
+                L + PLOT_W, y, y);
+    }
+    for (int w = 0; w < nw; w++) {
+        svg_text(f, L + gw * (w + 0.5), T + PLOT_H + 16, 11, "middle", "#000", workloads[w]);
+        for (int i = 0; i < r->n_replay; i++) {
+            const replay_row *p = &r->replay[i];
+            if (strcmp(p->workload, workloads[w]) != 0 || !p->peak_requested)
+                continue;
+            int k = 0;
+            while (k < ALLOC_KIND_COUNT && strcmp(bench_alloc_name((alloc_kind)k), p->allocator))
+                k++;
+            double bw = gw * 0.8 / ALLOC_KIND_COUNT, v = (double)p->peak_held / (double)p->peak_requested;
+            double x = L + gw * w + gw * 0.1 + bw * k, h = v / vmax * PLOT_H;
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n",
+                    x, T + PLOT_H - h, bw * 0.9, h, colors[k]);
+        }
+    }
+    for (int k = 0; k < ALLOC_KIND_COUNT; k++)
+        svg_text(f, L + 8, T + 16 + 15.0 * k, 12, "start", colors[k],
+                 bench_alloc_name((alloc_kind)k));
+}
+
+int report_svg(const bench_results *r, const bench_env *env, const char *path)
+{
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" height=\"420\" "
-               "font-family=\"sans-serif\">\n<rect width=\"1000\" height=\"420\" fill=\"white\"/>\n");
-    svg_panel(f, r, 0, "requests/s (higher is better)", rps);
-    svg_panel(f, r, 500, "p99 latency, us (lower is better)", p99);
-    fprintf(f, "<text x=\"60\" y=\"410\" font-size=\"11\" fill=\"#555\">sp-bench serve on %s</text>\n", device);
+    int panels = (r->n_serve ? 2 : 0) + (r->n_replay ? 1 : 0) + (r->n_hotpath ? 1 : 0);
+    int rows = panels > 2 ? 2 : 1, width = 2 * PANEL_W, height = rows * PANEL_H + 60;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "font-family=\"sans-serif\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
+            width, height, width, height);
+    char label[700];
+    snprintf(label, sizeof label, "sp-bench on %s (%s), %s", env->device, env->runtime, env->machine);
+    svg_text(f, 20, 24, 14, "start", "#000", label);
+    if (strcmp(env->runtime, "cudasim") == 0)
+        svg_text(f, 20, 42, 11, "start", "#555",
+                 "cudasim: CPU time of host-side work and synchronization structure, not device time");
+    int slot = 0;
+#define ORIGIN_X ((double)(slot % 2) * PANEL_W)
+#define ORIGIN_Y (50.0 + (double)(slot / 2) * PANEL_H)
+    if (r->n_serve) {
+        static series rps[ALLOC_KIND_COUNT], p99[ALLOC_KIND_COUNT];
+        for (int k = 0; k < ALLOC_KIND_COUNT; k++) {
+            rps[k] = (series){.name = bench_alloc_name((alloc_kind)k)};
+            p99[k] = rps[k];
+        }
+        for (int i = 0; i < r->n_serve; i++) {
+            const serve_row *s = &r->serve[i];
+            for (int k = 0; k < ALLOC_KIND_COUNT; k++)
+                if (strcmp(s->allocator, rps[k].name) == 0 && rps[k].n < 64) {
+                    rps[k].p[rps[k].n++] = (point){s->streams, s->requests_per_s.median,
+                                                   s->requests_per_s.min, s->requests_per_s.max};
+                    p99[k].p[p99[k].n++] = (point){s->streams, s->p99_us.median, s->p99_us.min,
+                                                   s->p99_us.max};
+                }
+        }
+        svg_lines(f, ORIGIN_X, ORIGIN_Y, "serve: requests/s, median and min-max (higher is better)",
+                  "streams", rps, ALLOC_KIND_COUNT);
+        slot++;
+        svg_lines(f, ORIGIN_X, ORIGIN_Y, "serve: p99 latency, us (lower is better)", "streams",
+                  p99, ALLOC_KIND_COUNT);
+        slot++;
+    }
+    if (r->n_replay) {
+        svg_replay_bars(f, r, ORIGIN_X, ORIGIN_Y);
+        slot++;
+    }
+    if (r->n_hotpath) {
+        static series hp[4];
+        hp[0] = (series){.name = "streampool, 1 thread"};
+        hp[1] = (series){.name = "streampool, 2 threads"};
+        hp[2] = (series){.name = "glibc malloc, 1 thread"};
+        hp[3] = (series){.name = "glibc malloc, 2 threads"};
+        for (int i = 0; i < r->n_hotpath; i++) {
+            const hotpath_row *h = &r->hotpath[i];
+            int t = h->threads == 1 ? 0 : 1;
+            series *a = &hp[t], *m = &hp[2 + t];
+            if (a->n < 64) {
+                a->p[a->n++] = (point){(double)h->size, h->ns_per_pair, h->ns_per_pair, h->ns_per_pair};
+                m->p[m->n++] = (point){(double)h->size, h->malloc_ns_per_pair,
+                                       h->malloc_ns_per_pair, h->malloc_ns_per_pair};
+            }
+        }
+        svg_lines(f, ORIGIN_X, ORIGIN_Y, "hotpath: ns per alloc+free pair (lower is better)",
+                  "bytes", hp, 4);
+        slot++;
+    }
+#undef ORIGIN_X
+#undef ORIGIN_Y
     fprintf(f, "</svg>\n");
     return fclose(f) == 0 ? 0 : -1;
 }

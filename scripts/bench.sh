@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds streampool and runs the headline benchmark on the default device (cudasim where there is
-# no GPU): sp-bench serve, streampool beside cudaMalloc and raw cudaMallocAsync in one run.
+# no GPU): sp-bench serve with its defaults, streampool beside cudaMalloc and raw cudaMallocAsync
+# (as shipped and with the release threshold at max), steady state, median and min-max of 3 runs.
 # Usage: scripts/bench.sh [sp-bench arguments]   (default: serve)
 # Writes build-bench/bench.json and build-bench/bench.svg beside the table it prints.
 set -euo pipefail

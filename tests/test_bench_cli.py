@@ -3,6 +3,7 @@
 rejected with their line number, and the JSON and SVG a small serve run writes. TAP output."""
 import json
 import os
+import xml.etree.ElementTree as ET
 import subprocess
 import sys
 import tempfile
@@ -37,29 +38,96 @@ def case(name):
 
 
 log = os.path.join(tmp, "gen.csv")
+ALLOCATORS = ["cudaMalloc", "cudaMallocAsync", "cudaMallocAsync (threshold max)", "streampool"]
+SHAPES = ["serving", "training", "llm", "tenants"]
+SMALL = {"serving": ["--requests", "100", "--streams", "4"],
+         "training": ["--layers", "2", "--hidden", "256", "--batch", "2", "--seq", "256",
+                      "--steps", "2"],
+         "llm": ["--requests", "16", "--max-batch", "4", "--max-prompt", "128",
+                 "--max-output", "32"],
+         "tenants": ["--tenants", "3", "--requests", "30"]}
+
+
+def balanced(path):
+    """(allocations, frees) of a log, checking that each free names a live pointer."""
+    live, allocs, frees = set(), 0, 0
+    for line in open(path).read().splitlines()[1:]:
+        f = line.split(",")
+        if f[2] == "allocate":
+            assert f[3] not in live, line
+            live.add(f[3])
+            allocs += 1
+        else:
+            live.remove(f[3])
+            frees += 1
+    return allocs, frees, len(live)
+
+
+@case("gen-log shapes")
+def _():
+    for shape in SHAPES:
+        path = os.path.join(tmp, f"{shape}.csv")
+        r = run("gen-log", path, "--shape", shape, "--seed", "3", *SMALL[shape])
+        check(f"gen-log {shape}: exits 0", r.returncode == 0, r.stderr)
+        head = open(path).readline().strip()
+        want = "Thread,Time,Action,Pointer,Size,Stream" + (",Pool" if shape == "tenants" else "")
+        check(f"gen-log {shape}: RMM's header", head == want, head)
+        allocs, frees, left = balanced(path)
+        check(f"gen-log {shape}: every allocation freed once", allocs == frees > 0 and left == 0,
+              (allocs, frees, left))
+        again = os.path.join(tmp, f"{shape}-again.csv")
+        run("gen-log", again, "--shape", shape, "--seed", "3", *SMALL[shape])
+        check(f"gen-log {shape}: same seed, same bytes", open(path).read() == open(again).read())
+        other = os.path.join(tmp, f"{shape}-other.csv")
+        run("gen-log", other, "--shape", shape, "--seed", "4", *SMALL[shape])
+        check(f"gen-log {shape}: another seed, another log", open(path).read() != open(other).read())
+    pools = {l.split(",")[6] for l in open(os.path.join(tmp, "tenants.csv")).read().splitlines()[1:]}
+    check("tenants: one pool column value per tenant", pools == {"tenant-0", "tenant-1", "tenant-2"},
+          pools)
+    whole = os.path.join(tmp, "llm-whole.csv")
+    r = run("gen-log", whole, "--shape", "llm", "--block-tokens", "0", *SMALL["llm"])
+    blocks = balanced(os.path.join(tmp, "llm.csv"))[0]
+    check("llm whole-sequence buffers: fewer allocations than 16-token blocks (they double)",
+          r.returncode == 0 and 0 < balanced(whole)[0] < blocks, (balanced(whole), blocks))
+    check("llm whole-sequence buffers: balanced", balanced(whole)[2] == 0)
+    r = run("gen-log", log, "--shape", "nope")
+    check("gen-log unknown shape: exit 2", r.returncode == 2, r.stderr)
 
 
 @case("gen-log and replay")
 def _():
     r = run("gen-log", log, "--requests", "200", "--streams", "4", "--seed", "3")
     check("gen-log exits 0", r.returncode == 0, r.stderr)
-    lines = open(log).read().splitlines()
-    check("gen-log writes RMM's header", lines[0] == "Thread,Time,Action,Pointer,Size,Stream")
-    allocs = sum(1 for l in lines[1:] if ",allocate," in l)
-    frees = sum(1 for l in lines[1:] if ",free," in l)
-    check("every allocation is freed", allocs == frees and allocs > 0, f"{allocs} {frees}")
+    allocs, frees, _ = balanced(log)
     out = os.path.join(tmp, "replay.json")
-    r = run("replay", log, "--json", out)
+    r = run("replay", log, "--json", out, "--repeat", "2")
     check("replay exits 0", r.returncode == 0, r.stderr)
     rows = json.load(open(out))["replay"]
-    check("replay has both allocators",
-          sorted(x["allocator"] for x in rows) == ["cudaMallocAsync", "streampool"], rows)
+    check("replay rows: every allocator, the fair baseline right before streampool",
+          [x["allocator"] for x in rows] == ALLOCATORS, rows)
     for x in rows:
-        check(f"{x['allocator']}: held >= requested > 0",
-              x["peak_held_bytes"] >= x["peak_requested_bytes"] > 0, x)
-        check(f"{x['allocator']}: events counted", x["events"] == allocs + frees, x)
+        a = x["allocator"]
+        check(f"{a}: held >= requested > 0", x["peak_held_bytes"] >= x["peak_requested_bytes"] > 0, x)
+        check(f"{a}: reserved spread ordered",
+              x["peak_reserved_bytes_min"] <= x["peak_reserved_bytes"] <= x["peak_reserved_bytes_max"], x)
+        check(f"{a}: events counted", x["events"] == allocs + frees, x)
+        check(f"{a}: no failure, a capacity at or above the peak requested",
+              x["failures"] == 0 and x["capacity_bytes"] >= x["peak_requested_bytes"], x)
+        check(f"{a}: the bisection's floor is below the capacity, within 1% or 1 MiB",
+              x["capacity_failed_bytes"] < x["capacity_bytes"] and
+              x["capacity_bytes"] - x["capacity_failed_bytes"] <=
+              max(x["capacity_bytes"] // 100, 1 << 20) * 2, x)
     sp = [x for x in rows if x["allocator"] == "streampool"][0]
     check("streampool: hits reported", sp["hits"] is not None and sp["hits"] > 0, sp)
+    check("streampool: out-of-memory reclaims reported", sp["oom_reclaims"] is not None, sp)
+    # a device smaller than the peak requested bytes fails every allocator, and the rows stay
+    r = run("replay", log, "--json", out, "--repeat", "1", "--capacity",
+            str(rows[0]["peak_requested_bytes"] // 2))
+    check("replay too small: exit 1", r.returncode == 1, r.stderr)
+    rows = json.load(open(out))["replay"]
+    check("replay too small: every row kept, with its failures",
+          len(rows) == 4 and all(x["failures"] > 0 and x["capacity_bytes"] is None for x in rows),
+          rows)
 
 
 def bad_log(name, body, line, words):
@@ -89,19 +157,29 @@ def _():
 @case("serve writes JSON and SVG")
 def _():
     out, svg = os.path.join(tmp, "serve.json"), os.path.join(tmp, "serve.svg")
-    r = run("serve", "--streams", "1,2", "--requests", "16", "--buffers", "4", "--work-us", "0",
-            "--json", out, "--plot", svg)
+    r = run("serve", "--streams", "1,2", "--requests", "4", "--warmup", "2", "--repeat", "3",
+            "--buffers", "4", "--work-us", "0", "--json", out, "--plot", svg)
     check("serve exits 0", r.returncode == 0, r.stderr)
     d = json.load(open(out))
-    check("json names device and runtime", d["device"] and d["runtime"], d)
-    names = {x["allocator"] for x in d["serve"]}
-    check("json has the four allocators", names == {"cudaMalloc", "cudaMallocAsync",
-                                                     "cudaMallocAsync (threshold max)", "streampool"}, names)
-    row = d["serve"][0]
-    keys = {"allocator", "streams", "requests_per_s", "p50_us", "p99_us", "peak_reserved_bytes",
-            "cuda_calls_per_request"}
-    check("json rows carry every figure", keys <= set(row), row)
-    check("table printed", "requests/s" in r.stdout, r.stdout)
+    check("json names device, runtime and machine", d["device"] and d["runtime"] and d["machine"], d)
+    check("rows by streams, the fair baseline right before streampool",
+          [(x["streams"], x["allocator"]) for x in d["serve"]] ==
+          [(s, a) for s in (1, 2) for a in ALLOCATORS], d["serve"])
+    for x in d["serve"]:
+        tag = f"{x['allocator']} x{x['streams']}"
+        check(f"{tag}: requests per stream and warm-up",
+              x["requests"] == 4 * x["streams"] and x["warmup_requests"] == 2 * x["streams"] and
+              x["repeats"] == 3, x)
+        for k in ("requests_per_s", "p99_us"):
+            check(f"{tag}: {k} min <= median <= max", 0 < x[k]["min"] <= x[k]["median"] <= x[k]["max"], x)
+        check(f"{tag}: no failures", x["failures"] == 0, x)
+        base = [y for y in d["serve"] if y["streams"] == x["streams"] and
+                y["allocator"] == "cudaMallocAsync (threshold max)"][0]
+        want = x["requests_per_s"]["median"] / base["requests_per_s"]["median"]
+        check(f"{tag}: multiple against the fair baseline", abs(x["vs_async_threshold_max"] - want) < 1e-3 * want, x)
+        if d["runtime"] == "cudasim" and x["allocator"] != "streampool":
+            check(f"{tag}: 4 driver allocations per request", x["driver_allocs_per_request"] == 4, x)
+    check("table printed with the multiples", "x async" in r.stdout and "x cuda" in r.stdout, r.stdout)
     check("svg written", open(svg).read().startswith("<svg"))
     r = run("serve", "--allocators", "nope")
     check("unknown allocator: exit 2", r.returncode == 2, r.stderr)
@@ -113,16 +191,79 @@ def _():
     r = run("hotpath", "--quick", "--seconds", "0.005", "--json", out)
     check("hotpath exits 0", r.returncode == 0, r.stderr)
     d = json.load(open(out))
-    check("12 hotpath rows (6 sizes x 1, 2 threads)", len(d["hotpath"]) == 12, d["hotpath"])
+    check("14 hotpath rows (7 sizes x 1, 2 threads)", len(d["hotpath"]) == 14, d["hotpath"])
+    check("sizes up to 64 MiB", max(x["size"] for x in d["hotpath"]) == 64 << 20, d["hotpath"])
     check("every pair cost is positive",
           all(x["ns_per_pair"] > 0 and x["malloc_ns_per_pair"] > 0 for x in d["hotpath"]))
     dims = {x["dimension"] for x in d["scaling"]}
     check("scaling over live allocations, streams, pools",
           dims == {"live_allocations", "streams", "pools"}, dims)
+    live = [x for x in d["scaling"] if x["dimension"] == "live_allocations"]
+    check("held memory grows with live allocations",
+          live[-1]["held_bytes"] > live[0]["held_bytes"] >= 256 * live[0]["value"], live)
     if d["runtime"] == "cudasim":
         calls = {x["allocator"]: x["calls_per_1000_pairs"] for x in d["calls"]}
         check("steady state: streampool makes no CUDA call", calls.get("streampool") == 0, calls)
         check("raw cudaMallocAsync makes 2 per pair", calls.get("cudaMallocAsync") == 2000, calls)
+
+
+SCHEMA = {
+    "serve": {"allocator": str, "streams": int, "requests": int, "warmup_requests": int,
+              "repeats": int, "requests_per_s": dict, "p99_us": dict, "p50_us": float,
+              "peak_reserved_bytes": int, "failures": int},
+    "hotpath": {"size": int, "threads": int, "ns_per_pair": float, "malloc_ns_per_pair": float,
+                "driver_calls_per_1000_pairs": float},
+    "scaling": {"dimension": str, "value": int, "ns_per_pair": float, "held_bytes": int},
+    "calls": {"allocator": str, "calls_per_1000_pairs": (int, float)},
+    "replay": {"allocator": str, "workload": str, "events": int, "repeats": int,
+               "device_bytes": int, "failures": int, "peak_requested_bytes": int,
+               "peak_held_bytes": int, "peak_reserved_bytes": int},
+}
+
+
+@case("all: one JSON with a schema, every shape replayed")
+def _():
+    out, svg = os.path.join(tmp, "all.json"), os.path.join(tmp, "all.svg")
+    logs = os.path.join(tmp, "logs")
+    os.mkdir(logs)
+    r = run("all", "--quick", "--log-dir", logs, "--json", out, "--plot", svg)
+    check("all exits 0", r.returncode == 0, r.stderr)
+    d = json.load(open(out))
+    check("schema_version 2", d.get("schema_version") == 2, d.get("schema_version"))
+    for section, fields in SCHEMA.items():
+        rows = d.get(section) or []
+        check(f"all: {section} has rows", len(rows) > 0 or (section == "calls" and d["runtime"] != "cudasim"))
+        bad = [(x, k) for x in rows for k, t in fields.items() if not isinstance(x.get(k), t)]
+        check(f"all: {section} rows carry every field with its type", not bad, bad[:3])
+    check("all: every shape by every allocator",
+          sorted((x["workload"], x["allocator"]) for x in d["replay"]) ==
+          sorted((s, a) for s in SHAPES for a in ALLOCATORS), d["replay"])
+    for x in d["replay"]:
+        tag = f"{x['workload']} {x['allocator']}"
+        check(f"{tag}: replayed with no failure, a capacity found",
+              x["failures"] == 0 and x["capacity_bytes"], x)
+        if not x["capacity_bytes"]:
+            continue
+        # the capacity, checked from outside: one more replay on a device of exactly that size
+        again = os.path.join(tmp, "again.json")
+        name = "cudaMallocAsync-max" if "threshold" in x["allocator"] else x["allocator"]
+        r = run("replay", os.path.join(logs, f"sp-bench-{x['workload']}.csv"), "--allocators",
+                name, "--repeat", "1", "--capacity", str(x["capacity_bytes"]), "--json", again)
+        y = json.load(open(again))["replay"][0]
+        check(f"{tag}: zero failures at its reported capacity",
+              r.returncode == 0 and y["failures"] == 0 and y["device_bytes"] == x["capacity_bytes"],
+              (r.stderr, y))
+    try:
+        ET.parse(svg)
+        well_formed = True
+    except ET.ParseError as e:
+        well_formed = repr(e)
+    check("svg: well-formed XML", well_formed is True, well_formed)
+    page = open(svg).read()
+    check("svg: one page, a plot per benchmark, labelled with runtime and machine",
+          page.startswith("<svg") and "requests/s" in page and "p99" in page and
+          "held / peak requested" in page and "ns per alloc+free" in page and
+          d["runtime"] in page and d["machine"].split(",")[0] in page, page[:300])
 
 
 print(f"1..{len(results)}")
