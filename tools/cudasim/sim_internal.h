@@ -33,7 +33,8 @@
     X(cudaMemGetInfo) X(cudaDeviceSynchronize) X(cudaGetDeviceCount) X(cudaSetDevice) \
     X(cudaGetDevice) X(cudaDeviceGetAttribute) X(cudaDriverGetVersion) \
     X(cudaRuntimeGetVersion) X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorName) \
-    X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties)
+    X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties) \
+    X(cudaStreamGetId) X(cudaDeviceCanAccessPeer) X(cudaMemPoolGetAccess)
 
 typedef enum {
 #define SIM_API_ENUM(name) SIM_API_##name,
@@ -82,6 +83,8 @@ struct sim_stream {
     uint64_t submitted;      /* seq of the last op enqueued */
     uint64_t completed;      /* seq of the last op executed */
     uint64_t observed;       /* highest seq a host synchronize has seen complete */
+    uint64_t retired_at;     /* 0, or the device's syncs_started + 1 when it left the device
+                              * list: a device synchronize begun later has seen all its work */
     sim_clock clock;
     sim_op *head, *tail;
     pthread_cond_t work_cv;  /* worker: new work or destroy */
@@ -110,12 +113,15 @@ typedef struct sim_seg {
     struct sim_seg *prev, *next;           /* address order within the chunk */
     struct sim_seg *free_prev, *free_next; /* the pool's list of free segments */
     sim_chunk *chunk;
-    size_t offset, size;
+    char *addr;              /* absolute, so a chunk can be split without touching its segs */
+    size_t size;
     bool allocated;
     sim_stream *freed_on;    /* NULL: free and known complete to the host (reusable anywhere) */
     uint64_t freed_seq;
 } sim_seg;
 
+/* A contiguous range of the pool's address space, backed by whole 2 MiB pages. Remapping and
+ * trimming cut pages out of chunks, splitting them. */
 struct sim_chunk {
     sim_chunk *next;
     sim_pool *pool;
@@ -151,6 +157,8 @@ typedef struct {
     sim_pool *default_pool, *current_pool, *sync_pool;
     sim_stream *streams;     /* every stream alive (legacy and per-thread included) */
     sim_stream *legacy;
+    uint64_t syncs_started;  /* device-wide synchronizations begun */
+    uint64_t device_syncs;   /* the latest start number among those that have completed */
     cudaError_t sticky;
 } sim_device;
 
@@ -210,6 +218,11 @@ void sim_clock_free(sim_clock *c);
 /* Blocks (releasing the lock) until s has executed op `seq`, then marks it observed. */
 void sim_stream_sync_to(sim_stream *s, uint64_t seq);
 void sim_device_sync(int device);
+/* sim_stream_sync_to, and marks observed too the work of other streams that s's op `seq` was
+ * ordered after (deps: s's clock as of that op), as a host synchronize proves it complete. */
+void sim_stream_sync_observing(sim_stream *s, uint64_t seq, const sim_clock *deps);
+/* Has a host synchronize seen stream s's op `seq` complete? */
+bool sim_stream_observed(const sim_stream *s, uint64_t seq);
 void sim_streams_reset(void);
 
 /* ---- sim_pool.c ---- */

@@ -92,8 +92,11 @@ static void stream_unlink(sim_stream *s)
 
 static void stream_maybe_retire(sim_stream *s)
 {
-    if (s->destroyed && s->completed == s->submitted)
+    if (s->destroyed && s->completed == s->submitted) {
+        /* the next device synchronize is the host's proof that its frees completed */
+        s->retired_at = sim_g.devices[s->device].syncs_started + 1;
         stream_unlink(s);
+    }
 }
 
 static sim_stream *stream_new(int device, unsigned flags, int priority, bool legacy)
@@ -346,11 +349,15 @@ void sim_stream_sync_to(sim_stream *s, uint64_t seq)
 void sim_device_sync(int device)
 {
     sim_device *d = &sim_g.devices[device];
+    uint64_t start = ++d->syncs_started;
     size_t n = 0;
     for (sim_stream *x = d->streams; x; x = x->next_in_device)
         n++;
-    if (n == 0)
+    if (n == 0) {
+        if (d->device_syncs < start)
+            d->device_syncs = start;
         return;
+    }
     struct { sim_stream *s; uint64_t seq; } *all = calloc(n, sizeof *all);
     if (!all)
         abort();
@@ -365,6 +372,29 @@ void sim_device_sync(int device)
         sim_stream_unref(all[i].s);
     }
     free(all);
+    if (d->device_syncs < start)
+        d->device_syncs = start;
+}
+
+bool sim_stream_observed(const sim_stream *s, uint64_t seq)
+{
+    return s->observed >= seq ||
+           (s->retired_at && sim_g.devices[s->device].device_syncs >= s->retired_at);
+}
+
+void sim_stream_sync_observing(sim_stream *s, uint64_t seq, const sim_clock *deps)
+{
+    sim_clock snapshot = {0}; /* the lock is released while waiting: deps may move */
+    if (!clock_copy(&snapshot, deps))
+        abort(); /* out of host memory in the emulator itself */
+    sim_stream_sync_to(s, seq);
+    sim_device *d = &sim_g.devices[s->device];
+    for (sim_stream *x = d->streams; x; x = x->next_in_device) {
+        uint64_t dep = sim_clock_get(&snapshot, x->id);
+        if (x->observed < dep)
+            x->observed = dep; /* s waited for it, so it is complete too */
+    }
+    sim_clock_free(&snapshot);
 }
 
 /* ---- streams ---- */
@@ -439,7 +469,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     sim_lock();
     sim_stream *s = sim_stream_resolve(stream, &err);
     if (s) {
-        sim_stream_sync_to(s, s->submitted);
+        sim_stream_sync_observing(s, s->submitted, &s->clock);
         sim_pools_release_after_sync(s->device);
         err = sim_g.devices[s->device].sticky;
     }
@@ -699,7 +729,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
     } else if (event->recorded) {
         sim_stream *s = event->stream;
         sim_stream_ref(s);
-        sim_stream_sync_to(s, event->seq);
+        sim_stream_sync_observing(s, event->seq, &event->clock);
         sim_pools_release_after_sync(s->device);
         err = sim_g.devices[s->device].sticky;
         sim_stream_unref(s);
