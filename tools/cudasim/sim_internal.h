@@ -1,11 +1,15 @@
 /* cudasim internals shared by sim_core.c (devices, errors, handles, counters, faults),
  * sim_stream.c (streams, events, host functions, copies) and sim_pool.c (memory). One global
- * mutex guards every piece of emulator state: the emulator's job is to be right, and its
- * host-side cost is reported as such by the benchmarks. */
+ * mutex guards the emulator's state, with two exceptions so that stream workers do not queue
+ * behind every API call: a stream's op queue (head, tail, destroyed) is guarded by the stream's
+ * own qlock, taken after the global lock, never before it; and `completed` is atomic, written by
+ * the worker alone. Workers take the global lock only for ops that touch shared state (memset,
+ * memcpy, event record, event wait), never for a free or a host function. */
 #ifndef CUDASIM_INTERNAL_H
 #define CUDASIM_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -81,14 +85,16 @@ struct sim_stream {
     int priority;
     bool legacy, destroyed, has_worker;
     uint64_t submitted;      /* seq of the last op enqueued */
-    uint64_t completed;      /* seq of the last op executed */
+    _Atomic uint64_t completed; /* seq of the last op executed (its worker writes it) */
+    atomic_uint done_waiters;   /* threads in done_cv: the worker locks to wake them */
     uint64_t observed;       /* highest seq a host synchronize has seen complete */
     uint64_t retired_at;     /* 0, or the device's syncs_started + 1 when it left the device
                               * list: a device synchronize begun later has seen all its work */
     sim_clock clock;
+    pthread_mutex_t qlock;   /* head, tail, and destroyed's transitions */
     sim_op *head, *tail;
-    pthread_cond_t work_cv;  /* worker: new work or destroy */
-    pthread_cond_t done_cv;  /* waiters: `completed` moved */
+    pthread_cond_t work_cv;  /* worker, with qlock: new work or destroy */
+    pthread_cond_t done_cv;  /* waiters, with the global lock: `completed` moved */
     unsigned refs;
     sim_stream *next_in_device;
 };

@@ -71,6 +71,7 @@ void sim_stream_unref(sim_stream *s)
     if (--s->refs)
         return;
     sim_clock_free(&s->clock);
+    pthread_mutex_destroy(&s->qlock);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->done_cv);
     free((struct CUstream_st *)s);
@@ -92,7 +93,7 @@ static void stream_unlink(sim_stream *s)
 
 static void stream_maybe_retire(sim_stream *s)
 {
-    if (s->destroyed && s->completed == s->submitted) {
+    if (s->destroyed && s->completed == s->submitted && !s->retired_at) {
         /* the next device synchronize is the host's proof that its frees completed */
         s->retired_at = sim_g.devices[s->device].syncs_started + 1;
         stream_unlink(s);
@@ -111,6 +112,7 @@ static sim_stream *stream_new(int device, unsigned flags, int priority, bool leg
     s->priority = priority;
     s->legacy = legacy;
     s->refs = 1;
+    pthread_mutex_init(&s->qlock, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     sim_device *d = &sim_g.devices[device];
@@ -131,17 +133,42 @@ static void event_release_if_done(struct CUevent_st *e)
     }
 }
 
+/* Under the global lock: blocks until t has executed op `seq`. */
+static void wait_completed(sim_stream *t, uint64_t seq)
+{
+    atomic_fetch_add(&t->done_waiters, 1);
+    while (t->completed < seq)
+        pthread_cond_wait(&t->done_cv, &sim_g.lock);
+    atomic_fetch_sub(&t->done_waiters, 1);
+}
+
+/* Without the global lock: publishes op `seq` as executed. A waiter counts itself before it
+ * reads `completed`, and this reads the count after writing it (both sequentially consistent),
+ * so either the waiter sees the new value or this sees the waiter and wakes it under the lock. */
+static void stream_complete(sim_stream *s, uint64_t seq)
+{
+    s->completed = seq;
+    if (atomic_load(&s->done_waiters)) {
+        sim_lock();
+        pthread_cond_broadcast(&s->done_cv);
+        sim_unlock();
+    }
+}
+
+/* Runs one op on s's worker, without the global lock held; takes it for shared state. */
 static void run_op(sim_stream *s, sim_op *op)
 {
-    sim_device *d = &sim_g.devices[s->device];
-    switch (op->kind) {
-    case OP_HOST:
-        sim_unlock();
+    if (op->kind == OP_FREE)
+        return; /* its seq marks the point from which the block may be reused (rule 11) */
+    if (op->kind == OP_HOST) {
         sim_in_host_fn = true;
         op->u.host.fn(op->u.host.arg);
         sim_in_host_fn = false;
-        sim_lock();
-        break;
+        return;
+    }
+    sim_lock();
+    sim_device *d = &sim_g.devices[s->device];
+    switch (op->kind) {
     case OP_MEMSET:
     case OP_MEMCPY:
         if (op->bad_address) {
@@ -168,35 +195,47 @@ static void run_op(sim_stream *s, sim_op *op)
     }
     case OP_WAIT: {
         sim_stream *t = op->u.wait.target;
-        while (t->completed < op->u.wait.seq)
-            pthread_cond_wait(&t->done_cv, &sim_g.lock);
+        wait_completed(t, op->u.wait.seq);
         sim_stream_unref(t);
         break;
     }
+    case OP_HOST:
     case OP_FREE:
-        break; /* its seq marks the point from which the block may be reused (rule 11) */
+        break;
     }
+    sim_unlock();
 }
 
 static void *worker_main(void *arg)
 {
     sim_stream *s = arg;
-    sim_lock();
+    pthread_mutex_lock(&s->qlock);
     for (;;) {
         while (!s->head && !s->destroyed)
-            pthread_cond_wait(&s->work_cv, &sim_g.lock);
+            pthread_cond_wait(&s->work_cv, &s->qlock);
         if (!s->head)
             break;
         sim_op *op = s->head;
+        pthread_mutex_unlock(&s->qlock);
         run_op(s, op);
+        pthread_mutex_lock(&s->qlock);
         s->head = op->next;
         if (!s->head)
             s->tail = NULL;
-        s->completed = op->seq;
+        bool drained = s->destroyed && !s->head;
+        pthread_mutex_unlock(&s->qlock);
+        stream_complete(s, op->seq);
         free(op);
-        pthread_cond_broadcast(&s->done_cv);
-        stream_maybe_retire(s);
+        if (drained) {
+            sim_lock();
+            stream_maybe_retire(s);
+            sim_unlock();
+        }
+        pthread_mutex_lock(&s->qlock);
     }
+    pthread_mutex_unlock(&s->qlock);
+    sim_lock();
+    stream_maybe_retire(s); /* destroyed while its last op was completing */
     s->has_worker = false;
     sim_g.workers--;
     pthread_cond_broadcast(&sim_g.workers_cv);
@@ -232,12 +271,14 @@ cudaError_t sim_stream_enqueue(sim_stream *s, sim_op *op)
         sim_g.workers++;
     }
     op->seq = ++s->submitted;
+    pthread_mutex_lock(&s->qlock);
     if (s->tail)
         s->tail->next = op;
     else
         s->head = op;
     s->tail = op;
     pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->qlock);
     return cudaSuccess;
 }
 
@@ -339,8 +380,7 @@ static sim_stream *resolve_live(cudaStream_t handle, cudaError_t *err)
 void sim_stream_sync_to(sim_stream *s, uint64_t seq)
 {
     sim_stream_ref(s);
-    while (s->completed < seq)
-        pthread_cond_wait(&s->done_cv, &sim_g.lock);
+    wait_completed(s, seq);
     if (s->observed < seq)
         s->observed = seq;
     sim_stream_unref(s);
@@ -454,8 +494,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     }
     sim_stream *s = &stream->s;
     sim_handle_remove(stream);
+    pthread_mutex_lock(&s->qlock);
     s->destroyed = true; /* rule 16: pending work still runs, then resources go */
     pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->qlock);
     stream_maybe_retire(s);
     sim_unlock();
     return cudaSuccess;
@@ -801,8 +843,10 @@ void sim_streams_reset(void)
         sim_device *d = &sim_g.devices[dev];
         for (sim_stream *x = d->streams; x; x = x->next_in_device) {
             sim_handle_remove(x);
+            pthread_mutex_lock(&x->qlock);
             x->destroyed = true;
             pthread_cond_signal(&x->work_cv);
+            pthread_mutex_unlock(&x->qlock);
         }
     }
     while (sim_g.workers)
