@@ -280,6 +280,8 @@ static void two_devices_are_not_peers(void **state)
     assert_int_equal(can, 0);
     CK(cudaDeviceCanAccessPeer(&can, 1, 0));
     assert_int_equal(can, 0);
+    CK(cudaDeviceCanAccessPeer(&can, 1, 1)); /* the documented choice for a device and itself */
+    assert_int_equal(can, 0);
     cudaMemPool_t pool;
     CK(cudaDeviceGetDefaultMemPool(&pool, 0));
     struct cudaMemAccessDesc desc = {.location = {.type = cudaMemLocationTypeDevice, .id = 1},
