@@ -401,6 +401,314 @@ static void rule13_trim_needs_observed_frees(void **state)
     CK(cudaMemPoolDestroy(pool));
 }
 
+/* 11(c), Programming Guide "Stream Ordered Memory Allocator", reuse policies: a synchronize
+ * proves complete everything the synchronized work was ordered after, so a free on stream a
+ * that b waited for through an event is observed by cudaStreamSynchronize(b) and is reusable
+ * by any stream whatever the policies. A destroyed stream's free is observed by a device
+ * synchronize. */
+static void rule11c_synchronize_observes_frees_waited_on_through_events(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = pool_with_policies(0, 0, 0);
+    cudaStream_t a, b, c;
+    cudaEvent_t e;
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    void *p, *q, *r;
+    CK(cudaMallocFromPoolAsync(&p, 4096, pool, a));
+    uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+    CK(cudaFreeAsync(p, a));
+    CK(cudaEventRecord(e, a));
+    CK(cudaStreamWaitEvent(b, e, 0));
+    CK(cudaStreamSynchronize(b)); /* not a */
+    CK(cudaMallocFromPoolAsync(&q, 4096, pool, c));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
+#ifdef SP_CUDASIM
+    assert_ptr_equal(q, p);
+#endif
+    CK(cudaFreeAsync(q, c));
+    CK(cudaStreamDestroy(c)); /* its free is still pending */
+    CK(cudaDeviceSynchronize());
+    CK(cudaMallocFromPoolAsync(&r, 4096, pool, a));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
+#ifdef SP_CUDASIM
+    assert_ptr_equal(r, p);
+#endif
+    CK(cudaFreeAsync(r, a));
+    CK(cudaStreamSynchronize(a));
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* Two 1 MiB blocks that share a 2 MiB page on cudasim (adjacent there). */
+static void two_neighbours(cudaMemPool_t pool, cudaStream_t s, void **p, void **q)
+{
+    CK(cudaMallocFromPoolAsync(p, 1 * MiB, pool, s));
+    CK(cudaMallocFromPoolAsync(q, 1 * MiB, pool, s));
+    CK(cudaStreamSynchronize(s));
+#ifdef SP_CUDASIM
+    assert_ptr_equal((char *)*p + MiB, *q);
+#endif
+}
+
+/* 11(c): frees of two streams, once the host has observed both, are one free range any stream
+ * may have: a request spanning both needs no new memory (Programming Guide, stream-ordered
+ * allocator: reuse after synchronization is unconditional). */
+static void rule11c_observed_frees_of_two_streams_merge(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = pool_with_policies(0, 0, 0);
+    cudaStream_t a, b, c;
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    void *p, *q, *r;
+    two_neighbours(pool, a, &p, &q);
+    uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+    CK(cudaFreeAsync(p, a));
+    CK(cudaFreeAsync(q, b));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMallocFromPoolAsync(&r, 2 * MiB, pool, c));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
+#ifdef SP_CUDASIM
+    assert_ptr_equal(r, p);
+#endif
+    CK(cudaFreeAsync(r, c));
+    CK(cudaStreamSynchronize(c));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    CK(cudaStreamDestroy(c));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* 11(c) against 11: a free the host has observed stays reusable by any stream when its
+ * neighbour is freed later on another stream and is still pending; the pending free is not
+ * handed out. */
+static void rule11c_pending_free_does_not_taint_observed_neighbour(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = pool_with_policies(0, 0, 0);
+    cudaStream_t a, b, c;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    void *p, *q, *r, *t;
+    two_neighbours(pool, a, &p, &q);
+    uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+    CK(cudaFreeAsync(p, a));
+    CK(cudaStreamSynchronize(a));
+    gate_hold(g, b);
+    CK(cudaFreeAsync(q, b));
+    CK(cudaMallocFromPoolAsync(&r, 1 * MiB, pool, c));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
+    assert_ptr_not_equal(r, q);
+#ifdef SP_CUDASIM
+    assert_ptr_equal(r, p);
+#endif
+    CK(cudaMallocFromPoolAsync(&t, 1 * MiB, pool, c));
+    assert_ptr_not_equal(t, q); /* b's free is pending and c is not ordered after it */
+    gate_open(g);
+    CK(cudaFreeAsync(r, c));
+    CK(cudaFreeAsync(t, c));
+    CK(cudaDeviceSynchronize());
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    CK(cudaStreamDestroy(c));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* Rule 13a (NVIDIA, "Using the CUDA Stream-Ordered Memory Allocator, Part 1"): when free memory
+ * is fragmented, the driver remaps the pool's unused physical memory into a contiguous range
+ * rather than growing. Two free 2 MiB blocks serve a 4 MiB request, and data written to the new
+ * range is intact. */
+static void rule13a_fragmented_free_memory_is_remapped(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p[3], *r;
+    for (int i = 0; i < 3; i++)
+        CK(cudaMallocFromPoolAsync(&p[i], 2 * MiB, pool, s));
+    uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+    CK(cudaFreeAsync(p[0], s));
+    CK(cudaFreeAsync(p[2], s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMallocFromPoolAsync(&r, 4 * MiB, pool, s));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
+    CK(cudaMemsetAsync(r, 0x5a, 4 * MiB, s));
+    CK(cudaMemsetAsync(p[1], 0x11, 2 * MiB, s));
+    assert_true(device_bytes_are(r, 4 * MiB, 0x5a, s));
+    assert_true(device_bytes_are(p[1], 2 * MiB, 0x11, s));
+    CK(cudaFreeAsync(r, s));
+    CK(cudaFreeAsync(p[1], s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* Rule 13: cudaMemPoolTrimTo(pool, n): "the pool is guaranteed to have at least n bytes
+ * reserved after the operation" (Runtime API); the release threshold likewise is memory the pool
+ * holds on to at a synchronize (cudaMemPoolAttrReleaseThreshold). */
+static void rule13_trim_and_threshold_keep_at_least_the_minimum(void **state)
+{
+    (void)state;
+    for (int by_threshold = 0; by_threshold <= 1; by_threshold++) {
+        cudaMemPool_t pool = new_pool(by_threshold ? 3 * MiB : UINT64_MAX);
+        cudaStream_t s;
+        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        void *p;
+        CK(cudaMallocFromPoolAsync(&p, 8 * MiB, pool, s));
+        CK(cudaFreeAsync(p, s));
+        CK(cudaStreamSynchronize(s));
+        if (!by_threshold)
+            CK(cudaMemPoolTrimTo(pool, 3 * MiB));
+        uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
+        assert_true(reserved >= 3 * MiB);
+#ifdef SP_CUDASIM
+        assert_int_equal(reserved, 4 * MiB); /* whole 2 MiB pages */
+#endif
+        CK(cudaMemPoolTrimTo(pool, 0));
+        assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
+        CK(cudaStreamDestroy(s));
+        CK(cudaMemPoolDestroy(pool));
+    }
+}
+
+/* Rule 13b: cudaFreeAsync accepts memory from cudaMalloc (Programming Guide, stream-ordered
+ * allocator, "cudaFreeAsync() ... can free memory allocated with cudaMalloc"); the data written
+ * before the free is intact when read in stream order. */
+static void rule13b_cudafreeasync_accepts_cudamalloc_memory(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p;
+    CK(cudaMalloc(&p, 3 * MiB));
+    CK(cudaMemsetAsync(p, 0x3c, 3 * MiB, s));
+    assert_true(device_bytes_are(p, 3 * MiB, 0x3c, s));
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamSynchronize(s));
+    assert_int_equal(cudaFreeAsync(p, s), cudaErrorInvalidValue); /* freed already */
+    (void)cudaGetLastError();
+    CK(cudaStreamDestroy(s));
+}
+
+/* Rule 13b: cudaFree of stream-ordered memory frees it at once, in no stream's order (Runtime
+ * API cudaFree: the caller must make sure every access is done); it neither waits for the
+ * allocating stream nor is queued behind it. */
+static void rule13b_cudafree_of_stream_ordered_memory_is_unordered(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = pool_with_policies(0, 0, 0);
+    CK(cudaDeviceSetMemPool(0, pool));
+    cudaStream_t a, b;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    void *p, *q;
+    CK(cudaMallocAsync(&p, 4096, a));
+    CK(cudaStreamSynchronize(a));
+    gate_hold(g, a);
+    CK(cudaFree(p));
+    assert_int_equal(cudaStreamQuery(a), cudaErrorNotReady);
+    CK(cudaMallocAsync(&q, 4096, b));
+#ifdef SP_CUDASIM
+    assert_ptr_equal(q, p); /* free, and observed free, the moment cudaFree returned */
+#endif
+    gate_open(g);
+    CK(cudaFreeAsync(q, b));
+    CK(cudaStreamSynchronize(b));
+    CK(cudaStreamSynchronize(a));
+    cudaMemPool_t def;
+    CK(cudaDeviceGetDefaultMemPool(&def, 0));
+    CK(cudaDeviceSetMemPool(0, def));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* cudaStreamGetId (Runtime API): unique for the life of the program, special handles accepted.
+ * Peer access: cudaDeviceCanAccessPeer's answer agrees with cudaMemPoolSetAccess and
+ * cudaMemPoolGetAccess (a pool is read-write from its own device; a device that cannot access
+ * its peer gets no access). IPC: a device that lists no pool handle types refuses export. */
+static void stream_ids_peer_access_and_ipc(void **state)
+{
+    (void)state;
+    cudaStream_t s1, s2;
+    CK(cudaStreamCreate(&s1));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    unsigned long long id1, id1b, id2, legacy, legacy0, per_thread;
+    CK(cudaStreamGetId(s1, &id1));
+    CK(cudaStreamGetId(s1, &id1b));
+    CK(cudaStreamGetId(s2, &id2));
+    CK(cudaStreamGetId(cudaStreamLegacy, &legacy));
+    CK(cudaStreamGetId(0, &legacy0));
+    CK(cudaStreamGetId(cudaStreamPerThread, &per_thread));
+    assert_int_equal(id1, id1b);
+    assert_int_equal(legacy, legacy0);
+    assert_true(id1 != id2 && id1 != legacy && id2 != legacy && per_thread != legacy &&
+                per_thread != id1 && per_thread != id2);
+    assert_int_equal(cudaStreamGetId(s1, NULL), cudaErrorInvalidValue);
+    CK(cudaStreamDestroy(s1));
+    cudaStream_t s3;
+    CK(cudaStreamCreate(&s3));
+    unsigned long long id3;
+    CK(cudaStreamGetId(s3, &id3));
+    assert_true(id3 != id1 && id3 != id2); /* even if the handle value is reused */
+    CK(cudaStreamDestroy(s2));
+    CK(cudaStreamDestroy(s3));
+
+    int n = 0;
+    CK(cudaGetDeviceCount(&n));
+    for (int dev = 0; dev < n; dev++) {
+        cudaMemPool_t pool;
+        CK(cudaDeviceGetDefaultMemPool(&pool, dev));
+        struct cudaMemLocation own = {.type = cudaMemLocationTypeDevice, .id = dev};
+        enum cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+        CK(cudaMemPoolGetAccess(&flags, pool, &own));
+        assert_int_equal(flags, cudaMemAccessFlagsProtReadWrite);
+        int can = -1;
+        for (int peer = 0; peer < n; peer++) {
+            if (peer == dev)
+                continue;
+            CK(cudaDeviceCanAccessPeer(&can, peer, dev));
+            struct cudaMemAccessDesc desc = {
+                .location = {.type = cudaMemLocationTypeDevice, .id = peer},
+                .flags = cudaMemAccessFlagsProtReadWrite};
+            cudaError_t err = cudaMemPoolSetAccess(pool, &desc, 1);
+            struct cudaMemLocation where = {.type = cudaMemLocationTypeDevice, .id = peer};
+            CK(cudaMemPoolGetAccess(&flags, pool, &where));
+            if (can) {
+                CK(err);
+                assert_int_equal(flags, cudaMemAccessFlagsProtReadWrite);
+                desc.flags = cudaMemAccessFlagsProtNone;
+                CK(cudaMemPoolSetAccess(pool, &desc, 1));
+            } else {
+                assert_int_not_equal(err, cudaSuccess);
+                assert_int_equal(flags, cudaMemAccessFlagsProtNone);
+            }
+            (void)cudaGetLastError();
+        }
+        int handle_types = -1;
+        CK(cudaDeviceGetAttribute(&handle_types, cudaDevAttrMemoryPoolSupportedHandleTypes, dev));
+        if (handle_types == 0) {
+            int fd = -1;
+            assert_int_equal(cudaMemPoolExportToShareableHandle(
+                                 &fd, pool, cudaMemHandleTypePosixFileDescriptor, 0),
+                             cudaErrorNotSupported);
+            (void)cudaGetLastError();
+        }
+    }
+    assert_int_equal(cudaDeviceCanAccessPeer(&(int){0}, 0, n), cudaErrorInvalidDevice);
+    (void)cudaGetLastError();
+}
+
 /* Rule 14: the legacy stream waits for earlier work on blocking streams, and later work on
  * blocking streams waits for it. */
 static void rule14_legacy_stream_synchronizes_with_blocking_streams(void **state)
@@ -726,6 +1034,14 @@ int main(void)
         T(rule11c_reuse_after_host_synchronize),
         T(rule12_release_threshold_at_synchronize),
         T(rule13_trim_needs_observed_frees),
+        T(rule11c_synchronize_observes_frees_waited_on_through_events),
+        T(rule11c_observed_frees_of_two_streams_merge),
+        T(rule11c_pending_free_does_not_taint_observed_neighbour),
+        T(rule13a_fragmented_free_memory_is_remapped),
+        T(rule13_trim_and_threshold_keep_at_least_the_minimum),
+        T(rule13b_cudafreeasync_accepts_cudamalloc_memory),
+        T(rule13b_cudafree_of_stream_ordered_memory_is_unordered),
+        T(stream_ids_peer_access_and_ipc),
         T(rule14_legacy_stream_synchronizes_with_blocking_streams),
         T(rule15_nonblocking_and_per_thread_streams),
         T(rule16_destroy_with_pending_work),

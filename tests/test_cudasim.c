@@ -1,5 +1,6 @@
 /* Emulator-only tests: what needs cudasim's extension API (capacity, fault injection, call
  * counters, reset) or a behaviour a real GPU cannot be driven into safely (a device fault). */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -144,6 +145,169 @@ static void frees_on_two_streams_do_not_merge(void **state)
     CK(cudaStreamDestroy(a));
     CK(cudaStreamDestroy(b));
     CK(cudaMemPoolDestroy(pool));
+}
+
+/* Rule 13a in exact figures: free pages of the pool are remapped into a new contiguous range
+ * before the pool grows, and it grows only by the shortfall, in 2 MiB pages. */
+static void remap_grows_only_by_the_shortfall(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p[3], *r1, *r2, *r3;
+    for (int i = 0; i < 3; i++)
+        CK(cudaMallocFromPoolAsync(&p[i], 2 * MiB, pool, s));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 6 * MiB);
+    CK(cudaFreeAsync(p[0], s));
+    CK(cudaFreeAsync(p[2], s)); /* rule 9: reusable by s at once, no synchronize needed */
+    CK(cudaMallocFromPoolAsync(&r1, 4 * MiB, pool, s));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 6 * MiB);
+    CK(cudaMallocFromPoolAsync(&r2, 3 * MiB, pool, s)); /* nothing free: 4 MiB more */
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 10 * MiB);
+    CK(cudaFreeAsync(p[1], s));
+    /* p[1]'s page is remapped; r2's free 1 MiB tail is no whole page: 4 MiB more */
+    CK(cudaMallocFromPoolAsync(&r3, 6 * MiB, pool, s));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 14 * MiB);
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent), 13 * MiB);
+    size_t free_b, total;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(total - free_b, 14 * MiB);
+    CK(cudaMemsetAsync(r3, 0x77, 6 * MiB, s));
+    assert_true(device_bytes_are(r3, 6 * MiB, 0x77, s));
+    CK(cudaFreeAsync(r1, s));
+    CK(cudaFreeAsync(r2, s));
+    CK(cudaFreeAsync(r3, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemPoolTrimTo(pool, 0));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* 11(b) with remapping: pages whose free has executed on stream a are remapped for stream b
+ * only with opportunistic reuse on; without it the pool grows by the whole request. */
+static void remap_follows_opportunistic_reuse(void **state)
+{
+    (void)state;
+    for (int opportunistic = 0; opportunistic <= 1; opportunistic++) {
+        cudaMemPool_t pool = new_pool(UINT64_MAX);
+        pool_flag(pool, cudaMemPoolReuseFollowEventDependencies, 0);
+        pool_flag(pool, cudaMemPoolReuseAllowOpportunistic, opportunistic);
+        pool_flag(pool, cudaMemPoolReuseAllowInternalDependencies, 0);
+        cudaStream_t a, b;
+        cudaEvent_t e;
+        CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+        CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+        CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        void *p1, *p2, *q;
+        CK(cudaMallocFromPoolAsync(&p1, 2 * MiB, pool, a));
+        CK(cudaMallocFromPoolAsync(&p2, 2 * MiB, pool, a));
+        CK(cudaFreeAsync(p1, a));
+        CK(cudaFreeAsync(p2, a));
+        CK(cudaEventRecord(e, a));
+        cudaError_t st;
+        while ((st = cudaEventQuery(e)) == cudaErrorNotReady)
+            sched_yield();
+        CK(st);
+        CK(cudaMallocFromPoolAsync(&q, 4 * MiB, pool, b));
+        assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent),
+                         opportunistic ? 4 * MiB : 8 * MiB);
+        CK(cudaFreeAsync(q, b));
+        CK(cudaDeviceSynchronize());
+        CK(cudaEventDestroy(e));
+        CK(cudaStreamDestroy(a));
+        CK(cudaStreamDestroy(b));
+        CK(cudaMemPoolDestroy(pool));
+    }
+}
+
+/* Rule 13 in exact figures: a trim releases the free whole pages of a chunk that is partly in
+ * use, and stops at the page that would take the pool below the minimum. */
+static void trim_releases_whole_free_pages(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p, *r;
+    CK(cudaMallocFromPoolAsync(&p, 7 * MiB, pool, s));
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMallocFromPoolAsync(&r, 512, pool, s)); /* best fit: the never-used 8th MiB */
+    assert_ptr_equal(r, (char *)p + 7 * MiB);       /* so the 4th page stays in use */
+    CK(cudaMemPoolTrimTo(pool, 5 * MiB));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 6 * MiB);
+    CK(cudaMemPoolTrimTo(pool, 0));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 2 * MiB);
+    CK(cudaFreeAsync(r, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemPoolTrimTo(pool, 0));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemPoolDestroy(pool));
+}
+
+/* Rule 13b in exact figures: cudaMalloc memory freed by cudaFreeAsync returns to the device
+ * at the next synchronize that observes the free. */
+static void cudafreeasync_of_cudamalloc_memory_returns_it(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    size_t free0, free1, total;
+    CK(cudaMemGetInfo(&free0, &total));
+    void *p;
+    CK(cudaMalloc(&p, 3 * MiB));
+    CK(cudaMemGetInfo(&free1, &total));
+    assert_int_equal(free0 - free1, 4 * MiB);
+    CK(cudaFreeAsync(p, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemGetInfo(&free1, &total));
+    assert_int_equal(free1, free0);
+    CK(cudaStreamDestroy(s));
+}
+
+/* Issue 8 item 3 with two devices: no emulated device is peer-capable, and every call says so
+ * consistently; pool IPC is not supported and the device attribute lists no handle types. */
+static void two_devices_are_not_peers(void **state)
+{
+    (void)state;
+    setenv("CUDASIM_DEVICE_COUNT", "2", 1);
+    cudasimReset();
+    int can = -1;
+    CK(cudaDeviceCanAccessPeer(&can, 0, 1));
+    assert_int_equal(can, 0);
+    CK(cudaDeviceCanAccessPeer(&can, 1, 0));
+    assert_int_equal(can, 0);
+    CK(cudaDeviceCanAccessPeer(&can, 1, 1)); /* the documented choice for a device and itself */
+    assert_int_equal(can, 0);
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    struct cudaMemAccessDesc desc = {.location = {.type = cudaMemLocationTypeDevice, .id = 1},
+                                     .flags = cudaMemAccessFlagsProtReadWrite};
+    assert_int_equal(cudaMemPoolSetAccess(pool, &desc, 1), cudaErrorNotSupported);
+    desc.flags = cudaMemAccessFlagsProtNone;
+    CK(cudaMemPoolSetAccess(pool, &desc, 1));
+    enum cudaMemAccessFlags flags = cudaMemAccessFlagsProtRead;
+    CK(cudaMemPoolGetAccess(&flags, pool, &desc.location));
+    assert_int_equal(flags, cudaMemAccessFlagsProtNone);
+    desc.location.id = 2;
+    assert_int_equal(cudaMemPoolGetAccess(&flags, pool, &desc.location), cudaErrorInvalidDevice);
+    int types = -1;
+    CK(cudaDeviceGetAttribute(&types, cudaDevAttrMemoryPoolSupportedHandleTypes, 1));
+    assert_int_equal(types, 0);
+    int fd = -1;
+    cudaMemPool_t imported = NULL;
+    assert_int_equal(cudaMemPoolExportToShareableHandle(&fd, pool,
+                                                        cudaMemHandleTypePosixFileDescriptor, 0),
+                     cudaErrorNotSupported);
+    assert_int_equal(cudaMemPoolImportFromShareableHandle(&imported, &fd,
+                                                          cudaMemHandleTypePosixFileDescriptor, 0),
+                     cudaErrorNotSupported);
+    assert_null(imported);
+    (void)cudaGetLastError();
+    unsetenv("CUDASIM_DEVICE_COUNT");
 }
 
 static void illegal_address_is_sticky_and_reported_at_execution(void **state)
@@ -339,6 +503,11 @@ int main(void)
         T(pool_accounting_is_exact),
         T(rule11d_internal_dependency_when_device_full),
         T(frees_on_two_streams_do_not_merge),
+        T(remap_grows_only_by_the_shortfall),
+        T(remap_follows_opportunistic_reuse),
+        T(trim_releases_whole_free_pages),
+        T(cudafreeasync_of_cudamalloc_memory_returns_it),
+        T(two_devices_are_not_peers),
         T(illegal_address_is_sticky_and_reported_at_execution),
         T(fault_injection_nth_and_persistent),
         T(call_counters),

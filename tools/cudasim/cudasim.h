@@ -13,14 +13,24 @@
  *    cudaMemPoolTrimTo and the release threshold may release) only after cudaStreamSynchronize,
  *    cudaEventSynchronize or cudaDeviceSynchronize covering the free. cudaStreamQuery and
  *    cudaEventQuery returning cudaSuccess do not count, and do not trigger release.
- *  - Stream synchronization marks only the synchronized stream's frees as observed, not those
- *    of the streams it depends on.
+ *  - cudaStreamSynchronize/cudaEventSynchronize mark as observed the synchronized stream's
+ *    frees and those of the streams it had waited on through events (as its vector clock records
+ *    them), nothing else; cudaDeviceSynchronize marks every stream's, destroyed ones included.
  *  - cudaStreamSynchronize(0) waits for the legacy stream's own work (which already waits for
  *    blocking streams' earlier work), not for blocking-stream work enqueued after it.
- *  - Freed blocks of two different streams are never coalesced until the host has observed
- *    both frees, so cross-stream reuse never comes from a merged range.
- *  - UsedMemCurrent drops when cudaFreeAsync is called; ReservedMemCurrent only when a chunk
- *    is released. Allocations are rounded to 512 bytes; physical chunks are 2 MiB multiples.
+ *  - Free ranges merge only when their reuse state matches: both observed, or both pending on
+ *    the same stream (the merged range then waits for the later free). A pending free never
+ *    merges into an observed neighbour, and two streams' frees merge once both are observed.
+ *  - A pool's address space is backed by 2 MiB pages. A request that no single reusable free
+ *    range fits first remaps whole free pages the requesting stream may reuse (rules 9, 11a-c)
+ *    into a new contiguous range and reserves only the shortfall (NVIDIA's "Using the CUDA
+ *    Stream-Ordered Memory Allocator, Part 1"). If any remapped page was not yet observed free,
+ *    the new range's unused rest counts as freed on the requesting stream at that point.
+ *    11(d) reuses only a single free range, never remapped pages.
+ *  - Free ranges are chosen best fit.
+ *  - UsedMemCurrent drops when cudaFreeAsync is called; ReservedMemCurrent when pages are
+ *    released. Allocations are rounded to 512 bytes. cudaMemPoolTrimTo and the release threshold
+ *    release whole observed-free pages and never take the pool below the amount to keep.
  *  - Allocating memory costs host address space only: pages are touched on first use.
  *  - cudaMemsetAsync/cudaMemcpyAsync are checked against live allocations when enqueued (in
  *    stream order, as the device would see them); a bad range fails when the op executes,
@@ -29,7 +39,8 @@
  *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
  *    caller's bug, and AddressSanitizer shows it).
- *  - cudaMemPoolExportToShareableHandle/ImportFromShareableHandle: cudaErrorNotSupported.
+ *  - cudaMemPoolExportToShareableHandle/ImportFromShareableHandle: cudaErrorNotSupported, as
+ *    is cudaMemPoolCreate with handle types; cudaDevAttrMemoryPoolSupportedHandleTypes says 0.
  *  - Graph capture (sim_graph.c) covers memset, memcpy, host functions, event record/wait,
  *    cudaMallocAsync/cudaMallocFromPoolAsync (allocation nodes) and cudaFreeAsync (free nodes).
  *    A launch enqueues the nodes in capture order; forked branches run concurrently on streams
@@ -61,12 +72,16 @@
  *    launch stream is ordered after that free or the host has synchronized on it; otherwise the
  *    relaunch fails with cudaErrorInvalidValue, as with an unfreed allocation.
  *  - cudaMallocAsync/cudaMallocFromPoolAsync of 0 bytes succeed with NULL, as cudaMalloc does.
- *  - cudaFree of a stream-ordered pointer frees it in legacy-stream order, without synchronizing
- *    (rule 4): blocking streams' earlier work comes first, as on the legacy stream.
- *  - A pool never remaps free chunks to satisfy a larger request: memory a pool keeps (release
- *    threshold) serves only requests that fit in it, until a trim gives it back to the device.
- *  - The device's reserved bytes are 2 MiB chunks (cudaMalloc's too), so cudaMemGetInfo moves in
+ *  - cudaFree of a stream-ordered pointer frees it at once, in no stream's order and without
+ *    synchronizing (rules 4, 13b): any stream may reuse it as soon as cudaFree returns.
+ *  - cudaFreeAsync accepts cudaMalloc memory (rule 13b); it returns to the device at the first
+ *    synchronize that observes the free (or at the next cudaMalloc/cudaFree).
+ *  - The device's reserved bytes are 2 MiB pages (cudaMalloc's too), so cudaMemGetInfo moves in
  *    2 MiB steps.
+ *  - No two emulated devices are peers: cudaDeviceCanAccessPeer answers 0 (also for a device
+ *    and itself), cudaMemPoolSetAccess refuses read or write access for another device with
+ *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone.
+ *  - cudaStreamGetId: ids are never reused, not even across cudasimReset.
  *
  * Environment: CUDASIM_DEVICE_COUNT (default 1), CUDASIM_DEVICE_MEMORY (default 16G; suffixes
  * K, M, G, T), read when the emulator first starts and after cudasimReset().

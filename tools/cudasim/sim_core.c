@@ -428,6 +428,43 @@ cudaError_t cudaGetDevice(int *device)
     return cudaSuccess;
 }
 
+/* Emulated devices share no memory bus: no device can map a peer's memory, and a device is
+ * not its own peer (CUDA answers 0 for device == peerDevice as well). */
+cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaDeviceCanAccessPeer);
+    if (err)
+        return sim_ret(err);
+    if (!canAccessPeer)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    bool ok = sim_dev(device) && sim_dev(peerDevice);
+    sim_unlock();
+    if (!ok)
+        return sim_ret(cudaErrorInvalidDevice);
+    *canAccessPeer = 0;
+    return cudaSuccess;
+}
+
+/* The Id is unique for the life of the program (stream ids are never reused, even across
+ * cudasimReset); 0, cudaStreamLegacy and cudaStreamPerThread are accepted. */
+cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaStreamGetId);
+    if (err)
+        return sim_ret(err);
+    if (!streamId)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_stream *s = sim_stream_resolve(hStream, &err);
+    unsigned long long id = s ? s->id : 0;
+    sim_unlock();
+    if (err)
+        return sim_ret(err);
+    *streamId = id;
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
     cudaError_t err = sim_enter(SIM_API_cudaDeviceGetAttribute);

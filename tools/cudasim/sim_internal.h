@@ -1,11 +1,15 @@
 /* cudasim internals shared by sim_core.c (devices, errors, handles, counters, faults),
  * sim_stream.c (streams, events, host functions, copies) and sim_pool.c (memory). One global
- * mutex guards every piece of emulator state: the emulator's job is to be right, and its
- * host-side cost is reported as such by the benchmarks. */
+ * mutex guards the emulator's state, with two exceptions so that stream workers do not queue
+ * behind every API call: a stream's op queue (head, tail, destroyed) is guarded by the stream's
+ * own qlock, taken after the global lock, never before it; and `completed` is atomic, written by
+ * the worker alone. Workers take the global lock only for ops that touch shared state (memset,
+ * memcpy, event record, event wait), never for a free or a host function. */
 #ifndef CUDASIM_INTERNAL_H
 #define CUDASIM_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -34,6 +38,7 @@
     X(cudaGetDevice) X(cudaDeviceGetAttribute) X(cudaDriverGetVersion) \
     X(cudaRuntimeGetVersion) X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorName) \
     X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties) \
+    X(cudaStreamGetId) X(cudaDeviceCanAccessPeer) X(cudaMemPoolGetAccess) \
     SIM_GRAPH_APIS(X)
 
 /* Graph capture and graphs (sim_graph.c). */
@@ -88,12 +93,16 @@ struct sim_stream {
     int priority;
     bool legacy, destroyed, has_worker;
     uint64_t submitted;      /* seq of the last op enqueued */
-    uint64_t completed;      /* seq of the last op executed */
+    _Atomic uint64_t completed; /* seq of the last op executed (its worker writes it) */
+    atomic_uint done_waiters;   /* threads in done_cv: the worker locks to wake them */
     uint64_t observed;       /* highest seq a host synchronize has seen complete */
+    uint64_t retired_at;     /* 0, or the device's syncs_started + 1 when it left the device
+                              * list: a device synchronize begun later has seen all its work */
     sim_clock clock;
+    pthread_mutex_t qlock;   /* head, tail, and destroyed's transitions */
     sim_op *head, *tail;
-    pthread_cond_t work_cv;  /* worker: new work or destroy */
-    pthread_cond_t done_cv;  /* waiters: `completed` moved */
+    pthread_cond_t work_cv;  /* worker, with qlock: new work or destroy */
+    pthread_cond_t done_cv;  /* waiters, with the global lock: `completed` moved */
     unsigned refs;
     sim_stream *next_in_device;
     struct sim_capturing *capture; /* sim_graph.c: set while the stream is in a capture */
@@ -120,12 +129,15 @@ typedef struct sim_seg {
     struct sim_seg *prev, *next;           /* address order within the chunk */
     struct sim_seg *free_prev, *free_next; /* the pool's list of free segments */
     sim_chunk *chunk;
-    size_t offset, size;
+    char *addr;              /* absolute, so a chunk can be split without touching its segs */
+    size_t size;
     bool allocated;
     sim_stream *freed_on;    /* NULL: free and known complete to the host (reusable anywhere) */
     uint64_t freed_seq;
 } sim_seg;
 
+/* A contiguous range of the pool's address space, backed by whole 2 MiB pages. Remapping and
+ * trimming cut pages out of chunks, splitting them. */
 struct sim_chunk {
     sim_chunk *next;
     sim_pool *pool;
@@ -161,6 +173,8 @@ typedef struct {
     sim_pool *default_pool, *current_pool, *sync_pool;
     sim_stream *streams;     /* every stream alive (legacy and per-thread included) */
     sim_stream *legacy;
+    uint64_t syncs_started;  /* device-wide synchronizations begun */
+    uint64_t device_syncs;   /* the latest start number among those that have completed */
     cudaError_t sticky;
 } sim_device;
 
@@ -220,6 +234,11 @@ void sim_clock_free(sim_clock *c);
 /* Blocks (releasing the lock) until s has executed op `seq`, then marks it observed. */
 void sim_stream_sync_to(sim_stream *s, uint64_t seq);
 void sim_device_sync(int device);
+/* sim_stream_sync_to, and marks observed too the work of other streams that s's op `seq` was
+ * ordered after (deps: s's clock as of that op), as a host synchronize proves it complete. */
+void sim_stream_sync_observing(sim_stream *s, uint64_t seq, const sim_clock *deps);
+/* Has a host synchronize seen stream s's op `seq` complete? */
+bool sim_stream_observed(const sim_stream *s, uint64_t seq);
 void sim_streams_reset(void);
 /* A stream with no handle (graph launches' concurrent branches), and its destruction. */
 sim_stream *sim_stream_new_internal(int device);

@@ -1,7 +1,9 @@
 /* cudasim device memory: each device reserves host address space once (an arena, untouched
- * pages cost no RAM) and hands it out in 2 MiB chunks up to its capacity. Pools sub-allocate
- * chunks in 512-byte units. A freed range remembers the stream-ordered free that released it
- * and is handed to another stream only under CUDA's reuse rules (CUDA-SEMANTICS B.9-11). */
+ * pages cost no RAM) and maps it to pools in 2 MiB pages up to its capacity. A pool's chunks are
+ * contiguous ranges of pages, sub-allocated in 512-byte units. A freed range remembers the
+ * stream-ordered free that released it and is handed to another stream only under CUDA's reuse
+ * rules (CUDA-SEMANTICS B.9-11); like the driver, a pool remaps free pages a stream may reuse
+ * into a new contiguous range before it grows (B.13a), and trims page by page (B.13). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -92,15 +94,36 @@ bool sim_range_live(const void *p, size_t n)
     sim_chunk *c = chunk_at(p, NULL);
     if (!c || n == 0)
         return c != NULL;
-    size_t off = (size_t)((const char *)p - c->base);
+    const char *q = p;
     sim_seg *seg = sim_handle_get(p, SIM_H_ALLOC); /* the common case: the allocation's start */
     for (sim_seg *s = c->segs; !seg && s; s = s->next)
-        if (off >= s->offset && off < s->offset + s->size)
+        if (q >= s->addr && q < s->addr + s->size)
             seg = s;
-    return seg && seg->allocated && n <= seg->offset + seg->size - off;
+    return seg && seg->allocated && n <= (size_t)(seg->addr + seg->size - q);
 }
 
 /* ---- segments and free lists ---- */
+
+static char *seg_end(const sim_seg *s)
+{
+    return s->addr + s->size;
+}
+
+static char *chunk_end(const sim_chunk *c)
+{
+    return c->base + c->size;
+}
+
+/* Page boundaries: pages are SIM_CHUNK-sized slots of the device arena. */
+static char *page_up(const sim_device *d, char *p)
+{
+    return d->arena + round_up((size_t)(p - d->arena), SIM_CHUNK);
+}
+
+static char *page_down(const sim_device *d, char *p)
+{
+    return d->arena + (size_t)(p - d->arena) / SIM_CHUNK * SIM_CHUNK;
+}
 
 static void free_list_push(sim_pool *pool, sim_seg *s)
 {
@@ -132,10 +155,12 @@ static void tag_set(sim_seg *s, sim_stream *stream, uint64_t seq)
     s->freed_seq = seq;
 }
 
-/* Rule 11(c): once a host synchronize has seen the free complete, any stream may reuse it. */
+/* Rule 11(c): once a host synchronize has seen the free complete (the freeing stream's own
+ * synchronize, an event or stream synchronize of work ordered after it, or a device
+ * synchronize), any stream may reuse it whatever the pool's reuse attributes. */
 static void tag_settle(sim_seg *s)
 {
-    if (s->freed_on && s->freed_on->observed >= s->freed_seq)
+    if (s->freed_on && sim_stream_observed(s->freed_on, s->freed_seq))
         tag_set(s, NULL, 0);
 }
 
@@ -154,20 +179,23 @@ static bool seg_reusable(const sim_pool *pool, sim_seg *s, sim_stream *b)
     return false;
 }
 
-/* Two neighbouring free ranges merge only if the result is no easier to reuse than either. */
+/* Two neighbouring free ranges merge only when their reuse state matches: both settled, or
+ * both pending on the same stream (the merged range then waits for the later free, which is
+ * stricter, never looser). A pending free never merges into a settled range, so it cannot
+ * taint it, and frees of two streams never merge until the host has observed both. */
 static bool merge_tags(sim_seg *a, sim_seg *b, sim_stream **stream, uint64_t *seq)
 {
     tag_settle(a);
     tag_settle(b);
-    if (a->freed_on && b->freed_on && a->freed_on != b->freed_on)
+    if (a->freed_on != b->freed_on)
         return false;
-    *stream = a->freed_on ? a->freed_on : b->freed_on;
+    *stream = a->freed_on;
     *seq = a->freed_seq > b->freed_seq ? a->freed_seq : b->freed_seq;
     return true;
 }
 
 /* Merges s with its successor when both are free and compatible; says whether it did. */
-static bool try_merge_next_checked(sim_pool *pool, sim_seg *s)
+static bool try_merge_next(sim_pool *pool, sim_seg *s)
 {
     sim_seg *n = s->next;
     sim_stream *stream;
@@ -185,29 +213,30 @@ static bool try_merge_next_checked(sim_pool *pool, sim_seg *s)
     return true;
 }
 
-static void try_merge_next(sim_pool *pool, sim_seg *s)
+/* Splits free segment s at `at` (inside it); returns the upper part, free with s's tag. */
+static sim_seg *seg_split(sim_pool *pool, sim_seg *s, char *at)
 {
-    (void)try_merge_next_checked(pool, s);
+    sim_seg *rest = calloc(1, sizeof *rest);
+    if (!rest)
+        abort(); /* out of host memory in the emulator itself */
+    rest->chunk = s->chunk;
+    rest->addr = at;
+    rest->size = (size_t)(seg_end(s) - at);
+    tag_set(rest, s->freed_on, s->freed_seq);
+    rest->prev = s;
+    rest->next = s->next;
+    if (s->next)
+        s->next->prev = rest;
+    s->next = rest;
+    s->size = (size_t)(at - s->addr);
+    free_list_push(pool, rest);
+    return rest;
 }
 
-static sim_seg *seg_take(sim_pool *pool, sim_seg *s, size_t need)
+static void seg_take(sim_pool *pool, sim_seg *s, size_t need)
 {
-    if (s->size > need) {
-        sim_seg *rest = calloc(1, sizeof *rest);
-        if (!rest)
-            return NULL;
-        rest->chunk = s->chunk;
-        rest->offset = s->offset + need;
-        rest->size = s->size - need;
-        tag_set(rest, s->freed_on, s->freed_seq);
-        rest->prev = s;
-        rest->next = s->next;
-        if (s->next)
-            s->next->prev = rest;
-        s->next = rest;
-        s->size = need;
-        free_list_push(pool, rest);
-    }
+    if (s->size > need)
+        (void)seg_split(pool, s, s->addr + need);
     free_list_remove(pool, s);
     tag_set(s, NULL, 0);
     s->allocated = true;
@@ -215,20 +244,26 @@ static sim_seg *seg_take(sim_pool *pool, sim_seg *s, size_t need)
     if (pool->used > pool->used_high)
         pool->used_high = pool->used;
     pool->live_allocs++;
-    sim_handle_put(s->chunk->base + s->offset, SIM_H_ALLOC, s);
-    return s;
+    sim_handle_put(s->addr, SIM_H_ALLOC, s);
 }
 
-/* ---- chunks ---- */
+/* Settles every free range the host has since observed and merges the neighbours that may
+ * merge: after a synchronize, ranges of different streams become one range again. */
+static void pool_coalesce(sim_pool *pool)
+{
+    for (sim_chunk *c = pool->chunks; c; c = c->next)
+        for (sim_seg *x = c->segs; x; x = x->next)
+            while (try_merge_next(pool, x))
+                ;
+}
 
-static sim_chunk *chunk_new(sim_pool *pool, size_t need)
+/* ---- chunks and pages ---- */
+
+/* Maps `size` bytes (whole pages) as a new chunk, one free segment tagged (stream, seq). The
+ * caller has checked the device's capacity and the pool's maxSize. */
+static sim_chunk *chunk_new(sim_pool *pool, size_t size, sim_stream *stream, uint64_t seq)
 {
     sim_device *d = &sim_g.devices[pool->device];
-    size_t size = round_up(need, SIM_CHUNK);
-    if (size < need || size > d->capacity - d->reserved)
-        return NULL;
-    if (pool->max_size && pool->reserved + size > pool->max_size)
-        return NULL;
     sim_chunk *c = calloc(1, sizeof *c);
     sim_seg *s = calloc(1, sizeof *s);
     if (!c || !s || !(c->base = arena_take(d, size / SIM_CHUNK, c))) {
@@ -239,7 +274,9 @@ static sim_chunk *chunk_new(sim_pool *pool, size_t need)
     c->pool = pool;
     c->size = size;
     s->chunk = c;
+    s->addr = c->base;
     s->size = size;
+    tag_set(s, stream, seq);
     c->segs = s;
     free_list_push(pool, s);
     c->next = pool->chunks;
@@ -251,19 +288,44 @@ static sim_chunk *chunk_new(sim_pool *pool, size_t need)
     return c;
 }
 
-static bool chunk_releasable(sim_chunk *c)
+/* Can the pool map `grow` more bytes? */
+static bool pool_can_grow(const sim_pool *pool, size_t grow)
 {
-    /* frees the host has since observed can now merge with their neighbours */
-    for (sim_seg *x = c->segs; x; x = x->next)
-        while (try_merge_next_checked(c->pool, x))
-            ;
-    sim_seg *s = c->segs;
-    if (s->allocated || s->next)
+    const sim_device *d = &sim_g.devices[pool->device];
+    if (grow > d->capacity - d->reserved)
         return false;
-    tag_settle(s);
-    return s->freed_on == NULL; /* rule 13: a free the host has not seen is still outstanding */
+    return !pool->max_size || pool->reserved + grow <= pool->max_size;
 }
 
+/* Splits chunk c at page boundary `at`, which is also a segment boundary; returns the upper
+ * chunk. */
+static sim_chunk *chunk_split(sim_pool *pool, sim_chunk *c, char *at)
+{
+    sim_device *d = &sim_g.devices[pool->device];
+    sim_chunk *upper = calloc(1, sizeof *upper);
+    if (!upper)
+        abort(); /* out of host memory in the emulator itself */
+    sim_seg *s = c->segs;
+    while (s->addr < at)
+        s = s->next;
+    s->prev->next = NULL;
+    s->prev = NULL;
+    upper->segs = s;
+    for (; s; s = s->next)
+        s->chunk = upper;
+    upper->pool = pool;
+    upper->base = at;
+    upper->size = (size_t)(chunk_end(c) - at);
+    c->size = (size_t)(at - c->base);
+    size_t first = (size_t)(at - d->arena) / SIM_CHUNK;
+    for (size_t i = 0; i < upper->size / SIM_CHUNK; i++)
+        d->chunk_map[first + i] = upper;
+    upper->next = c->next;
+    c->next = upper;
+    return upper;
+}
+
+/* Unmaps chunk c, which is one free segment. */
 static void chunk_release(sim_pool *pool, sim_chunk *c)
 {
     sim_device *d = &sim_g.devices[pool->device];
@@ -285,16 +347,112 @@ static void chunk_release(sim_pool *pool, sim_chunk *c)
     free(c);
 }
 
-/* Releases fully free, settled chunks while the pool holds more than `keep`. */
+/* Unmaps the whole pages [lo, hi) of free segment s, splitting s and its chunk around them. */
+static void release_pages(sim_pool *pool, sim_seg *s, char *lo, char *hi)
+{
+    if (lo > s->addr)
+        s = seg_split(pool, s, lo);
+    if (hi < seg_end(s))
+        (void)seg_split(pool, s, hi);
+    sim_chunk *c = s->chunk;
+    if (lo > c->base)
+        c = chunk_split(pool, c, lo);
+    if (hi < chunk_end(c))
+        (void)chunk_split(pool, c, hi);
+    chunk_release(pool, c);
+}
+
+typedef struct {
+    sim_seg *seg;
+    char *lo, *hi;
+} page_run;
+
+/* Whole pages inside free ranges that stream b may reuse (b NULL: only ranges the host has
+ * observed free). Fills a malloc'ed array of runs; returns the bytes they hold. */
+static size_t free_page_runs(sim_pool *pool, sim_stream *b, page_run **out, size_t *n_out)
+{
+    const sim_device *d = &sim_g.devices[pool->device];
+    size_t n = 0, cap = 0, total = 0;
+    page_run *runs = NULL;
+    for (sim_seg *s = pool->free_segs; s; s = s->free_next) {
+        char *lo = page_up(d, s->addr), *hi = page_down(d, seg_end(s));
+        if (hi <= lo || !seg_reusable(pool, s, b))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            page_run *r = realloc(runs, cap * sizeof *r);
+            if (!r)
+                abort(); /* out of host memory in the emulator itself */
+            runs = r;
+        }
+        runs[n++] = (page_run){s, lo, hi};
+        total += (size_t)(hi - lo);
+    }
+    *out = runs;
+    *n_out = n;
+    return total;
+}
+
+/* Unmaps up to `bytes` (whole pages) of the runs; returns the bytes unmapped. */
+static size_t release_runs(sim_pool *pool, page_run *runs, size_t n, size_t bytes)
+{
+    size_t done = 0;
+    for (size_t i = 0; i < n && done < bytes; i++) {
+        size_t len = (size_t)(runs[i].hi - runs[i].lo);
+        if (len > bytes - done)
+            len = bytes - done;
+        release_pages(pool, runs[i].seg, runs[i].lo, runs[i].lo + len);
+        done += len;
+    }
+    return done;
+}
+
+/* Rule 13: releases free pages the host has observed free while the pool holds more than
+ * `keep`, page by page, never going below `keep`; unobserved frees stay outstanding. */
 static void pool_release_to(sim_pool *pool, uint64_t keep)
 {
-    sim_chunk *c = pool->chunks;
-    while (c && pool->reserved > keep) {
-        sim_chunk *next = c->next;
-        if (chunk_releasable(c))
-            chunk_release(pool, c);
-        c = next;
+    if (pool->reserved <= keep)
+        return;
+    pool_coalesce(pool);
+    size_t excess = (size_t)(pool->reserved - keep) / SIM_CHUNK * SIM_CHUNK;
+    if (!excess)
+        return;
+    page_run *runs;
+    size_t n;
+    if (free_page_runs(pool, NULL, &runs, &n))
+        (void)release_runs(pool, runs, n, excess);
+    free(runs);
+}
+
+/* The pool's address space grows by a chunk of round_up(need) bytes; like the driver (NVIDIA,
+ * "Using the CUDA Stream-Ordered Memory Allocator, Part 1"), free pages of the pool that b may
+ * reuse are remapped into it first, so the pool's reserved bytes grow only by the shortfall.
+ * The new chunk's remainder is as reusable as the least settled page it took. */
+static sim_seg *pool_map(sim_pool *pool, sim_stream *b, size_t need)
+{
+    size_t size = round_up(need, SIM_CHUNK);
+    if (size < need)
+        return NULL;
+    page_run *runs;
+    size_t n;
+    size_t reusable = free_page_runs(pool, b, &runs, &n);
+    size_t take = reusable < size ? reusable : size;
+    sim_seg *s = NULL;
+    if (pool_can_grow(pool, size - take)) {
+        bool settled = true;
+        size_t counted = 0;
+        for (size_t i = 0; i < n && counted < take; i++) {
+            counted += (size_t)(runs[i].hi - runs[i].lo);
+            if (runs[i].seg->freed_on)
+                settled = false;
+        }
+        (void)release_runs(pool, runs, n, take);
+        sim_chunk *c = settled ? chunk_new(pool, size, NULL, 0)
+                               : chunk_new(pool, size, b, b->submitted);
+        s = c ? c->segs : NULL;
     }
+    free(runs);
+    return s;
 }
 
 /* ---- pools ---- */
@@ -368,7 +526,7 @@ void sim_pools_reset(void)
                 for (sim_seg *s = c->segs, *n; s; s = n) {
                     n = s->next;
                     if (s->allocated)
-                        sim_handle_remove(c->base + s->offset);
+                        sim_handle_remove(s->addr);
                     tag_set(s, NULL, 0);
                     free(s);
                 }
@@ -384,9 +542,23 @@ void sim_pools_reset(void)
         memset(d, 0, sizeof *d);
     }
 }
+/* Best fit among the free ranges b may reuse. */
+static sim_seg *find_fit(sim_pool *pool, sim_stream *b, size_t need)
+{
+    sim_seg *best = NULL;
+    for (sim_seg *s = pool->free_segs; s; s = s->free_next) {
+        if (s->size < need || (best && s->size >= best->size) || !seg_reusable(pool, s, b))
+            continue;
+        best = s;
+        if (s->size == need)
+            break;
+    }
+    return best;
+}
 
 /* Allocates from `pool` in the order CUDA gives: reuse (rules 9-11c) before new memory
- * (rule 10), and a reuse that inserts a wait (11d) only when no memory can be had. */
+ * (rule 10), remapping reusable free pages before growing (rule 13a), and a reuse that
+ * inserts a wait (11d) only when no memory can be had. */
 static cudaError_t pool_alloc(sim_pool *pool, sim_stream *b, size_t size, void **out)
 {
     sim_device *d = &sim_g.devices[pool->device];
@@ -395,15 +567,13 @@ static cudaError_t pool_alloc(sim_pool *pool, sim_stream *b, size_t size, void *
     size_t need = round_up(size ? size : 1, SIM_ALLOC_ALIGN);
     if (b)
         sim_stream_implicit_sync(b);
-    sim_seg *found = NULL;
-    for (sim_seg *s = pool->free_segs; s && !found; s = s->free_next)
-        if (s->size >= need && seg_reusable(pool, s, b))
-            found = s;
+    sim_seg *found = find_fit(pool, b, need);
     if (!found) {
-        sim_chunk *c = chunk_new(pool, need);
-        if (c)
-            found = c->segs;
+        pool_coalesce(pool); /* frees observed since they were made may merge now */
+        found = find_fit(pool, b, need);
     }
+    if (!found)
+        found = pool_map(pool, b, need);
     if (!found && pool->reuse_internal && b) {
         for (sim_seg *s = pool->free_segs; s && !found; s = s->free_next) {
             if (s->size >= need && s->freed_on &&
@@ -411,9 +581,10 @@ static cudaError_t pool_alloc(sim_pool *pool, sim_stream *b, size_t size, void *
                 found = s; /* 11(d): b now waits for the free */
         }
     }
-    if (!found || !seg_take(pool, found, need))
+    if (!found)
         return cudaErrorMemoryAllocation;
-    *out = found->chunk->base + found->offset;
+    seg_take(pool, found, need);
+    *out = found->addr;
     return cudaSuccess;
 }
 
@@ -429,22 +600,22 @@ static void pool_release_alloc(sim_seg *s, sim_stream *stream, uint64_t seq)
 {
     sim_chunk *c = s->chunk;
     sim_pool *pool = c->pool;
-    sim_handle_remove(c->base + s->offset);
+    sim_handle_remove(s->addr);
     s->allocated = false;
     pool->used -= s->size;
     pool->live_allocs--;
     tag_set(s, stream, seq);
     free_list_push(pool, s);
-    try_merge_next(pool, s);
+    (void)try_merge_next(pool, s);
     if (s->prev)
-        try_merge_next(pool, s->prev);
+        (void)try_merge_next(pool, s->prev);
 }
 
 static cudaError_t free_on_stream(void *ptr, sim_stream *s)
 {
     sim_seg *seg = alloc_lookup(ptr);
-    if (!seg || seg->chunk->pool->is_sync)
-        return cudaErrorInvalidValue;
+    if (!seg)
+        return cudaErrorInvalidValue; /* cudaMalloc memory is accepted too (rule 13b) */
     sim_op *op = sim_op_new(OP_FREE);
     if (!op)
         return cudaErrorMemoryAllocation;
@@ -574,10 +745,11 @@ cudaError_t cudaFree(void *devPtr)
     if (!seg) {
         err = cudaErrorInvalidValue;
     } else if (!seg->chunk->pool->is_sync) {
-        /* rule 4: a stream-ordered pointer is freed without synchronizing, in legacy order */
-        sim_stream *legacy = sim_stream_resolve(cudaStreamLegacy, &err);
-        if (legacy)
-            err = free_on_stream(devPtr, legacy);
+        /* rules 4 and 13b: a stream-ordered pointer is freed at once, without synchronizing
+         * and without stream ordering: the caller has made every access complete */
+        sim_pool *pool = seg->chunk->pool;
+        pool_release_alloc(seg, NULL, 0);
+        pool_reap(pool);
     } else {
         sim_pool *pool = seg->chunk->pool;
         sim_device_sync(pool->device);
@@ -864,11 +1036,37 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
             err = cudaErrorInvalidDevice;
         else if (a->location.id == p->device && a->flags != cudaMemAccessFlagsProtReadWrite)
             err = cudaErrorInvalidValue; /* the owning device always keeps read-write */
-        else if (a->location.id != p->device)
-            err = cudaErrorNotSupported;  /* no peer access between emulated devices */
+        else if (a->location.id != p->device && a->flags != cudaMemAccessFlagsProtNone)
+            err = cudaErrorNotSupported;  /* cudaDeviceCanAccessPeer says 0 for every pair */
     }
     sim_unlock();
     return sim_ret(err);
+}
+
+/* The owning device has read-write access; peers none, as cudaMemPoolSetAccess cannot grant
+ * it (no emulated device is peer-capable). */
+cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool,
+                                 struct cudaMemLocation *location)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolGetAccess);
+    if (err)
+        return sim_ret(err);
+    if (!flags || !location)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_pool *p = pool_resolve(memPool);
+    enum cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
+    if (!p || location->type != cudaMemLocationTypeDevice)
+        err = cudaErrorInvalidValue;
+    else if (!sim_dev(location->id))
+        err = cudaErrorInvalidDevice;
+    else if (location->id == p->device)
+        f = cudaMemAccessFlagsProtReadWrite;
+    sim_unlock();
+    if (err)
+        return sim_ret(err);
+    *flags = f;
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool,

@@ -71,6 +71,7 @@ void sim_stream_unref(sim_stream *s)
     if (--s->refs)
         return;
     sim_clock_free(&s->clock);
+    pthread_mutex_destroy(&s->qlock);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->done_cv);
     free((struct CUstream_st *)s);
@@ -92,8 +93,11 @@ static void stream_unlink(sim_stream *s)
 
 static void stream_maybe_retire(sim_stream *s)
 {
-    if (s->destroyed && s->completed == s->submitted)
+    if (s->destroyed && s->completed == s->submitted && !s->retired_at) {
+        /* the next device synchronize is the host's proof that its frees completed */
+        s->retired_at = sim_g.devices[s->device].syncs_started + 1;
         stream_unlink(s);
+    }
 }
 
 static sim_stream *stream_new(int device, unsigned flags, int priority, bool legacy)
@@ -108,6 +112,7 @@ static sim_stream *stream_new(int device, unsigned flags, int priority, bool leg
     s->priority = priority;
     s->legacy = legacy;
     s->refs = 1;
+    pthread_mutex_init(&s->qlock, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     sim_device *d = &sim_g.devices[device];
@@ -126,8 +131,10 @@ sim_stream *sim_stream_new_internal(int device)
 
 void sim_stream_destroy_internal(sim_stream *s)
 {
+    pthread_mutex_lock(&s->qlock);
     s->destroyed = true; /* as cudaStreamDestroy: pending work runs first */
     pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->qlock);
     stream_maybe_retire(s);
 }
 
@@ -144,17 +151,42 @@ static void event_release_if_done(struct CUevent_st *e)
     }
 }
 
+/* Under the global lock: blocks until t has executed op `seq`. */
+static void wait_completed(sim_stream *t, uint64_t seq)
+{
+    atomic_fetch_add(&t->done_waiters, 1);
+    while (t->completed < seq)
+        pthread_cond_wait(&t->done_cv, &sim_g.lock);
+    atomic_fetch_sub(&t->done_waiters, 1);
+}
+
+/* Without the global lock: publishes op `seq` as executed. A waiter counts itself before it
+ * reads `completed`, and this reads the count after writing it (both sequentially consistent),
+ * so either the waiter sees the new value or this sees the waiter and wakes it under the lock. */
+static void stream_complete(sim_stream *s, uint64_t seq)
+{
+    s->completed = seq;
+    if (atomic_load(&s->done_waiters)) {
+        sim_lock();
+        pthread_cond_broadcast(&s->done_cv);
+        sim_unlock();
+    }
+}
+
+/* Runs one op on s's worker, without the global lock held; takes it for shared state. */
 static void run_op(sim_stream *s, sim_op *op)
 {
-    sim_device *d = &sim_g.devices[s->device];
-    switch (op->kind) {
-    case OP_HOST:
-        sim_unlock();
+    if (op->kind == OP_FREE)
+        return; /* its seq marks the point from which the block may be reused (rule 11) */
+    if (op->kind == OP_HOST) {
         sim_in_host_fn = true;
         op->u.host.fn(op->u.host.arg);
         sim_in_host_fn = false;
-        sim_lock();
-        break;
+        return;
+    }
+    sim_lock();
+    sim_device *d = &sim_g.devices[s->device];
+    switch (op->kind) {
     case OP_MEMSET:
     case OP_MEMCPY:
         if (op->bad_address) {
@@ -181,35 +213,47 @@ static void run_op(sim_stream *s, sim_op *op)
     }
     case OP_WAIT: {
         sim_stream *t = op->u.wait.target;
-        while (t->completed < op->u.wait.seq)
-            pthread_cond_wait(&t->done_cv, &sim_g.lock);
+        wait_completed(t, op->u.wait.seq);
         sim_stream_unref(t);
         break;
     }
+    case OP_HOST:
     case OP_FREE:
-        break; /* its seq marks the point from which the block may be reused (rule 11) */
+        break;
     }
+    sim_unlock();
 }
 
 static void *worker_main(void *arg)
 {
     sim_stream *s = arg;
-    sim_lock();
+    pthread_mutex_lock(&s->qlock);
     for (;;) {
         while (!s->head && !s->destroyed)
-            pthread_cond_wait(&s->work_cv, &sim_g.lock);
+            pthread_cond_wait(&s->work_cv, &s->qlock);
         if (!s->head)
             break;
         sim_op *op = s->head;
+        pthread_mutex_unlock(&s->qlock);
         run_op(s, op);
+        pthread_mutex_lock(&s->qlock);
         s->head = op->next;
         if (!s->head)
             s->tail = NULL;
-        s->completed = op->seq;
+        bool drained = s->destroyed && !s->head;
+        pthread_mutex_unlock(&s->qlock);
+        stream_complete(s, op->seq);
         free(op);
-        pthread_cond_broadcast(&s->done_cv);
-        stream_maybe_retire(s);
+        if (drained) {
+            sim_lock();
+            stream_maybe_retire(s);
+            sim_unlock();
+        }
+        pthread_mutex_lock(&s->qlock);
     }
+    pthread_mutex_unlock(&s->qlock);
+    sim_lock();
+    stream_maybe_retire(s); /* destroyed while its last op was completing */
     s->has_worker = false;
     sim_g.workers--;
     pthread_cond_broadcast(&sim_g.workers_cv);
@@ -245,12 +289,14 @@ cudaError_t sim_stream_enqueue(sim_stream *s, sim_op *op)
         sim_g.workers++;
     }
     op->seq = ++s->submitted;
+    pthread_mutex_lock(&s->qlock);
     if (s->tail)
         s->tail->next = op;
     else
         s->head = op;
     s->tail = op;
     pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->qlock);
     return cudaSuccess;
 }
 
@@ -352,8 +398,7 @@ static sim_stream *resolve_live(cudaStream_t handle, cudaError_t *err)
 void sim_stream_sync_to(sim_stream *s, uint64_t seq)
 {
     sim_stream_ref(s);
-    while (s->completed < seq)
-        pthread_cond_wait(&s->done_cv, &sim_g.lock);
+    wait_completed(s, seq);
     if (s->observed < seq)
         s->observed = seq;
     sim_stream_unref(s);
@@ -362,11 +407,15 @@ void sim_stream_sync_to(sim_stream *s, uint64_t seq)
 void sim_device_sync(int device)
 {
     sim_device *d = &sim_g.devices[device];
+    uint64_t start = ++d->syncs_started;
     size_t n = 0;
     for (sim_stream *x = d->streams; x; x = x->next_in_device)
         n++;
-    if (n == 0)
+    if (n == 0) {
+        if (d->device_syncs < start)
+            d->device_syncs = start;
         return;
+    }
     struct { sim_stream *s; uint64_t seq; } *all = calloc(n, sizeof *all);
     if (!all)
         abort();
@@ -381,6 +430,29 @@ void sim_device_sync(int device)
         sim_stream_unref(all[i].s);
     }
     free(all);
+    if (d->device_syncs < start)
+        d->device_syncs = start;
+}
+
+bool sim_stream_observed(const sim_stream *s, uint64_t seq)
+{
+    return s->observed >= seq ||
+           (s->retired_at && sim_g.devices[s->device].device_syncs >= s->retired_at);
+}
+
+void sim_stream_sync_observing(sim_stream *s, uint64_t seq, const sim_clock *deps)
+{
+    sim_clock snapshot = {0}; /* the lock is released while waiting: deps may move */
+    if (!clock_copy(&snapshot, deps))
+        abort(); /* out of host memory in the emulator itself */
+    sim_stream_sync_to(s, seq);
+    sim_device *d = &sim_g.devices[s->device];
+    for (sim_stream *x = d->streams; x; x = x->next_in_device) {
+        uint64_t dep = sim_clock_get(&snapshot, x->id);
+        if (x->observed < dep)
+            x->observed = dep; /* s waited for it, so it is complete too */
+    }
+    sim_clock_free(&snapshot);
 }
 
 /* ---- streams ---- */
@@ -441,8 +513,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     sim_stream *s = &stream->s;
     sim_handle_remove(stream);
     sim_graph_stream_destroyed(s);
+    pthread_mutex_lock(&s->qlock);
     s->destroyed = true; /* rule 16: pending work still runs, then resources go */
     pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->qlock);
     stream_maybe_retire(s);
     sim_unlock();
     return cudaSuccess;
@@ -458,7 +532,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     if (s && (err = sim_graph_stream_check(s)))
         s = NULL; /* Programming Guide: a capturing stream cannot be synchronized */
     if (s) {
-        sim_stream_sync_to(s, s->submitted);
+        sim_stream_sync_observing(s, s->submitted, &s->clock);
         sim_pools_release_after_sync(s->device);
         err = sim_g.devices[s->device].sticky;
     }
@@ -718,7 +792,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
     } else if (event->recorded) {
         sim_stream *s = event->stream;
         sim_stream_ref(s);
-        sim_stream_sync_to(s, event->seq);
+        sim_stream_sync_observing(s, event->seq, &event->clock);
         sim_pools_release_after_sync(s->device);
         err = sim_g.devices[s->device].sticky;
         sim_stream_unref(s);
@@ -794,8 +868,10 @@ void sim_streams_reset(void)
         sim_device *d = &sim_g.devices[dev];
         for (sim_stream *x = d->streams; x; x = x->next_in_device) {
             sim_handle_remove(x);
+            pthread_mutex_lock(&x->qlock);
             x->destroyed = true;
             pthread_cond_signal(&x->work_cv);
+            pthread_mutex_unlock(&x->qlock);
         }
     }
     while (sim_g.workers)
