@@ -269,7 +269,7 @@ SP_API size_t sp_size_class(size_t bytes);
 
 /* ---- stats ---- */
 
-#define SP_STATS_VERSION 1
+#define SP_STATS_VERSION 2
 
 typedef struct {
     uint64_t current, peak, total;
@@ -292,7 +292,9 @@ typedef struct {
     X(limit_rejections, "allocations that failed with SP_ERR_LIMIT")                          \
     X(reclaims, "times this pool gave cached memory back for an out-of-memory")               \
     X(reclaimed_bytes, "cached bytes given back to the driver: trim, limits, out-of-memory")      \
-    X(trims, "sp_pool_trim calls and cache-limit releases")
+    X(trims, "sp_pool_trim calls and cache-limit releases")                                  \
+    X(skipped_steps, "best-effort steps skipped after a CUDA error (probe, fence, give-back)") \
+    X(give_back_failures, "segments the driver refused to take back (kept, counted as held)")
 
 typedef struct sp_stats {
     uint32_t size;      /* set by the caller: sizeof(sp_stats) */
@@ -308,6 +310,13 @@ typedef struct sp_stats {
 #define SP_STATS_FIELD(name, text) uint64_t name;
     SP_STATS_COUNTERS(SP_STATS_FIELD)
 #undef SP_STATS_FIELD
+    /* version 2: memory layout. Small blocks are carved from slabs, large ranges from
+     * segments; both are driver allocations that held counts. */
+    uint64_t inactive_split;   /* free bytes inside slabs and segments that hold a live or
+                                  cached block (PyTorch's inactive_split_bytes) */
+    uint64_t largest_free;     /* the largest free range in any segment or slab */
+    uint64_t segments, segment_bytes; /* large-tier driver allocations held */
+    uint64_t slabs, slab_bytes;       /* small-tier driver allocations held */
 } sp_stats;
 
 /* Fills *out (out->size must be set) for one pool, or for all pools of a runtime. */

@@ -20,6 +20,14 @@ uint32_t sp__class_of(size_t n)
     return SMALL_CLASSES + (uint32_t)(k - SMALL_LOG2) * SUB + (uint32_t)(j - 1);
 }
 
+uint32_t sp__class_floor(size_t n)
+{
+    if (n >= SP_MAX_ALLOC)
+        return SP_CLASS_COUNT - 1;
+    uint32_t c = sp__class_of(n);
+    return sp__class_size(c) == n ? c : c - 1;
+}
+
 size_t sp__class_size(uint32_t cls)
 {
     if (cls < SMALL_CLASSES)

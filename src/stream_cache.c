@@ -57,6 +57,11 @@ sp_stream_key sp__stream_key(cudaStream_t stream)
     return key;
 }
 
+bool sp__this_threads_stream(sp_stream_key key)
+{
+    return key.thread == 0 || key.thread == sp__stream_key(cudaStreamPerThread).thread;
+}
+
 static bool key_equal(sp_stream_key a, sp_stream_key b)
 {
     return a.stream == b.stream && a.thread == b.thread;
@@ -122,6 +127,10 @@ static sp_stream_cache *table_insert(sp_pool *pool, sp_stream_key key)
     sp_stream_cache *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    if (pthread_mutex_init(&c->fence_lock, NULL) != 0) {
+        free(c);
+        return NULL;
+    }
     c->key = key;
     c->pool = pool;
     size_t i = key_hash(pool->id, key) & (pool->bucket_count - 1);
@@ -180,6 +189,8 @@ void sp__cache_table_free(sp_pool *pool)
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {
         for (sp_stream_cache *c = *l, *next; c; c = next) {
             next = c->next_in_pool;
+            sp__cache_drop_fences(c);
+            pthread_mutex_destroy(&c->fence_lock);
             free(c);
         }
     }
