@@ -237,6 +237,10 @@ static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t str
     }
     pthread_mutex_lock(&h->lock);
     b = sp__heap_take(h, size, me, stream, mode);
+    if (!b && mode != SP_TAKE_KNOWN) { /* ranges settled since their free may merge now */
+        sp__heap_coalesce(h);
+        b = sp__heap_take(h, size, me, stream, mode);
+    }
     pthread_mutex_unlock(&h->lock);
     return b;
 }
@@ -260,6 +264,8 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     sp_block *b = take_freed(pool, c, stream, bytes, SP_TAKE_SETTLED);
     if (!b && policy == SP_CROSS_STREAM_WAIT)
         b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT);
+    if (!b && !small) /* free segments too small for this request go back before a new one */
+        (void)sp__heap_release(h, size, NULL);
     int rc = b ? SP_OK : sp__pool_grow(pool, h, size, c, stream, &b);
     if (rc == SP_ERR_LIMIT && size <= limit) {
         (void)sp__pool_give_back(pool, limit - size, false, NULL);

@@ -70,10 +70,12 @@ static inline void sp_spin_unlock(sp_spin *l)
 #define SP_SMALL_MAX ((size_t)1 << 20)
 #define SP_SLAB_BYTES ((size_t)2 << 20)
 #define SP_LARGE_ALIGN ((size_t)512)
-/* A large miss gets a segment of at least this many bytes (the request rounded to 2 MiB when
- * larger), so that medium requests share segments and huge ones get their own. */
+/* Medium requests (up to SP_MEDIUM_MAX) share segments of at least SP_SEGMENT_MIN; huge ones
+ * get segments of their own size (rounded to SP_SEGMENT_ROUND) and only huge requests split
+ * them, so that a few medium blocks never pin the space a huge request needs. */
+#define SP_MEDIUM_MAX ((size_t)8 << 20)
 #define SP_SEGMENT_MIN ((size_t)2 << 20)
-#define SP_SEGMENT_ROUND ((size_t)2 << 20)
+#define SP_SEGMENT_ROUND ((size_t)64 << 10)
 
 /* A same-stream miss may take a cached block up to this many classes larger (at most 4/16 =
  * 25% over the request above 4 KiB) rather than carve a new one. */
@@ -165,6 +167,7 @@ struct sp_segment {
     void *ptr;
     size_t size;
     size_t used;               /* bytes not free in the heap (live, or cached in a stream bin) */
+    bool huge;                 /* for requests over SP_MEDIUM_MAX only */
     sp_block *first;           /* lowest range */
     sp_segment *prev, *next;
 };
@@ -195,7 +198,12 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
 /* Adds a fresh driver allocation as a segment with one free range tagged (tag, epoch): the
  * allocation is ordered on the allocating stream only. Caller holds the lock.
  * SP_ERR_NO_HOST_MEMORY if its structures cannot be made (nothing changed). */
-int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, sp_stream_cache *tag, uint64_t epoch);
+int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_stream_cache *tag,
+                         uint64_t epoch);
+/* Merges free neighbours whose tags now allow it: a range freed next to another stream's
+ * pending one stays apart until both settle (asks the driver about a few tags). Caller holds
+ * the lock. */
+void sp__heap_coalesce(sp_heap *h);
 /* Returns a block to its segment as a free range tagged (tag, epoch), merging it with free
  * neighbours whose tags allow. Caller holds the lock. */
 void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch);

@@ -221,7 +221,7 @@ static size_t round_up(size_t n, size_t to)
 static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
 {
     size_t want = h->small ? SP_SLAB_BYTES : round_up(size, SP_SEGMENT_ROUND);
-    if (want < SP_SEGMENT_MIN && !h->small)
+    if (want < SP_SEGMENT_MIN && !h->small && size <= SP_MEDIUM_MAX)
         want = SP_SEGMENT_MIN;
     uint64_t limit = pool->cfg.limit;
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
@@ -248,7 +248,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
      * uses what is left of the segment only behind a fence recorded after it */
     uint64_t epoch = atomic_fetch_add_explicit(&me->free_epoch, 1, memory_order_acq_rel) + 1;
     pthread_mutex_lock(&h->lock);
-    rc = sp__heap_add_segment(h, ptr, bytes, me, epoch);
+    rc = sp__heap_add_segment(h, ptr, bytes, !h->small && size > SP_MEDIUM_MAX, me, epoch);
     *out = rc == SP_OK ? sp__heap_take(h, size, me, stream, SP_TAKE_KNOWN) : NULL;
     pthread_mutex_unlock(&h->lock);
     if (rc != SP_OK) {
@@ -388,8 +388,6 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
             *err = rc;
     }
     held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
-    if (held_before > held)
-        sp__pool_count(pool, SP_COUNT_reclaimed_bytes, held_before - held);
     return held_before > held ? held_before - held : 0;
 }
 

@@ -168,11 +168,12 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
                         sp_take_mode mode)
 {
     int asks = 0;
+    bool huge = size > SP_MEDIUM_MAX;
     uint32_t k = sp__class_floor(size);
     for (k = next_bin(h, k); k < SP_CLASS_COUNT; k = next_bin(h, k + 1)) {
         sp_block *best = NULL;
         for (sp_block *b = h->bins[k].head; b; b = b->next)
-            if (b->size >= size && (!best || b->size < best->size) &&
+            if (b->size >= size && (!best || b->size < best->size) && b->seg->huge == huge &&
                 usable(h, b, me, stream, mode, &asks))
                 best = b;
         if (best) {
@@ -183,6 +184,29 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
         }
     }
     return NULL;
+}
+
+void sp__heap_coalesce(sp_heap *h)
+{
+    int asks = 0;
+    for (sp_segment *s = h->segments; s; s = s->next) {
+        for (sp_block *b = s->first; b;) {
+            if (b->is_free && b->tag && !known_settled(b) && asks < SP_STEAL_ASKS) {
+                asks++;
+                if (sp__tag_settled(b->tag, b->epoch, true))
+                    b->tag = NULL;
+            }
+            sp_block *next = b->addr_next;
+            if (b->is_free && next && next->is_free && may_merge(b, next)) {
+                index_remove(h, b);
+                index_remove(h, next);
+                absorb(h, b, next);
+                index_add(h, b);
+                continue; /* b may merge with its new neighbour too */
+            }
+            b = next;
+        }
+    }
 }
 
 void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
@@ -204,7 +228,8 @@ void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
     index_add(h, b);
 }
 
-int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, sp_stream_cache *tag, uint64_t epoch)
+int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_stream_cache *tag,
+                         uint64_t epoch)
 {
     sp_segment *s = calloc(1, sizeof *s);
     sp_block *b = calloc(1, sizeof *b);
@@ -229,6 +254,7 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, sp_stream_cache *ta
     }
     s->ptr = ptr;
     s->size = size;
+    s->huge = huge;
     s->first = b;
     s->next = h->segments;
     if (s->next)
@@ -310,13 +336,14 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, int *err)
         if (rc == SP_OK) {
             sp__pool_count(pool, SP_COUNT_driver_frees, 1);
             sp__usage_add(pool, 0, 0, -(int64_t)s->size);
+            sp__pool_count(pool, SP_COUNT_reclaimed_bytes, s->size);
             released += s->size;
         } else {
             if (err && *err == SP_OK)
                 *err = rc;
             sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
             pthread_mutex_lock(&h->lock);
-            if (sp__heap_add_segment(h, s->ptr, s->size, NULL, 0) != SP_OK)
+            if (sp__heap_add_segment(h, s->ptr, s->size, s->huge, NULL, 0) != SP_OK)
                 sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
             pthread_mutex_unlock(&h->lock);
         }
