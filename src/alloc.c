@@ -60,7 +60,7 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
         if (sp_unlikely(!c))
             return SP_ERR_NO_HOST_MEMORY;
         pthread_mutex_lock(&pool->segments.lock);
-        sp_block *b = sp__heap_take(&pool->segments, large_size(bytes), c, stream, SP_TAKE_KNOWN);
+        sp_block *b = sp__heap_take(&pool->segments, large_size(bytes), c, stream, SP_TAKE_KNOWN, NULL);
         pthread_mutex_unlock(&pool->segments.lock);
         if (!b)
             return alloc_miss(pool, c, stream, bytes, ptr);
@@ -173,7 +173,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
  * driver is asked with no spin lock held; then any block no newer than the settled epoch
  * qualifies, since settlement only moves forward. */
 static sp_block *steal_from(sp_pool *pool, sp_stream_cache *v, uint32_t cls, cudaStream_t stream,
-                            sp_take_mode mode, int *asks)
+                            sp_take_mode mode, sp_ask_budget *ab)
 {
     uint64_t oldest = UINT64_MAX;
     sp_spin_lock(&v->lock);
@@ -183,15 +183,12 @@ static sp_block *steal_from(sp_pool *pool, sp_stream_cache *v, uint32_t cls, cud
     sp_spin_unlock(&v->lock);
     if (oldest == UINT64_MAX)
         return NULL;
-    bool ok = sp__tag_settled(v, oldest, false);
+    bool ok = mode == SP_TAKE_KNOWN ? sp__tag_settled(v, oldest, false)
+                                    : sp__tag_settled_within(ab, v, oldest);
     int counter = SP_COUNT_cross_stream_reuses;
-    if (!ok && mode != SP_TAKE_KNOWN && *asks < SP_STEAL_ASKS) {
-        ++*asks;
-        ok = sp__tag_settled(v, oldest, true);
-        if (!ok && mode == SP_TAKE_WAIT && sp__tag_wait(v, oldest, stream) == SP_OK) {
-            ok = true;
-            counter = SP_COUNT_cross_stream_waits;
-        }
+    if (!ok && mode == SP_TAKE_WAIT && sp__tag_wait(v, oldest, stream) == SP_OK) {
+        ok = true;
+        counter = SP_COUNT_cross_stream_waits;
     }
     if (!ok)
         return NULL;
@@ -212,34 +209,31 @@ static sp_block *steal_from(sp_pool *pool, sp_stream_cache *v, uint32_t cls, cud
 /* Memory other streams freed: their small blocks first (bins, at most SP_STEAL_PROBES caches),
  * then free ranges of the tier's slabs or segments. Best effort: nothing here fails. */
 static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t stream,
-                            size_t bytes, sp_take_mode mode)
+                            size_t bytes, sp_take_mode mode, sp_ask_budget *ab)
 {
     bool small = bytes <= SP_SMALL_MAX;
     sp_heap *h = small ? &pool->slabs : &pool->segments;
     size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
     sp_block *b = NULL;
-    int asks = 0;
     if (small) {
         uint32_t cls = sp__class_of(bytes);
-        if (cls + SP_FIT_CLASSES >= SP_CLASS_COUNT)
-            cls = SP_CLASS_COUNT - 1 - SP_FIT_CLASSES;
         for (sp_take_mode pass = SP_TAKE_KNOWN; !b && pass <= mode; pass++) {
             int probes = 0;
             pthread_mutex_lock(&pool->lock);
             for (sp_stream_cache *v = pool->caches; v && !b && probes < SP_STEAL_PROBES;
                  v = v->next_in_pool)
                 if (v != me && (probes++, true))
-                    b = steal_from(pool, v, sp__class_of(bytes), stream, pass, &asks);
+                    b = steal_from(pool, v, cls, stream, pass, ab);
             pthread_mutex_unlock(&pool->lock);
         }
         if (b)
             return b;
     }
     pthread_mutex_lock(&h->lock);
-    b = sp__heap_take(h, size, me, stream, mode);
-    if (!b && mode != SP_TAKE_KNOWN) { /* ranges settled since their free may merge now */
-        sp__heap_coalesce(h);
-        b = sp__heap_take(h, size, me, stream, mode);
+    b = sp__heap_take(h, size, me, stream, mode, ab);
+    if (!b) { /* ranges settled since their free may merge now */
+        sp__heap_coalesce(h, ab);
+        b = sp__heap_take(h, size, me, stream, mode, ab);
     }
     pthread_mutex_unlock(&h->lock);
     return b;
@@ -261,18 +255,19 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
     sp_cross_stream_policy policy = pool->cfg.cross_stream;
     uint64_t limit = pool->cfg.limit;
-    sp_block *b = take_freed(pool, c, stream, bytes, SP_TAKE_SETTLED);
+    sp_ask_budget asks = {0}, waits = {0};
+    sp_block *b = take_freed(pool, c, stream, bytes, SP_TAKE_SETTLED, &asks);
     if (!b && policy == SP_CROSS_STREAM_WAIT)
-        b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT);
+        b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits);
     if (!b && !small) /* free segments too small for this request go back before a new one */
-        (void)sp__heap_release(h, size, NULL);
+        (void)sp__heap_release(h, size, false, NULL);
     int rc = b ? SP_OK : sp__pool_grow(pool, h, size, c, stream, &b);
     if (rc == SP_ERR_LIMIT && size <= limit) {
         (void)sp__pool_give_back(pool, limit - size, false, NULL);
         rc = sp__pool_grow(pool, h, size, c, stream, &b);
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && policy != SP_CROSS_STREAM_NO_WAIT &&
-        (b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT)))
+        (b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits)))
         rc = SP_OK;
     if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT) {
         (void)sp__pool_give_back(pool, limit ? limit - (size < limit ? size : limit) : 0,

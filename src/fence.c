@@ -245,3 +245,16 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
     pthread_mutex_unlock(&c->fence_lock);
     return rc;
 }
+
+bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch)
+{
+    if (sp__tag_settled(c, epoch, false))
+        return true;
+    for (int i = 0; i < ab->asks; i++)
+        if (ab->asked[i] == c)
+            return false; /* asked during this miss already: nothing new to learn */
+    if (ab->asks >= SP_STEAL_ASKS)
+        return false;
+    ab->asked[ab->asks++] = c;
+    return sp__tag_settled(c, epoch, true);
+}

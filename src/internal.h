@@ -147,6 +147,14 @@ void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f);
  * `ask`: then the stream is queried or a covering fence recorded and queried (best effort: a
  * failing call leaves it unsettled and is counted). */
 bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask);
+/* One miss asks the driver about at most SP_STEAL_ASKS streams, each at most once: a stream
+ * that was busy a moment ago is not asked again within the same miss. */
+typedef struct {
+    int asks;
+    sp_stream_cache *asked[SP_STEAL_ASKS];
+} sp_ask_budget;
+/* sp__tag_settled within a miss's budget: asks only about a stream not yet asked. */
+bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch);
 /* Makes `stream` wait until the tag is settled (a covering fence, recorded if needed);
  * SP_OK if it now is ordered after it. */
 int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream);
@@ -194,7 +202,7 @@ int sp__heap_init(sp_heap *h, sp_pool *pool, bool small);
 /* Carves `size` bytes by best fit from a free range usable by `me` (mode as above); NULL if
  * none. Caller holds h->lock. */
 sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
-                        sp_take_mode mode);
+                        sp_take_mode mode, sp_ask_budget *ab);
 /* Adds a fresh driver allocation as a segment with one free range tagged (tag, epoch): the
  * allocation is ordered on the allocating stream only. Caller holds the lock.
  * SP_ERR_NO_HOST_MEMORY if its structures cannot be made (nothing changed). */
@@ -203,15 +211,16 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_strea
 /* Merges free neighbours whose tags now allow it: a range freed next to another stream's
  * pending one stays apart until both settle (asks the driver about a few tags). Caller holds
  * the lock. */
-void sp__heap_coalesce(sp_heap *h);
+void sp__heap_coalesce(sp_heap *h, sp_ask_budget *ab);
 /* Returns a block to its segment as a free range tagged (tag, epoch), merging it with free
  * neighbours whose tags allow. Caller holds the lock. */
 void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch);
 /* Gives wholly free, settled segments back to the driver on the service stream, largest first,
- * until `want` bytes went (or none is left). Returns the bytes given back; *err (if not NULL and
+ * until `want` bytes went (or none is left); settled by what is known, or asking the driver
+ * with `ask`. Returns the bytes given back; *err (if not NULL and
  * still SP_OK) gets the first CUDA error. Takes the lock itself; driver frees happen outside it,
  * and a segment the driver refuses stays the pool's. */
-uint64_t sp__heap_release(sp_heap *h, uint64_t want, int *err);
+uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, int *err);
 /* Fragmentation figures for stats; takes the lock. */
 void sp__heap_stats(sp_heap *h, sp_stats *st);
 /* Frees host structures; every segment must have been released. */

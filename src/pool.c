@@ -249,7 +249,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
     uint64_t epoch = atomic_fetch_add_explicit(&me->free_epoch, 1, memory_order_acq_rel) + 1;
     pthread_mutex_lock(&h->lock);
     rc = sp__heap_add_segment(h, ptr, bytes, !h->small && size > SP_MEDIUM_MAX, me, epoch);
-    *out = rc == SP_OK ? sp__heap_take(h, size, me, stream, SP_TAKE_KNOWN) : NULL;
+    *out = rc == SP_OK ? sp__heap_take(h, size, me, stream, SP_TAKE_KNOWN, NULL) : NULL;
     pthread_mutex_unlock(&h->lock);
     if (rc != SP_OK) {
         if (sp__cuda_free(ptr, stream) == SP_OK)
@@ -372,7 +372,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     uint64_t held = held_before;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
         if (held > keep)
-            held -= sp__heap_release(h, held - keep, err);
+            held -= sp__heap_release(h, held - keep, true, err);
         if (h == &pool->slabs)
             break;
     }
@@ -408,7 +408,7 @@ int sp__pool_free(sp_pool *pool)
     settle_all(pool, &err);
     bool unsettled = false;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
-        (void)sp__heap_release(h, UINT64_MAX, &err);
+        (void)sp__heap_release(h, UINT64_MAX, true, &err);
         unsettled |= h->segments != NULL;
         if (h == &pool->slabs)
             break;
@@ -424,7 +424,7 @@ int sp__pool_free(sp_pool *pool)
                 for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
                     atomic_store(&c->done_epoch, atomic_load(&c->free_epoch));
             for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
-                (void)sp__heap_release(h, UINT64_MAX, &err);
+                (void)sp__heap_release(h, UINT64_MAX, true, &err);
                 if (h == &pool->slabs)
                     break;
             }

@@ -96,17 +96,16 @@ static bool may_merge(sp_block *a, sp_block *b)
 }
 
 /* Can `me` on `stream` use the free range b now? Same stream or settled: yes. Otherwise, as the
- * mode allows, asks the driver (at most SP_STEAL_ASKS times per scan) or makes `stream` wait on
- * a covering fence. */
+ * mode allows, asks the driver (within the miss's budget) or makes `stream` wait on a covering
+ * fence. */
 static bool usable(sp_heap *h, sp_block *b, sp_stream_cache *me, cudaStream_t stream,
-                   sp_take_mode mode, int *asks)
+                   sp_take_mode mode, sp_ask_budget *ab)
 {
     if (b->tag == me || known_settled(b))
         return true;
-    if (mode == SP_TAKE_KNOWN || *asks >= SP_STEAL_ASKS)
+    if (mode == SP_TAKE_KNOWN)
         return false;
-    ++*asks;
-    if (sp__tag_settled(b->tag, b->epoch, true)) {
+    if (sp__tag_settled_within(ab, b->tag, b->epoch)) {
         sp__pool_count(h->pool, SP_COUNT_cross_stream_reuses, 1);
         b->tag = NULL;
         return true;
@@ -165,16 +164,15 @@ static void absorb(sp_heap *h, sp_block *low, sp_block *high)
 }
 
 sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
-                        sp_take_mode mode)
+                        sp_take_mode mode, sp_ask_budget *ab)
 {
-    int asks = 0;
     bool huge = size > SP_MEDIUM_MAX;
     uint32_t k = sp__class_floor(size);
     for (k = next_bin(h, k); k < SP_CLASS_COUNT; k = next_bin(h, k + 1)) {
         sp_block *best = NULL;
         for (sp_block *b = h->bins[k].head; b; b = b->next)
             if (b->size >= size && (!best || b->size < best->size) && b->seg->huge == huge &&
-                usable(h, b, me, stream, mode, &asks))
+                usable(h, b, me, stream, mode, ab))
                 best = b;
         if (best) {
             index_remove(h, best);
@@ -186,16 +184,12 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
     return NULL;
 }
 
-void sp__heap_coalesce(sp_heap *h)
+void sp__heap_coalesce(sp_heap *h, sp_ask_budget *ab)
 {
-    int asks = 0;
     for (sp_segment *s = h->segments; s; s = s->next) {
         for (sp_block *b = s->first; b;) {
-            if (b->is_free && b->tag && !known_settled(b) && asks < SP_STEAL_ASKS) {
-                asks++;
-                if (sp__tag_settled(b->tag, b->epoch, true))
-                    b->tag = NULL;
-            }
+            if (b->is_free && b->tag && sp__tag_settled_within(ab, b->tag, b->epoch))
+                b->tag = NULL;
             sp_block *next = b->addr_next;
             if (b->is_free && next && next->is_free && may_merge(b, next)) {
                 index_remove(h, b);
@@ -268,13 +262,13 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_strea
 
 /* ---- giving segments back ---- */
 
-/* Is every range of s free and settled (asking the driver)? */
-static bool wholly_free(sp_segment *s)
+/* Is every range of s free and settled (asking the driver if `ask`)? */
+static bool wholly_free(sp_segment *s, bool ask)
 {
     if (s->used)
         return false;
     for (sp_block *b = s->first; b; b = b->addr_next)
-        if (!b->is_free || (b->tag && !sp__tag_settled(b->tag, b->epoch, true)))
+        if (!b->is_free || (b->tag && !sp__tag_settled(b->tag, b->epoch, ask)))
             return false;
         else
             b->tag = NULL;
@@ -305,7 +299,7 @@ static int by_size_desc(const void *a, const void *b)
     return (x->size < y->size) - (x->size > y->size);
 }
 
-uint64_t sp__heap_release(sp_heap *h, uint64_t want, int *err)
+uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, int *err)
 {
     sp_pool *pool = h->pool;
     sp_runtime *rt = pool->rt;
@@ -318,7 +312,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, int *err)
     n = 0;
     if (cand)
         for (sp_segment *s = h->segments; s; s = s->next)
-            if (wholly_free(s))
+            if (wholly_free(s, ask))
                 cand[n++] = s;
     if (n)
         qsort(cand, n, sizeof *cand, by_size_desc);
