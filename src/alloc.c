@@ -138,7 +138,10 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
             break;
         sp_spin_unlock(&c->lock);
     }
-    b->epoch = atomic_fetch_add_explicit(&c->free_epoch, 1, memory_order_acq_rel) + 1;
+    /* one writer at a time (c->lock): no locked instruction; the release store orders the
+     * caller's work before any fence that reads this epoch */
+    b->epoch = atomic_load_explicit(&c->free_epoch, memory_order_relaxed) + 1;
+    atomic_store_explicit(&c->free_epoch, b->epoch, memory_order_release);
     c->frees++;
     c->freed_bytes += b->size;
     c->requested_delta -= (int64_t)b->requested;

@@ -244,7 +244,7 @@ struct sp_stream_cache {
     sp_stream_key key;
     sp_pool *pool;
     bool released;             /* forgotten: callers holding it must look again */
-    atomic_uint_least64_t free_epoch;  /* frees on this stream so far */
+    atomic_uint_least64_t free_epoch;  /* frees on this stream so far; written under `lock` */
     /* fence state, under fence_lock (a mutex: fences mean driver calls) */
     pthread_mutex_t fence_lock;
     atomic_uint_least64_t done_epoch;  /* frees known complete */

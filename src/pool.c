@@ -246,7 +246,10 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
     count(pool, SP_COUNT_driver_allocs);
     /* the allocation is ordered on `stream` only: tag it like a free there, so another stream
      * uses what is left of the segment only behind a fence recorded after it */
-    uint64_t epoch = atomic_fetch_add_explicit(&me->free_epoch, 1, memory_order_acq_rel) + 1;
+    sp_spin_lock(&me->lock); /* free_epoch's writers hold the cache's lock */
+    uint64_t epoch = atomic_load_explicit(&me->free_epoch, memory_order_relaxed) + 1;
+    atomic_store_explicit(&me->free_epoch, epoch, memory_order_release);
+    sp_spin_unlock(&me->lock);
     pthread_mutex_lock(&h->lock);
     rc = sp__heap_add_segment(h, ptr, bytes, !h->small && size > SP_MEDIUM_MAX, me, epoch);
     *out = rc == SP_OK ? sp__heap_take(h, size, me, stream, SP_TAKE_KNOWN, NULL) : NULL;
