@@ -1,9 +1,10 @@
 /* streampool: stream-ordered GPU memory for inference servers.
  *
- * A runtime per device holds named pools; each pool owns a cudaMemPool_t and keeps, per CUDA
- * stream, free lists of blocks by size class, so that an allocation on the stream that freed a
- * block is answered without a driver call. Blocks move between streams only behind an event
- * fence. Every call returns 0 (SP_OK) or a negative SP_ERR_* status.
+ * A runtime per device holds named pools; each pool owns a cudaMemPool_t. Small requests are
+ * kept per CUDA stream in free lists by size class, carved from 2 MiB slabs; large ones are
+ * carved by best fit from segments, split and merged. An allocation on the stream that freed
+ * memory is answered without a driver call; freed memory moves to another stream only behind an
+ * event fence. Every call returns 0 (SP_OK) or a negative SP_ERR_* status.
  *
  *   sp_runtime *rt;  sp_runtime_create(0, NULL, &rt);
  *   sp_pool *pool;   sp_pool_create(rt, "llama", NULL, &pool);
@@ -301,7 +302,8 @@ typedef struct sp_stats {
     uint32_t version;   /* set by the library: SP_STATS_VERSION */
     sp_stat_bytes requested;   /* bytes asked for by live allocations */
     sp_stat_bytes active;      /* the same, rounded to size classes */
-    sp_stat_bytes cached;      /* freed blocks kept in stream caches and the shared list */
+    sp_stat_bytes cached;      /* held but not live: blocks in stream bins and free ranges of
+                                  slabs and segments (total: bytes freed) */
     sp_stat_bytes held;        /* taken from the driver and not given back: active + cached
                                   (total: every byte ever taken) */
     uint64_t pool_reserved;    /* the cudaMemPools' ReservedMemCurrent */

@@ -171,44 +171,6 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 
 /* ---- the miss ---- */
 
-/* Takes a block of class `cls` (or up to SP_FIT_CLASSES larger) that another stream cached in
- * its bins, settled by what is known, by asking (mode SETTLED) or by a wait (mode WAIT). The
- * driver is asked with no spin lock held; then any block no newer than the settled epoch
- * qualifies, since settlement only moves forward. */
-static sp_block *steal_from(sp_pool *pool, sp_stream_cache *v, uint32_t cls, cudaStream_t stream,
-                            sp_take_mode mode, sp_ask_budget *ab)
-{
-    uint64_t oldest = UINT64_MAX;
-    sp_spin_lock(&v->lock);
-    for (uint32_t k = cls; k <= cls + SP_FIT_CLASSES; k++)
-        if (v->bins[k].tail && v->bins[k].tail->epoch < oldest)
-            oldest = v->bins[k].tail->epoch;
-    sp_spin_unlock(&v->lock);
-    if (oldest == UINT64_MAX)
-        return NULL;
-    bool ok = mode == SP_TAKE_KNOWN ? sp__tag_settled(v, oldest, false)
-                                    : sp__tag_settled_within(ab, v, oldest);
-    int counter = SP_COUNT_cross_stream_reuses;
-    if (!ok && mode == SP_TAKE_WAIT && sp__tag_wait(v, oldest, stream) == SP_OK) {
-        ok = true;
-        counter = SP_COUNT_cross_stream_waits;
-    }
-    if (!ok)
-        return NULL;
-    sp_block *b = NULL;
-    sp_spin_lock(&v->lock);
-    for (uint32_t k = cls; !b && k <= cls + SP_FIT_CLASSES; k++)
-        if (v->bins[k].tail && v->bins[k].tail->epoch <= oldest) {
-            b = v->bins[k].tail;
-            sp__bin_remove(&v->bins[k], b);
-            v->cached_bytes -= b->size;
-        }
-    sp_spin_unlock(&v->lock);
-    if (b)
-        sp__pool_count(pool, counter, 1);
-    return b;
-}
-
 /* Memory other streams freed: their small blocks first (bins, at most SP_STEAL_PROBES caches),
  * then free ranges of the tier's slabs or segments. Best effort: nothing here fails. */
 static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t stream,
@@ -218,20 +180,8 @@ static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t str
     sp_heap *h = small ? &pool->slabs : &pool->segments;
     size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
     sp_block *b = NULL;
-    if (small) {
-        uint32_t cls = sp__class_of(bytes);
-        for (sp_take_mode pass = SP_TAKE_KNOWN; !b && pass <= mode; pass++) {
-            int probes = 0;
-            pthread_mutex_lock(&pool->lock);
-            for (sp_stream_cache *v = pool->caches; v && !b && probes < SP_STEAL_PROBES;
-                 v = v->next_in_pool)
-                if (v != me && (probes++, true))
-                    b = steal_from(pool, v, cls, stream, pass, ab);
-            pthread_mutex_unlock(&pool->lock);
-        }
-        if (b)
-            return b;
-    }
+    if (small && (b = sp__small_steal(pool, me, sp__class_of(bytes), stream, mode, ab)))
+        return b;
     pthread_mutex_lock(&h->lock);
     b = sp__heap_take(h, size, me, stream, mode, ab);
     if (!b) { /* ranges settled since their free may merge now */

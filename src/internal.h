@@ -59,7 +59,7 @@ static inline void sp_spin_unlock(sp_spin *l)
     atomic_store_explicit(&l->held, 0, memory_order_release);
 }
 
-/* ---- size classes (size_class.c) ----
+/* ---- small requests (small.c): size classes, bins, steals, slabs ----
  * 256-byte steps up to 4 KiB, then 16 classes per power of two: rounding waste is under 256
  * bytes below 4 KiB and under 1/16 (6.25%) of the request above. */
 #define SP_CLASS_COUNT (16 + 34 * 16) /* up to SP_MAX_ALLOC = 2^46 */
@@ -264,9 +264,20 @@ struct sp_stream_cache {
 
 sp_stream_key sp__stream_key(cudaStream_t stream);
 bool sp__this_threads_stream(sp_stream_key key);
+
+/* small.c, continued: the bins of a stream cache (newest at the head) */
 void sp__bin_push(sp_bin *bin, sp_block *b);
 sp_block *sp__bin_pop_newest(sp_bin *bin);
 void sp__bin_remove(sp_bin *bin, sp_block *b);
+/* A block of class cls (or up to SP_FIT_CLASSES larger) that another stream cached. */
+sp_block *sp__small_steal(sp_pool *pool, sp_stream_cache *me, uint32_t cls, cudaStream_t stream,
+                          sp_take_mode mode, sp_ask_budget *ab);
+/* Empties a cache's bins into a list (c->lock held), and returns such a list to the slabs,
+ * each block tagged with its free on c's stream. */
+sp_block *sp__small_take_all(sp_stream_cache *c);
+void sp__small_to_slabs(sp_pool *pool, sp_stream_cache *c, sp_block *list);
+/* Every small block cached in the pool's live stream bins back to its slab, tagged. */
+void sp__small_flush_bins(sp_pool *pool);
 /* The pool's cache for `stream`, created if missing; NULL if host memory ran out. Fast when
  * this thread used the same (pool, stream) recently. */
 sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key);
@@ -352,8 +363,6 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c);
  * (never below the reservation). Returns the bytes the pool stopped holding; *err (if not
  * NULL) gets the first CUDA error. */
 uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err);
-/* Moves every small block cached in the pool's stream bins back to its slab, tagged. */
-void sp__pool_flush_bins(sp_pool *pool);
 /* A fresh slab or segment of heap h for a request of `size` bytes (rounded), allocated on
  * `stream` whose cache is `me`, and the range carved from it into *out. SP_ERR_LIMIT without
  * asking the driver if it would pass the pool's limit. */

@@ -302,50 +302,6 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
 
 /* ---- giving cached memory back ---- */
 
-/* Empties a cache's bins into a list (c->lock held). */
-static sp_block *bins_take_all(sp_stream_cache *c)
-{
-    sp_block *list = NULL;
-    for (uint32_t cls = 0; cls < SP_CLASS_COUNT; cls++) {
-        sp_block *b;
-        while ((b = sp__bin_pop_newest(&c->bins[cls]))) {
-            b->next = list;
-            list = b;
-        }
-    }
-    c->cached_bytes = 0;
-    return list;
-}
-
-/* Returns small blocks to their slabs, each tagged with its free on c's stream. */
-static void blocks_to_slabs(sp_pool *pool, sp_stream_cache *c, sp_block *list)
-{
-    if (!list)
-        return;
-    pthread_mutex_lock(&pool->slabs.lock);
-    for (sp_block *b = list, *next; b; b = next) {
-        next = b->next;
-        sp__heap_put(&pool->slabs, b, c, b->epoch);
-    }
-    pthread_mutex_unlock(&pool->slabs.lock);
-}
-
-static void cache_to_slabs(sp_pool *pool, sp_stream_cache *c)
-{
-    sp_spin_lock(&c->lock);
-    sp_block *list = bins_take_all(c);
-    sp_spin_unlock(&c->lock);
-    blocks_to_slabs(pool, c, list);
-}
-
-void sp__pool_flush_bins(sp_pool *pool)
-{
-    pthread_mutex_lock(&pool->lock);
-    for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
-        cache_to_slabs(pool, c);
-    pthread_mutex_unlock(&pool->lock);
-}
-
 /* Settles, by host waits, every stream's frees (trim and out of memory only): a covering fence
  * or a stream synchronize (rule 13: a free not yet observed complete cannot be released). */
 static void settle_all(sp_pool *pool, int *err)
@@ -369,7 +325,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     uint64_t held_before = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     if (held_before <= keep && !sync)
         return 0;
-    sp__pool_flush_bins(pool);
+    sp__small_flush_bins(pool);
     if (sync && atomic_load_explicit(&pool->rt->captures, memory_order_relaxed) == 0)
         settle_all(pool, err);
     uint64_t held = held_before;
@@ -407,7 +363,7 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
 int sp__pool_free(sp_pool *pool)
 {
     int err = SP_OK;
-    sp__pool_flush_bins(pool);
+    sp__small_flush_bins(pool);
     settle_all(pool, &err);
     bool unsettled = false;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
@@ -454,12 +410,12 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
     sp_spin_lock(&c->lock);
     c->released = true;
     sp__cache_flush_locked(pool, c);
-    sp_block *list = bins_take_all(c);
+    sp_block *list = sp__small_take_all(c);
     sp_spin_unlock(&c->lock);
     /* the released stream is named one last time: a fence covering all its frees (or, failing
      * that, a synchronize); its blocks and ranges keep their tags behind it */
     int rc = sp__cache_final_fence(c);
-    blocks_to_slabs(pool, c, list);
+    sp__small_to_slabs(pool, c, list);
     return rc;
 }
 

@@ -1,45 +1,10 @@
-/* Per-stream caches: a pool keeps, for every stream it has seen, bins of freed blocks by size
- * class. Finding the cache is the first step of every sp_alloc and sp_free, so a per-thread
+/* Per-stream caches: a pool keeps, for every stream it has seen, bins of freed small blocks by
+ * size class (small.c) and the tags of its frees (fence.c). Finding the cache is the first step of every sp_alloc and sp_free, so a per-thread
  * memo of the last few (pool, stream) pairs answers it with a compare; the pool's table, under
  * its mutex, is consulted only on a memo miss. */
 #include <stdlib.h>
 
 #include "internal.h"
-
-/* ---- bins: doubly linked, newest at the head (same-stream reuse takes the warmest block, a
- * steal from another stream the oldest, whose fence is likeliest complete) ---- */
-
-void sp__bin_push(sp_bin *bin, sp_block *b)
-{
-    b->prev = NULL;
-    b->next = bin->head;
-    if (bin->head)
-        bin->head->prev = b;
-    else
-        bin->tail = b;
-    bin->head = b;
-}
-
-void sp__bin_remove(sp_bin *bin, sp_block *b)
-{
-    if (b->prev)
-        b->prev->next = b->next;
-    else
-        bin->head = b->next;
-    if (b->next)
-        b->next->prev = b->prev;
-    else
-        bin->tail = b->prev;
-    b->prev = b->next = NULL;
-}
-
-sp_block *sp__bin_pop_newest(sp_bin *bin)
-{
-    sp_block *b = bin->head;
-    if (b)
-        sp__bin_remove(bin, b);
-    return b;
-}
 
 /* ---- stream keys ---- */
 
