@@ -185,18 +185,26 @@ static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t str
     pthread_mutex_lock(&h->lock);
     b = sp__heap_take(h, size, me, stream, mode, ab);
     if (!b) { /* ranges settled since their free may merge now */
-        sp__heap_coalesce(h, ab);
+        sp__heap_coalesce(h, me, ab);
         b = sp__heap_take(h, size, me, stream, mode, ab);
     }
     pthread_mutex_unlock(&h->lock);
     return b;
 }
 
+static bool held_would_peak(sp_pool *pool, size_t size)
+{
+    uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+    return held + size > atomic_load_explicit(&pool->usage.held.peak, memory_order_relaxed);
+}
+
 /* The whole ladder, in order. Each rung either yields a block or hands on to the next:
  *  1. memory another stream freed, behind a completed fence (asking the driver, bounded);
  *  2. under the WAIT policy, behind a pending fence the allocating stream waits on;
- *  3. a fresh slab or segment from the driver; over the pool's limit, the pool's own cache
- *     goes back first, and a request the limit still refuses fails with SP_ERR_LIMIT;
+ *  3. a fresh slab or segment from the driver (free segments too small for a large request go
+ *     back first if the new one would raise the pool's high-water mark); over the pool's
+ *     limit, the pool's own cache goes back first, and a request the limit still refuses fails
+ *     with SP_ERR_LIMIT;
  *  4. out of device memory: a pending fence (unless NO_WAIT), then the pool's own cache back
  *     to the device, then other pools' caches, then the user's callback, each with a retry;
  *  5. SP_ERR_OUT_OF_MEMORY, counted, with a report. */
@@ -212,8 +220,10 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     sp_block *b = take_freed(pool, c, stream, bytes, SP_TAKE_SETTLED, &asks);
     if (!b && policy == SP_CROSS_STREAM_WAIT)
         b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits);
-    if (!b && !small) /* free segments too small for this request go back before a new one */
-        (void)sp__heap_release(h, size, false, NULL);
+    if (!b && !small && held_would_peak(pool, size))
+        /* free segments too small for this request go back before a new one would raise the
+         * pool's high-water mark; below it, they stay cached (no driver call) */
+        (void)sp__heap_release(h, size, false, c, stream, NULL);
     int rc = b ? SP_OK : sp__pool_grow(pool, h, size, c, stream, &b);
     if (rc == SP_ERR_LIMIT && size <= limit) {
         (void)sp__pool_give_back(pool, limit - size, false, NULL);

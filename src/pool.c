@@ -100,6 +100,14 @@ static bool held_claim(sp_pool *pool, uint64_t size)
     return true;
 }
 
+/* Undoes a claim the driver refused: a refused request changes no figure but the peak. */
+static void held_unclaim(sp_pool *pool, uint64_t size)
+{
+    sp__usage_add(pool, 0, 0, -(int64_t)size);
+    atomic_fetch_sub_explicit(&pool->usage.held.total, size, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&pool->rt->usage.held.total, size, memory_order_relaxed);
+}
+
 void sp__pool_count(sp_pool *pool, int counter, uint64_t n)
 {
     atomic_fetch_add_explicit(&pool->count[counter], n, memory_order_relaxed);
@@ -240,7 +248,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
     void *ptr;
     int rc = sp__cuda_malloc(pool->cuda_pool, &ptr, bytes, stream);
     if (rc != SP_OK) {
-        sp__usage_add(pool, 0, 0, -(int64_t)bytes);
+        held_unclaim(pool, bytes);
         return rc;
     }
     count(pool, SP_COUNT_driver_allocs);
@@ -281,7 +289,7 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_b
     }
     if (rc != SP_OK) {
         free(b);
-        sp__usage_add(pool, 0, 0, -(int64_t)size);
+        held_unclaim(pool, size);
         return rc;
     }
     count(pool, SP_COUNT_driver_allocs);
@@ -331,7 +339,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     uint64_t held = held_before;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
         if (held > keep)
-            held -= sp__heap_release(h, held - keep, true, err);
+            held -= sp__heap_release(h, held - keep, true, NULL, NULL, err);
         if (h == &pool->slabs)
             break;
     }
@@ -367,7 +375,7 @@ int sp__pool_free(sp_pool *pool)
     settle_all(pool, &err);
     bool unsettled = false;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
-        (void)sp__heap_release(h, UINT64_MAX, true, &err);
+        (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, &err);
         unsettled |= h->segments != NULL;
         if (h == &pool->slabs)
             break;
@@ -383,7 +391,7 @@ int sp__pool_free(sp_pool *pool)
                 for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
                     atomic_store(&c->done_epoch, atomic_load(&c->free_epoch));
             for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
-                (void)sp__heap_release(h, UINT64_MAX, true, &err);
+                (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, &err);
                 if (h == &pool->slabs)
                     break;
             }
