@@ -128,8 +128,8 @@ SP_API int sp_runtime_destroy(sp_runtime *rt);
 /* The runtime's default pool. */
 SP_API int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out);
 
-/* Forgets `stream`: call before cudaStreamDestroy. Its cached blocks in every pool move to the
- * pool's shared list behind a final fence, so that a later stream with the same handle value
+/* Forgets `stream`: call before cudaStreamDestroy. Its cached blocks and free ranges in every
+ * pool stay behind a final fence recorded now, so that a later stream with the same handle value
  * never picks them up unfenced. Allocations still live on the stream stay valid. */
 SP_API int sp_stream_release(sp_runtime *rt, cudaStream_t stream);
 
@@ -181,16 +181,17 @@ SP_API int sp_pool_destroy(sp_pool *pool);
  * limit past a synchronize. */
 SP_API int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes);
 
-/* Changes how many freed bytes the pool's caches keep (UINT64_MAX: no cap); a cache over it
- * gives its oldest blocks back to the driver. */
+/* Changes how many freed bytes the pool keeps (held - active; UINT64_MAX: no cap); over it,
+ * the pool gives wholly free, settled slabs and segments back to the driver, largest first. */
 SP_API int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes);
 
 /* The configuration in force for the pool (code, then SP_ALLOC_CONF applied). */
 SP_API int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out);
 
-/* Returns cached blocks to the device until the pool holds at most keep_bytes from it,
- * synchronizing the streams of those frees so that the memory really goes (rule 13), then trims
- * the cudaMemPool to keep_bytes. Blocks in use are never touched. */
+/* Returns wholly free slabs and segments to the device, largest first, until the pool holds at
+ * most keep_bytes from it, synchronizing the streams of their frees so that the memory really
+ * goes (rule 13), then trims the cudaMemPool to keep_bytes. Blocks in use are never touched.
+ * Returns the first CUDA error (the memory it could not give back stays the pool's). */
 SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
 
 /* ---- configuration strings: SP_ALLOC_CONF ----
@@ -265,7 +266,8 @@ SP_API int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream
  * other streams only behind a fence. ptr NULL: no-op. */
 SP_API int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream);
 
-/* The size a request of `bytes` is rounded to (its size class); 0 for 0 or too large. */
+/* The size class a request of `bytes` is rounded to (0 for 0 or too large). Requests up to
+ * 1 MiB are held at that size; larger ones only at the request rounded to 512 bytes. */
 SP_API size_t sp_size_class(size_t bytes);
 
 /* ---- stats ---- */
@@ -301,7 +303,7 @@ typedef struct sp_stats {
     uint32_t size;      /* set by the caller: sizeof(sp_stats) */
     uint32_t version;   /* set by the library: SP_STATS_VERSION */
     sp_stat_bytes requested;   /* bytes asked for by live allocations */
-    sp_stat_bytes active;      /* the same, rounded to size classes */
+    sp_stat_bytes active;      /* the same, rounded (small: size class; large: 512 bytes) */
     sp_stat_bytes cached;      /* held but not live: blocks in stream bins and free ranges of
                                   slabs and segments (total: bytes freed) */
     sp_stat_bytes held;        /* taken from the driver and not given back: active + cached
