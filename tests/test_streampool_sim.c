@@ -225,6 +225,42 @@ static void failing_driver_calls_leave_state_intact(void **state)
     CK(cudaDeviceSynchronize());
 }
 
+/* Giving memory back never forgets it: a segment the driver refuses to take back stays the
+ * pool's, counted as held, and the trim reports the error; the next trim gives it back. */
+static void refused_give_back_keeps_the_segment(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream();
+    void *p;
+    SP(sp_alloc(pool, &p, 4 * MiB, s));
+    SP(sp_free(pool, p, s));
+    CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorLaunchFailure, 0));
+    assert_int_equal(sp_pool_trim(pool, 0), SP_ERR_CUDA);
+    assert_int_equal(sp_last_cuda_error(), cudaErrorLaunchFailure);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.held.current, 4 * MiB);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.give_back_failures, 1);
+    assert_int_equal(st.driver_frees, 0);
+    cudasimClearFaults();
+    SP(sp_alloc(pool, &p, 4 * MiB, s)); /* still usable */
+    SP(sp_free(pool, p, s));
+    SP(sp_pool_trim(pool, 0));
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.driver_frees, 1);
+    assert_int_equal(st.driver_allocs, 1);
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+    size_t free_b, total;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, total);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -235,6 +271,7 @@ int main(void)
         T(own_cache_is_released_on_out_of_memory),
         T(trim_returns_memory_to_the_device),
         T(failing_driver_calls_leave_state_intact),
+        T(refused_give_back_keeps_the_segment),
 #undef T
     };
     return cmocka_run_group_tests_name("streampool_sim", tests, NULL, NULL);
