@@ -342,6 +342,58 @@ static void random_driver_failures(void **state)
     assert_int_equal(free_b, total); /* no driver memory lost */
 }
 
+/* Faults at every CUDA call the library makes on its own behalf (allocations, frees given back,
+ * fences, queries, waits), from 3 threads under the WAIT policy and a cache limit that gives
+ * memory back on frees: only allocations the driver refused fail, nothing is lost, and after
+ * the faults stop everything goes back to the device. */
+static void random_faults_everywhere_lose_nothing(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(16 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.cross_stream = SP_CROSS_STREAM_WAIT;
+    cfg.cache_limit = 2 * MiB;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "faulty", &cfg, &pool));
+    static const char *apis[] = {"cudaFreeAsync", "cudaEventRecord", "cudaEventQuery",
+                                 "cudaStreamQuery", "cudaStreamWaitEvent"};
+    CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", 50000, cudaErrorMemoryAllocation, 5));
+    for (unsigned i = 0; i < sizeof apis / sizeof apis[0]; i++)
+        CK(cudasimInjectFaultRate(apis[i], 50000, cudaErrorLaunchFailure, 7 + i));
+    enum { T = 3 };
+    pthread_t t[T];
+    fault_worker w[T];
+    for (int i = 0; i < T; i++) {
+        w[i] = (fault_worker){pool, new_stream(), 29u * (unsigned)(i + 1), 0, 0, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, fault_stress, &w[i]), 0);
+    }
+    long ooms = 0;
+    for (int i = 0; i < T; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].failures, 0); /* best-effort steps never fail a request */
+        assert_int_equal(w[i].live_bytes, 0);
+        ooms += w[i].ooms;
+    }
+    cudasimClearFaults();
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.ooms, ooms);
+    assert_int_equal(st.requested.current, 0);
+    assert_int_equal(st.active.current, 0);
+    assert_int_equal(st.allocs, st.frees);
+    assert_int_equal(st.held.current, st.cached.current);
+    assert_int_equal(st.held.current, st.segment_bytes + st.slab_bytes);
+    print_message("# random faults everywhere: %ld OOMs, %llu skipped steps, %llu refused "
+                  "give-backs\n", ooms, (unsigned long long)st.skipped_steps,
+                  (unsigned long long)st.give_back_failures);
+    for (int i = 0; i < T; i++)
+        drop_stream(rt, w[i].stream);
+    SP(sp_runtime_destroy(rt));
+    CK(cudaDeviceSynchronize());
+    size_t free_b, total;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, total); /* no driver memory lost */
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -352,6 +404,7 @@ int main(void)
         T(limit_rejects_then_recovers),
         T(oom_callback_and_report),
         T(random_driver_failures),
+        T(random_faults_everywhere_lose_nothing),
 #undef T
     };
     return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);
