@@ -227,20 +227,26 @@ void sp__cache_drop_fences(sp_stream_cache *c)
 
 int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
 {
-    if (sp__tag_settled(c, epoch, true))
+    if (sp__tag_settled(c, epoch, false))
         return SP_OK;
     int rc = SP_ERR_CUDA;
     pthread_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-    sp_fence *f = covering_fence(c, epoch, true);
-    if (f) {
-        rc = sp__cuda_event_sync(f->event);
-        if (rc == SP_OK) {
-            f->done = true;
-            settle_through(c, f);
+    if (may_touch_stream(c)) {
+        /* a synchronize, not a query: only what the host has seen complete can be trimmed
+         * (rule 13), and this stream may also hold frees of whole segments */
+        rc = sp__cuda_stream_sync(c->key.stream);
+        if (rc == SP_OK)
+            atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+    } else {
+        sp_fence *f = covering_fence(c, epoch, false);
+        if (f) {
+            rc = sp__cuda_event_sync(f->event);
+            if (rc == SP_OK) {
+                f->done = true;
+                settle_through(c, f);
+            }
         }
-    } else if (may_touch_stream(c) && (rc = sp__cuda_stream_sync(c->key.stream)) == SP_OK) {
-        atomic_store_explicit(&c->done_epoch, now, memory_order_release);
     }
     pthread_mutex_unlock(&c->fence_lock);
     return rc;
