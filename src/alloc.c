@@ -198,6 +198,12 @@ static bool held_would_peak(sp_pool *pool, size_t size)
     return held + size > atomic_load_explicit(&pool->usage.held.peak, memory_order_relaxed);
 }
 
+static bool larger_than_device(sp_pool *pool, size_t size)
+{
+    uint64_t free_bytes = 0, total = 0;
+    return sp__cuda_mem_info(pool->rt->device, &free_bytes, &total) == SP_OK && size > total;
+}
+
 /* The whole ladder, in order. Each rung either yields a block or hands on to the next:
  *  1. memory another stream freed, behind a completed fence (asking the driver, bounded);
  *  2. under the WAIT policy, behind a pending fence the allocating stream waits on;
@@ -207,7 +213,8 @@ static bool held_would_peak(sp_pool *pool, size_t size)
  *     with SP_ERR_LIMIT;
  *  4. out of device memory: a pending fence (unless NO_WAIT), then the pool's own cache back
  *     to the device, then other pools' caches, then the user's callback, each with a retry;
- *  5. SP_ERR_OUT_OF_MEMORY, counted, with a report. */
+ *  5. SP_ERR_OUT_OF_MEMORY, counted, with a report; at once for a request larger than the
+ *     device, which no rung could help. */
 static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, size_t bytes,
                       void **ptr)
 {
@@ -229,10 +236,12 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         (void)sp__pool_give_back(pool, limit - size, false, NULL);
         rc = sp__pool_grow(pool, h, size, c, stream, &b);
     }
-    if (rc == SP_ERR_OUT_OF_MEMORY && policy != SP_CROSS_STREAM_NO_WAIT &&
+    /* more than the whole device: no rung below can help, and none may disturb other pools */
+    bool hopeless = rc == SP_ERR_OUT_OF_MEMORY && larger_than_device(pool, size);
+    if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && policy != SP_CROSS_STREAM_NO_WAIT &&
         (b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits)))
         rc = SP_OK;
-    if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT) {
+    if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || rc == SP_ERR_LIMIT) {
         (void)sp__pool_give_back(pool, limit ? limit - (size < limit ? size : limit) : 0,
                                  true, NULL);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
@@ -245,11 +254,11 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         if (reserved + size > limit)
             rc = SP_ERR_LIMIT;
     }
-    if (rc == SP_ERR_OUT_OF_MEMORY && sp__reclaim_others(pool, size)) {
+    if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__reclaim_others(pool, size)) {
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
         rc = sp__pool_grow(pool, h, size, c, stream, &b);
     }
-    if (rc == SP_ERR_OUT_OF_MEMORY && sp__oom_callback(pool, bytes, stream)) {
+    if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__oom_callback(pool, bytes, stream)) {
         (void)sp__pool_give_back(pool, 0, true, NULL); /* what the callback freed into our cache */
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
         rc = sp__pool_grow(pool, h, size, c, stream, &b);

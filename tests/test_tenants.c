@@ -394,6 +394,45 @@ static void random_faults_everywhere_lose_nothing(void **state)
     assert_int_equal(free_b, total); /* no driver memory lost */
 }
 
+static int callback_calls;
+static int count_callback(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user)
+{
+    (void)pool, (void)bytes, (void)stream, (void)user;
+    callback_calls++;
+    return 1;
+}
+
+/* A request larger than the whole device fails at once with SP_ERR_OUT_OF_MEMORY: no other
+ * pool's cache is reclaimed and the callback is not called. */
+static void larger_than_device_fails_fast(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool *x, *y;
+    SP(sp_pool_create(rt, "X", NULL, &x));
+    SP(sp_pool_create(rt, "Y", NULL, &y));
+    SP(sp_runtime_set_oom_callback(rt, count_callback, NULL));
+    cudaStream_t s = new_stream();
+    void *p, *q = (void *)0x7;
+    SP(sp_alloc(x, &p, 1 * GiB, s));
+    SP(sp_free(x, p, s));
+    assert_int_equal(sp_alloc(y, &q, 5 * GiB, s), SP_ERR_OUT_OF_MEMORY);
+    assert_ptr_equal(q, (void *)0x7);
+    assert_int_equal(callback_calls, 0);
+    sp_stats sx = stats_of(x), sy = stats_of(y);
+    assert_int_equal(sx.cached.current, 1 * GiB); /* X untouched */
+    assert_int_equal(sx.reclaims, 0);
+    assert_int_equal(sy.ooms, 1);
+    assert_int_equal(sy.oom_retries, 0);
+    assert_int_equal(sy.held.current, 0);
+    assert_int_equal(sy.held.total, 0); /* the refused claim left no trace */
+    sp_oom_report r = {.size = sizeof r};
+    SP(sp_runtime_last_oom(rt, &r));
+    assert_int_equal(r.bytes, 5 * GiB);
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -405,6 +444,7 @@ int main(void)
         T(oom_callback_and_report),
         T(random_driver_failures),
         T(random_faults_everywhere_lose_nothing),
+        T(larger_than_device_fails_fast),
 #undef T
     };
     return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);
