@@ -230,7 +230,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     if (!b && !small && held_would_peak(pool, size))
         /* free segments too small for this request go back before a new one would raise the
          * pool's high-water mark; below it, they stay cached (no driver call) */
-        (void)sp__heap_release(h, size, false, c, stream, NULL);
+        (void)sp__heap_release(h, size, false, c, NULL);
     int rc = b ? SP_OK : sp__pool_grow(pool, h, size, c, stream, &b);
     if (rc == SP_ERR_LIMIT && size <= limit) {
         (void)sp__pool_give_back(pool, limit - size, false, NULL);

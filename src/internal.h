@@ -176,7 +176,6 @@ struct sp_segment {
     size_t size;
     size_t used;               /* bytes not free in the heap (live, or cached in a stream bin) */
     bool huge;                 /* for requests over SP_MEDIUM_MAX only */
-    bool on_stream;            /* being given back on the stream that freed it (heap_release) */
     sp_block *first;           /* lowest range */
     sp_segment *prev, *next;
 };
@@ -218,12 +217,10 @@ void sp__heap_coalesce(sp_heap *h, sp_stream_cache *me, sp_ask_budget *ab);
 void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch);
 /* Gives wholly free, settled segments back to the driver on the service stream, largest first,
  * until `want` bytes went (or none is left); settled by what is known, or asking the driver
- * with `ask`. With `me`, also segments whose ranges `me` freed, given back on its `stream`
- * (stream order needs no fence). Returns the bytes given back; *err (if not NULL and
+ * with `ask` (and about `me`, the allocating stream, in any case). Returns the bytes given back; *err (if not NULL and
  * still SP_OK) gets the first CUDA error. Takes the lock itself; driver frees happen outside it,
  * and a segment the driver refuses stays the pool's. */
-uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
-                          cudaStream_t stream, int *err);
+uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me, int *err);
 /* Fragmentation figures for stats; takes the lock. */
 void sp__heap_stats(sp_heap *h, sp_stats *st);
 /* Frees host structures; every segment must have been released. */

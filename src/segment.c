@@ -264,21 +264,17 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_strea
 
 /* ---- giving segments back ---- */
 
-/* Is every range of s free, and settled (asking the driver if `ask`) or freed on `me`'s stream,
- * where a free in stream order needs no fence? */
+/* Is every range of s free and settled? Asks the driver if `ask`; about `me` (the allocating
+ * stream, which this thread may query) in any case. */
 static bool wholly_free(sp_segment *s, bool ask, sp_stream_cache *me)
 {
     if (s->used)
         return false;
-    s->on_stream = false;
-    for (sp_block *b = s->first; b; b = b->addr_next) {
-        if (!b->is_free || (b->tag && b->tag != me && !sp__tag_settled(b->tag, b->epoch, ask)))
+    for (sp_block *b = s->first; b; b = b->addr_next)
+        if (!b->is_free || (b->tag && !sp__tag_settled(b->tag, b->epoch, ask || b->tag == me)))
             return false;
-        if (b->tag && b->tag == me && !sp__tag_settled(b->tag, b->epoch, false))
-            s->on_stream = true;
         else
             b->tag = NULL;
-    }
     return true;
 }
 
@@ -306,8 +302,7 @@ static int by_size_desc(const void *a, const void *b)
     return (x->size < y->size) - (x->size > y->size);
 }
 
-uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
-                          cudaStream_t stream, int *err)
+uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me, int *err)
 {
     sp_pool *pool = h->pool;
     sp_runtime *rt = pool->rt;
@@ -334,14 +329,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     /* driver calls outside the lock; a segment the driver refuses stays the pool's */
     for (size_t i = 0; i < taken; i++) {
         sp_segment *s = cand[i];
-        int rc = sp__cuda_free(s->ptr, s->on_stream ? stream : rt->service);
-        if (rc == SP_OK && s->on_stream) {
-            /* a free on me's stream like any other: a trim synchronizes it before trimming */
-            sp_spin_lock(&me->lock);
-            atomic_store_explicit(&me->free_epoch, atomic_load(&me->free_epoch) + 1,
-                                  memory_order_release);
-            sp_spin_unlock(&me->lock);
-        }
+        int rc = sp__cuda_free(s->ptr, rt->service);
         if (rc == SP_OK) {
             sp__pool_count(pool, SP_COUNT_driver_frees, 1);
             sp__usage_add(pool, 0, 0, -(int64_t)s->size);
@@ -352,10 +340,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
                 *err = rc;
             sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
             pthread_mutex_lock(&h->lock);
-            /* still ordered behind me's frees if it was given back on me's stream */
-            uint64_t epoch = s->on_stream ? atomic_load(&me->free_epoch) : 0;
-            if (sp__heap_add_segment(h, s->ptr, s->size, s->huge, s->on_stream ? me : NULL,
-                                     epoch) != SP_OK)
+            if (sp__heap_add_segment(h, s->ptr, s->size, s->huge, NULL, 0) != SP_OK)
                 sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
             pthread_mutex_unlock(&h->lock);
         }
