@@ -347,6 +347,11 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
         free(s);
     }
     free(cand);
+    /* for a miss: the frees are of settled memory, so the service stream completes them at
+     * once; synchronizing lets the driver reuse them for the allocation that follows on any
+     * stream (rule 11c) instead of reserving more */
+    if (me && released && sp__cuda_stream_sync(rt->service) != SP_OK)
+        sp__pool_count(pool, SP_COUNT_skipped_steps, 1);
     return released;
 }
 
