@@ -1,9 +1,10 @@
 /* streampool: stream-ordered GPU memory for inference servers.
  *
- * A runtime per device holds named pools; each pool owns a cudaMemPool_t and keeps, per CUDA
- * stream, free lists of blocks by size class, so that an allocation on the stream that freed a
- * block is answered without a driver call. Blocks move between streams only behind an event
- * fence. Every call returns 0 (SP_OK) or a negative SP_ERR_* status.
+ * A runtime per device holds named pools; each pool owns a cudaMemPool_t. Small requests are
+ * kept per CUDA stream in free lists by size class, carved from 2 MiB slabs; large ones are
+ * carved by best fit from segments, split and merged. An allocation on the stream that freed
+ * memory is answered without a driver call; freed memory moves to another stream only behind an
+ * event fence. Every call returns 0 (SP_OK) or a negative SP_ERR_* status.
  *
  *   sp_runtime *rt;  sp_runtime_create(0, NULL, &rt);
  *   sp_pool *pool;   sp_pool_create(rt, "llama", NULL, &pool);
@@ -130,8 +131,8 @@ SP_API int sp_runtime_destroy(sp_runtime *rt);
 /* The runtime's default pool. */
 SP_API int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out);
 
-/* Forgets `stream`: call before cudaStreamDestroy. Its cached blocks in every pool move to the
- * pool's shared list behind a final fence, so that a later stream with the same handle value
+/* Forgets `stream`: call before cudaStreamDestroy. Its cached blocks and free ranges in every
+ * pool stay behind a final fence recorded now, so that a later stream with the same handle value
  * never picks them up unfenced. Allocations still live on the stream stay valid. */
 SP_API int sp_stream_release(sp_runtime *rt, cudaStream_t stream);
 
@@ -183,16 +184,17 @@ SP_API int sp_pool_destroy(sp_pool *pool);
  * limit past a synchronize. */
 SP_API int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes);
 
-/* Changes how many freed bytes the pool's caches keep (UINT64_MAX: no cap); a cache over it
- * gives its oldest blocks back to the driver. */
+/* Changes how many freed bytes the pool keeps (held - active; UINT64_MAX: no cap); over it,
+ * the pool gives wholly free, settled slabs and segments back to the driver, largest first. */
 SP_API int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes);
 
 /* The configuration in force for the pool (code, then SP_ALLOC_CONF applied). */
 SP_API int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out);
 
-/* Returns cached blocks to the device until the pool holds at most keep_bytes from it,
- * synchronizing the streams of those frees so that the memory really goes (rule 13 of
- * docs/cuda-semantics.md), then trims the cudaMemPool to keep_bytes. Blocks in use are never touched. */
+/* Returns wholly free slabs and segments to the device, largest first, until the pool holds at
+ * most keep_bytes from it, synchronizing the streams of their frees so that the memory really
+ * goes (rule 13 of docs/cuda-semantics.md), then trims the cudaMemPool to keep_bytes. Blocks in use are never touched.
+ * Returns the first CUDA error (the memory it could not give back stays the pool's). */
 SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
 
 /* ---- configuration strings: SP_ALLOC_CONF ----
@@ -269,12 +271,13 @@ SP_API int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream
  * other streams only behind a fence. ptr NULL: no-op. */
 SP_API int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream);
 
-/* The size a request of `bytes` is rounded to (its size class); 0 for 0 or too large. */
+/* The size class a request of `bytes` is rounded to (0 for 0 or too large). Requests up to
+ * 1 MiB are held at that size; larger ones only at the request rounded to 512 bytes. */
 SP_API size_t sp_size_class(size_t bytes);
 
 /* ---- stats ---- */
 
-#define SP_STATS_VERSION 1
+#define SP_STATS_VERSION 2
 
 typedef struct {
     uint64_t current, peak, total;
@@ -297,14 +300,17 @@ typedef struct {
     X(limit_rejections, "allocations that failed with SP_ERR_LIMIT")                          \
     X(reclaims, "times this pool gave cached memory back for an out-of-memory")               \
     X(reclaimed_bytes, "cached bytes given back to the driver: trim, limits, out-of-memory")      \
-    X(trims, "sp_pool_trim calls and cache-limit releases")
+    X(trims, "sp_pool_trim calls and cache-limit releases")                                  \
+    X(skipped_steps, "best-effort steps skipped after a CUDA error (probe, fence, give-back)") \
+    X(give_back_failures, "segments the driver refused to take back (kept, counted as held)")
 
 typedef struct sp_stats {
     uint32_t size;      /* set by the caller: sizeof(sp_stats) */
     uint32_t version;   /* set by the library: SP_STATS_VERSION */
     sp_stat_bytes requested;   /* bytes asked for by live allocations */
-    sp_stat_bytes active;      /* the same, rounded to size classes */
-    sp_stat_bytes cached;      /* freed blocks kept in stream caches and the shared list */
+    sp_stat_bytes active;      /* the same, rounded (small: size class; large: 512 bytes) */
+    sp_stat_bytes cached;      /* held but not live: blocks in stream bins and free ranges of
+                                  slabs and segments (total: bytes freed) */
     sp_stat_bytes held;        /* taken from the driver and not given back: active + cached
                                   (total: every byte ever taken) */
     uint64_t pool_reserved;    /* the cudaMemPools' ReservedMemCurrent */
@@ -313,6 +319,13 @@ typedef struct sp_stats {
 #define SP_STATS_FIELD(name, text) uint64_t name;
     SP_STATS_COUNTERS(SP_STATS_FIELD)
 #undef SP_STATS_FIELD
+    /* version 2: memory layout. Small blocks are carved from slabs, large ranges from
+     * segments; both are driver allocations that held counts. */
+    uint64_t inactive_split;   /* free bytes inside slabs and segments that hold a live or
+                                  cached block (PyTorch's inactive_split_bytes) */
+    uint64_t largest_free;     /* the largest free range in any segment or slab */
+    uint64_t segments, segment_bytes; /* large-tier driver allocations held */
+    uint64_t slabs, slab_bytes;       /* small-tier driver allocations held */
 } sp_stats;
 
 /* Fills *out (out->size must be set) for one pool, or for all pools of a runtime. */

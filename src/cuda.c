@@ -145,6 +145,11 @@ int sp__cuda_event_query(cudaEvent_t event, bool *done)
     return err == cudaErrorNotReady ? SP_OK : check(err);
 }
 
+int sp__cuda_event_sync(cudaEvent_t event)
+{
+    return check(cudaEventSynchronize(event));
+}
+
 int sp__cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event)
 {
     return check(cudaStreamWaitEvent(stream, event, 0));

@@ -1,6 +1,9 @@
-/* Fences: events recorded lazily on a stream after frees, shared by every block they cover, and
- * recycled once no block needs them (re-recording an event is safe after every wait on it was
- * enqueued: cudaStreamWaitEvent captures the record at call time, rule 18). */
+/* Fences and the rules of tags. A free block or range carries (cache of the freeing stream,
+ * epoch of its free). It is settled once a fence recorded on that stream after the free has
+ * completed; fences are recorded lazily, on a miss, and one covers every free before it, so no
+ * event is ever recorded per free. A settled tag lets any stream reuse the memory; a pending one
+ * only the freeing stream, or a stream made to wait on the fence (rule 18: the wait captures the
+ * record at call time, so a fence can be re-recorded once no one needs it). */
 #include <stdlib.h>
 
 #include "internal.h"
@@ -47,20 +50,8 @@ int sp__fence_record(sp_fence_pool *fp, cudaStream_t stream, uint64_t epoch, sp_
     }
     f->epoch = epoch;
     f->done = false;
-    f->refs = 0;
     f->next = NULL;
     *out = f;
-    return SP_OK;
-}
-
-int sp__fence_done(sp_fence *f, bool *done)
-{
-    if (!f->done) {
-        int rc = sp__cuda_event_query(f->event, &f->done);
-        if (rc != SP_OK)
-            return rc;
-    }
-    *done = f->done;
     return SP_OK;
 }
 
@@ -70,4 +61,206 @@ void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f)
     f->next = fp->free_fences;
     fp->free_fences = f;
     pthread_mutex_unlock(&fp->lock);
+}
+
+static bool capture_declared(const sp_runtime *rt)
+{
+    return atomic_load_explicit(&rt->captures, memory_order_relaxed) != 0;
+}
+
+static void skipped(sp_stream_cache *c)
+{
+    sp__pool_count(c->pool, SP_COUNT_skipped_steps, 1);
+}
+
+/* Every fence from f on (f and older) is complete: the stream has passed f->epoch. */
+static void settle_through(sp_stream_cache *c, sp_fence *f)
+{
+    sp_fence_pool *fp = &c->pool->rt->fences;
+    atomic_store_explicit(&c->done_epoch, f->epoch, memory_order_release);
+    sp_fence **p = &c->fences;
+    while (*p && *p != f)
+        p = &(*p)->next;
+    *p = NULL;
+    while (f) {
+        sp_fence *next = f->next;
+        sp__fence_recycle(fp, f);
+        c->fence_count--;
+        f = next;
+    }
+}
+
+/* Can this process name the cache's stream? Another thread's cudaStreamPerThread cannot be
+ * named from here, a released stream may be destroyed, and a capturing one must not be touched
+ * (rule 25). */
+static bool may_touch_stream(const sp_stream_cache *c)
+{
+    return !c->released && sp__this_threads_stream(c->key) && !capture_declared(c->pool->rt);
+}
+
+/* The oldest pending fence covering epoch, recording one if `ask` and none exists; under
+ * fence_lock. */
+static sp_fence *covering_fence(sp_stream_cache *c, uint64_t epoch, bool ask)
+{
+    sp_fence *f = NULL;
+    for (sp_fence *x = c->fences; x && x->epoch >= epoch; x = x->next)
+        f = x;
+    if (f || !ask || !may_touch_stream(c) || c->fence_count >= 8)
+        return f;
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    if (sp__fence_record(&c->pool->rt->fences, c->key.stream, now, &f) != SP_OK) {
+        skipped(c);
+        return NULL;
+    }
+    sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+    f->next = c->fences;
+    c->fences = f;
+    c->fence_count++;
+    return f;
+}
+
+bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
+{
+    if (!c || atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= epoch)
+        return true;
+    if (!ask)
+        return false;
+    bool done = false;
+    pthread_mutex_lock(&c->fence_lock);
+    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch) {
+        done = true;
+    } else if (ask && !c->fences && may_touch_stream(c)) {
+        /* an idle stream has completed every free it holds: no event needed */
+        uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+        bool idle = false;
+        if (sp__cuda_stream_query(c->key.stream, &idle) != SP_OK)
+            skipped(c);
+        else if (idle) {
+            atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+            done = now >= epoch;
+        }
+    }
+    if (!done) {
+        sp_fence *f = covering_fence(c, epoch, ask);
+        if (f && ask && !f->done) {
+            if (sp__cuda_event_query(f->event, &f->done) != SP_OK)
+                skipped(c);
+        }
+        if (f && f->done) {
+            settle_through(c, f);
+            done = true;
+        }
+    }
+    pthread_mutex_unlock(&c->fence_lock);
+    return done;
+}
+
+int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream)
+{
+    if (sp__tag_settled(c, epoch, false))
+        return SP_OK;
+    pthread_mutex_lock(&c->fence_lock);
+    sp_fence *f = covering_fence(c, epoch, true);
+    int rc = f ? sp__cuda_stream_wait_event(stream, f->event) : SP_ERR_CUDA;
+    pthread_mutex_unlock(&c->fence_lock);
+    if (f && rc != SP_OK)
+        skipped(c);
+    return rc;
+}
+
+int sp__tag_order_service(sp_stream_cache *c, uint64_t epoch)
+{
+    sp_runtime *rt = c->pool->rt;
+    if (sp__tag_settled(c, epoch, false))
+        return SP_OK;
+    if (sp__tag_wait(c, epoch, rt->service) == SP_OK)
+        return SP_OK;
+    /* no fence to wait on: synchronize the freeing stream instead, never free unordered */
+    if (!may_touch_stream(c))
+        return SP_ERR_CUDA;
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    int rc = sp__cuda_stream_sync(c->key.stream);
+    if (rc == SP_OK) {
+        pthread_mutex_lock(&c->fence_lock);
+        if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now)
+            atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+        pthread_mutex_unlock(&c->fence_lock);
+    }
+    return rc;
+}
+
+int sp__cache_final_fence(sp_stream_cache *c)
+{
+    sp_runtime *rt = c->pool->rt;
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    if (atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= now)
+        return SP_OK;
+    pthread_mutex_lock(&c->fence_lock);
+    sp_fence *f = NULL;
+    int rc = SP_ERR_CUDA;
+    if (!capture_declared(rt) && sp__this_threads_stream(c->key))
+        rc = sp__fence_record(&rt->fences, c->key.stream, now, &f);
+    if (rc == SP_OK) {
+        sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+        f->next = c->fences;
+        c->fences = f;
+        c->fence_count++;
+    } else if (!capture_declared(rt) && sp__this_threads_stream(c->key) &&
+               (rc = sp__cuda_stream_sync(c->key.stream)) == SP_OK) {
+        atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+    }
+    pthread_mutex_unlock(&c->fence_lock);
+    return rc;
+}
+
+void sp__cache_drop_fences(sp_stream_cache *c)
+{
+    pthread_mutex_lock(&c->fence_lock);
+    while (c->fences) {
+        sp_fence *f = c->fences;
+        c->fences = f->next;
+        sp__fence_recycle(&c->pool->rt->fences, f);
+    }
+    c->fence_count = 0;
+    pthread_mutex_unlock(&c->fence_lock);
+}
+
+int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
+{
+    if (sp__tag_settled(c, epoch, false))
+        return SP_OK;
+    int rc = SP_ERR_CUDA;
+    pthread_mutex_lock(&c->fence_lock);
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    if (may_touch_stream(c)) {
+        /* a synchronize, not a query: only what the host has seen complete can be trimmed
+         * (rule 13), and this stream may also hold frees of whole segments */
+        rc = sp__cuda_stream_sync(c->key.stream);
+        if (rc == SP_OK)
+            atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+    } else {
+        sp_fence *f = covering_fence(c, epoch, false);
+        if (f) {
+            rc = sp__cuda_event_sync(f->event);
+            if (rc == SP_OK) {
+                f->done = true;
+                settle_through(c, f);
+            }
+        }
+    }
+    pthread_mutex_unlock(&c->fence_lock);
+    return rc;
+}
+
+bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch)
+{
+    if (sp__tag_settled(c, epoch, false))
+        return true;
+    for (int i = 0; i < ab->asks; i++)
+        if (ab->asked[i] == c)
+            return false; /* asked during this miss already: nothing new to learn */
+    if (ab->asks >= SP_STEAL_ASKS)
+        return false;
+    ab->asked[ab->asks++] = c;
+    return sp__tag_settled(c, epoch, true);
 }

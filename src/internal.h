@@ -13,6 +13,27 @@
 
 #include "streampool.h"
 
+/* ERROR POLICY (issue 10), followed everywhere:
+ *  - A best-effort step (probing another stream's cache, recording or querying a fence, giving
+ *    cache back) never fails the request: on a CUDA error it is skipped and counted
+ *    (SP_COUNT_skipped_steps), and the ladder goes on to the next step.
+ *  - A step that gives memory back never forgets it: if cudaFreeAsync refuses a segment, the
+ *    segment stays owned and counted as held, to be given back later.
+ *  - Ordering is never skipped: if the wait that orders a free after a stream's pending work
+ *    fails, that stream is synchronized instead; if that fails too, the memory stays cached.
+ *  - sp_pool_trim and sp_pool_destroy return the first CUDA error instead of SP_OK.
+ *  - Graph capture (CUDA-SEMANTICS 24-26): a capturing stream's allocations go straight to the
+ *    driver; while any capture is declared nothing queries, records a fence on or synchronizes
+ *    a stream (fences recorded before are still queried).
+ *
+ * LOCK ORDER (take only in this order; never the other way round):
+ *    runtime->lock  >  pool->lock (stream table)  >  heap->lock (slabs, then segments)
+ *      >  cache->fence_lock  >  fence_pool->lock
+ *    Spin locks (cache->lock, ptrmap shard locks) are leaves: nothing else is taken and no
+ *    driver call is made while one is held. A heap lock may be held across fence queries and
+ *    cudaStreamWaitEvent on a miss, never across a driver allocation or free.
+ */
+
 #define sp_likely(x) __builtin_expect(!!(x), 1)
 #define sp_unlikely(x) __builtin_expect(!!(x), 0)
 
@@ -38,52 +59,75 @@ static inline void sp_spin_unlock(sp_spin *l)
     atomic_store_explicit(&l->held, 0, memory_order_release);
 }
 
-/* ---- size classes (size_class.c) ----
+/* ---- small requests (small.c): size classes, bins, steals, slabs ----
  * 256-byte steps up to 4 KiB, then 16 classes per power of two: rounding waste is under 256
  * bytes below 4 KiB and under 1/16 (6.25%) of the request above. */
 #define SP_CLASS_COUNT (16 + 34 * 16) /* up to SP_MAX_ALLOC = 2^46 */
 
+/* Two tiers. Requests up to SP_SMALL_MAX are rounded to their size class and cached per stream
+ * in bins (the hot path); their blocks are carved from SP_SLAB_BYTES slabs. Larger requests are
+ * rounded to SP_LARGE_ALIGN and carved by best fit from segments (segment.c). */
+#define SP_SMALL_MAX ((size_t)1 << 20)
+#define SP_SLAB_BYTES ((size_t)2 << 20)
+#define SP_LARGE_ALIGN ((size_t)512)
+/* Medium requests (up to SP_MEDIUM_MAX) share segments of at least SP_SEGMENT_MIN; huge ones
+ * get segments of their own size (rounded to SP_SEGMENT_ROUND) and only huge requests split
+ * them, so that a few medium blocks never pin the space a huge request needs. */
+#define SP_MEDIUM_MAX ((size_t)8 << 20)
+#define SP_SEGMENT_MIN ((size_t)2 << 20)
+#define SP_SEGMENT_ROUND ((size_t)64 << 10)
+
 /* A same-stream miss may take a cached block up to this many classes larger (at most 4/16 =
- * 25% over the request above 4 KiB) rather than ask the driver: with mixed sizes, the block a
- * neighbouring class left is the difference between reuse and new memory. */
+ * 25% over the request above 4 KiB) rather than carve a new one. */
 #define SP_FIT_CLASSES 4
 
 /* A miss looks for a fenced block in at most this many other streams' caches (newest first),
- * asking the driver (stream query, fence record or query) about at most SP_STEAL_ASKS of them. */
+ * asking the driver (stream query, fence record or query) about at most SP_STEAL_ASKS of them;
+ * a segment scan asks about at most SP_STEAL_ASKS free ranges. */
 #define SP_STEAL_PROBES 64
 #define SP_STEAL_ASKS 8
 
 uint32_t sp__class_of(size_t bytes); /* bytes in 1..SP_MAX_ALLOC */
+/* The largest class whose size is <= bytes (bytes >= 256): the bin of a free range. */
+uint32_t sp__class_floor(size_t bytes);
 size_t sp__class_size(uint32_t cls);
 
-/* ---- blocks ---- */
+/* ---- blocks and ranges ---- */
 
 enum { SP_BLOCK_LIVE = 1, SP_BLOCK_CACHED, SP_BLOCK_BYPASS /* live, graph capture: no cache */ };
 
 typedef struct sp_fence sp_fence;
 typedef struct sp_stream_cache sp_stream_cache;
+typedef struct sp_segment sp_segment;
+typedef struct sp_heap sp_heap;
 
-/* One driver allocation of a size class, owned by one pool for its whole life. */
+/* A piece of a segment (or, for a graph-capture bypass, one whole driver allocation): live, a
+ * small block cached in a stream's bin, or a free range of its segment. Owned by one pool. */
 typedef struct sp_block {
     void *ptr;
-    size_t size;               /* its class size */
+    size_t size;               /* small: its class size; large and free ranges: bytes */
     size_t requested;          /* of the live allocation */
-    uint32_t cls;
+    uint32_t cls;              /* small blocks: the class; SP_CLASS_COUNT otherwise */
     atomic_int state;
     sp_pool *pool;
-    uint64_t epoch;            /* when cached: the cache's free count at its free */
-    sp_fence *fence;           /* on the shared list: the released stream's final fence */
-    struct sp_block *prev, *next;
+    /* the tag of a free block or range: the cache of the stream that freed it and that cache's
+     * free count at the free. tag NULL: settled, usable by any stream. */
+    sp_stream_cache *tag;
+    uint64_t epoch;
+    sp_segment *seg;           /* NULL: a bypass block, its own driver allocation */
+    struct sp_block *addr_prev, *addr_next; /* neighbours in the segment, by address */
+    bool is_free;              /* a free range in its segment's heap (under the heap's lock) */
+    struct sp_block *prev, *next; /* in a stream bin or a heap's free bin */
 } sp_block;
 
 /* ---- fences (fence.c) ----
  * An event recorded on a stream after some of its frees; it covers every block freed there
- * with an epoch <= its own. Shared by all those blocks; never recorded per free. */
+ * with an epoch <= its own. Never recorded per free. A tag (cache, epoch) is settled once a
+ * covering fence completed; the cache remembers that as done_epoch. */
 struct sp_fence {
     cudaEvent_t event;
     uint64_t epoch;
     bool done;                 /* an event query has seen it complete */
-    unsigned refs;             /* shared-list blocks behind it */
     sp_fence *next;
 };
 
@@ -97,9 +141,90 @@ int sp__fence_pool_init(sp_fence_pool *fp, int device);
 void sp__fence_pool_destroy(sp_fence_pool *fp);
 /* Records a new fence on `stream` covering `epoch`. */
 int sp__fence_record(sp_fence_pool *fp, cudaStream_t stream, uint64_t epoch, sp_fence **out);
-/* Has the fence completed? Asks the driver only until it has. */
-int sp__fence_done(sp_fence *f, bool *done);
 void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f);
+
+/* Is the tag (c, epoch) settled (c NULL: yes)? Reads only what is known (no CUDA call) unless
+ * `ask`: then the stream is queried or a covering fence recorded and queried (best effort: a
+ * failing call leaves it unsettled and is counted). */
+bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask);
+/* One miss asks the driver about at most SP_STEAL_ASKS streams, each at most once: a stream
+ * that was busy a moment ago is not asked again within the same miss. */
+typedef struct {
+    int asks;
+    sp_stream_cache *asked[SP_STEAL_ASKS];
+} sp_ask_budget;
+/* sp__tag_settled within a miss's budget: asks only about a stream not yet asked. */
+bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch);
+/* Makes `stream` wait until the tag is settled (a covering fence, recorded if needed);
+ * SP_OK if it now is ordered after it. */
+int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream);
+/* Orders the runtime's service stream after the tag, falling back to synchronizing the tagged
+ * stream (never an unordered free); SP_OK once ordered. */
+int sp__tag_order_service(sp_stream_cache *c, uint64_t epoch);
+/* Blocks the host until the tag is settled (a covering fence, else the stream), for trim and
+ * out of memory only; never on a capturing stream. SP_OK once settled. */
+int sp__tag_sync(sp_stream_cache *c, uint64_t epoch);
+/* A released stream's final fence covering all its frees; on failure, synchronizes it. */
+int sp__cache_final_fence(sp_stream_cache *c);
+void sp__cache_drop_fences(sp_stream_cache *c);
+
+/* ---- segments and slabs (segment.c) ----
+ * A heap holds a pool's segments of one tier (slabs for small blocks, segments for large
+ * ranges) and indexes their free ranges by size for best fit. Under its mutex. */
+struct sp_segment {
+    void *ptr;
+    size_t size;
+    size_t used;               /* bytes not free in the heap (live, or cached in a stream bin) */
+    bool huge;                 /* for requests over SP_MEDIUM_MAX only */
+    sp_block *first;           /* lowest range */
+    sp_segment *prev, *next;
+};
+
+#define SP_HEAP_WORDS ((SP_CLASS_COUNT + 63) / 64)
+
+struct sp_heap {
+    pthread_mutex_t lock;
+    sp_pool *pool;
+    bool small;
+    sp_segment *segments;
+    uint64_t segment_count, segment_bytes, free_bytes;
+    uint64_t nonempty[SP_HEAP_WORDS];
+    struct { sp_block *head; } bins[SP_CLASS_COUNT];
+};
+
+typedef enum {
+    SP_TAKE_KNOWN,   /* settled by what is known, or the same stream: no CUDA call */
+    SP_TAKE_SETTLED, /* may ask the driver whether tags are settled */
+    SP_TAKE_WAIT,    /* may make the allocating stream wait on a pending fence */
+} sp_take_mode;
+
+int sp__heap_init(sp_heap *h, sp_pool *pool, bool small);
+/* Carves `size` bytes by best fit from a free range usable by `me` (mode as above); NULL if
+ * none. Caller holds h->lock. */
+sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
+                        sp_take_mode mode, sp_ask_budget *ab);
+/* Adds a fresh driver allocation as a segment with one free range tagged (tag, epoch): the
+ * allocation is ordered on the allocating stream only. Caller holds the lock.
+ * SP_ERR_NO_HOST_MEMORY if its structures cannot be made (nothing changed). */
+int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_stream_cache *tag,
+                         uint64_t epoch);
+/* Merges free neighbours whose tags now allow it: a range freed next to another stream's
+ * pending one stays apart until both settle (asks the driver about a few tags). Caller holds
+ * the lock. */
+void sp__heap_coalesce(sp_heap *h, sp_stream_cache *me, sp_ask_budget *ab);
+/* Returns a block to its segment as a free range tagged (tag, epoch), merging it with free
+ * neighbours whose tags allow. Caller holds the lock. */
+void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch);
+/* Gives wholly free, settled segments back to the driver on the service stream, largest first,
+ * until `want` bytes went (or none is left); settled by what is known, or asking the driver
+ * with `ask` (and about `me`, the allocating stream, in any case). Returns the bytes given back; *err (if not NULL and
+ * still SP_OK) gets the first CUDA error. Takes the lock itself; driver frees happen outside it,
+ * and a segment the driver refuses stays the pool's. */
+uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me, int *err);
+/* Fragmentation figures for stats; takes the lock. */
+void sp__heap_stats(sp_heap *h, sp_stats *st);
+/* Frees host structures; every segment must have been released. */
+void sp__heap_destroy(sp_heap *h);
 
 /* ---- stream caches (stream_cache.c) ---- */
 
@@ -119,12 +244,14 @@ struct sp_stream_cache {
     sp_stream_key key;
     sp_pool *pool;
     bool released;             /* forgotten: callers holding it must look again */
-    bool shared;               /* the pool's list of released streams' blocks */
-    uint64_t free_epoch;       /* frees into this cache so far */
-    uint64_t done_epoch;       /* frees known complete (a fence covering them completed) */
+    atomic_uint_least64_t free_epoch;  /* frees on this stream so far; written under `lock` */
+    /* fence state, under fence_lock (a mutex: fences mean driver calls) */
+    pthread_mutex_t fence_lock;
+    atomic_uint_least64_t done_epoch;  /* frees known complete */
     sp_fence *fences;          /* outstanding fences, newest first */
     unsigned fence_count;
     sp_bin bins[SP_CLASS_COUNT];
+    uint64_t cached_bytes;     /* in bins, under `lock` */
     /* counters of the hot path, under `lock`, merged by stats */
     uint64_t hits, frees, freed_bytes, requested_total, active_total;
     /* byte changes not yet added to the pool's and runtime's shared figures: flushed past the
@@ -136,13 +263,25 @@ struct sp_stream_cache {
 };
 
 sp_stream_key sp__stream_key(cudaStream_t stream);
+bool sp__this_threads_stream(sp_stream_key key);
+
+/* small.c, continued: the bins of a stream cache (newest at the head) */
 void sp__bin_push(sp_bin *bin, sp_block *b);
 sp_block *sp__bin_pop_newest(sp_bin *bin);
 void sp__bin_remove(sp_bin *bin, sp_block *b);
+/* A block of class cls (or up to SP_FIT_CLASSES larger) that another stream cached. */
+sp_block *sp__small_steal(sp_pool *pool, sp_stream_cache *me, uint32_t cls, cudaStream_t stream,
+                          sp_take_mode mode, sp_ask_budget *ab);
+/* Empties a cache's bins into a list (c->lock held), and returns such a list to the slabs,
+ * each block tagged with its free on c's stream. */
+sp_block *sp__small_take_all(sp_stream_cache *c);
+void sp__small_to_slabs(sp_pool *pool, sp_stream_cache *c, sp_block *list);
+/* Every small block cached in the pool's live stream bins back to its slab, tagged. */
+void sp__small_flush_bins(sp_pool *pool);
 /* The pool's cache for `stream`, created if missing; NULL if host memory ran out. Fast when
  * this thread used the same (pool, stream) recently. */
 sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key);
-/* Detaches the pool's cache for key (NULL if none); the caller moves its blocks. */
+/* Detaches the pool's cache for key (NULL if none); the caller empties it. */
 sp_stream_cache *sp__cache_detach(sp_pool *pool, sp_stream_key key);
 void sp__cache_table_free(sp_pool *pool);
 
@@ -202,10 +341,10 @@ struct sp_pool {
     sp_stream_cache **buckets;
     size_t bucket_count, cache_count;
     sp_stream_cache *caches;             /* live caches */
-    sp_stream_cache *retired;            /* released caches, kept for their counters */
-    sp_stream_cache shared;              /* blocks of released streams, each behind a fence */
+    sp_stream_cache *retired;            /* released caches: kept, their tags may still be in use */
     atomic_uint_least64_t stream_gen;    /* bumped when a cache is detached */
-    atomic_uint_least64_t live;          /* live allocations */
+    sp_heap slabs;                       /* small blocks */
+    sp_heap segments;                    /* large ranges */
     sp_usage usage;
     atomic_uint_least64_t count[SP_COUNT_N]; /* slow-path counters (hot ones live in caches) */
     atomic_uint_least64_t miss_allocs, miss_requested_total, miss_active_total;
@@ -214,19 +353,35 @@ struct sp_pool {
 
 int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp_pool_config *cfg,
                  sp_pool **out);
-/* Frees the pool's memory and structures; the caller has checked it has no live allocation. */
-void sp__pool_free(sp_pool *pool);
-/* Moves the blocks of a detached cache to the shared list behind one final fence. */
+/* Gives all the pool's memory back and frees its structures; the caller has checked it has no
+ * live allocation. Returns the first CUDA error. */
+int sp__pool_free(sp_pool *pool);
+/* Returns the blocks of a detached (released) cache to their slabs behind its final fence. */
 int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c);
-/* Gives cached blocks back to the driver until the pool holds at most `keep` bytes, synchronizes
- * those frees and trims the cudaMemPool (never below the reservation); returns the bytes the
- * cudaMemPool released to the device. */
-uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep);
+/* Gives cached memory back to the driver until the pool holds at most `keep` bytes (largest
+ * segments first); with `sync`, orders and synchronizes those frees and trims the cudaMemPool
+ * (never below the reservation). Returns the bytes the pool stopped holding; *err (if not
+ * NULL) gets the first CUDA error. */
+uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err);
+/* A fresh slab or segment of heap h for a request of `size` bytes (rounded), allocated on
+ * `stream` whose cache is `me`, and the range carved from it into *out. SP_ERR_LIMIT without
+ * asking the driver if it would pass the pool's limit. */
+int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
+                  cudaStream_t stream, sp_block **out);
+/* A graph-capture bypass: the request's own driver allocation, never cached (rule 24). */
+int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_block **out);
+/* Gives a bypass block straight back to the driver on `stream`. */
+void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream);
 void sp__pool_count(sp_pool *pool, int counter, uint64_t n);
+/* The one stat-update helper: signed changes of requested, active (live) and held bytes of a
+ * pool and its runtime, keeping peaks (cached = held - active). */
+void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held);
 /* Adds a cache's unflushed byte deltas to the pool and runtime figures (c->lock held). */
 void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c);
 /* The pool's live bytes, every cache flushed first: 0 iff it has no live allocation. */
 uint64_t sp__pool_active_bytes(sp_pool *pool);
+/* Over its cache limit, the pool gives cached memory back. */
+void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit);
 
 /* ---- config.c ---- */
 
@@ -237,9 +392,10 @@ int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
 /* ---- reclaim.c: out of memory across pools ---- */
 
 /* Asks the other pools of the runtime, lowest priority first, to give their cached memory back
- * (never below their reservation), retrying `retry` after each; then the user's callback. */
-typedef int (*sp_retry_fn)(void *arg);
-int sp__reclaim(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_retry_fn retry, void *arg);
+ * (never below their reservation) until `bytes` reached the device; true if any did. */
+bool sp__reclaim_others(sp_pool *pool, size_t bytes);
+/* Calls the user's out-of-memory callback (not from inside itself); true: retry. */
+bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream);
 /* Records the out-of-memory report for sp_runtime_last_oom. */
 void sp__oom_record(sp_pool *pool, size_t bytes, cudaStream_t stream);
 
@@ -283,6 +439,7 @@ int sp__cuda_event_create(int device, cudaEvent_t *out);
 int sp__cuda_event_destroy(cudaEvent_t event);
 int sp__cuda_event_record(cudaEvent_t event, cudaStream_t stream);
 int sp__cuda_event_query(cudaEvent_t event, bool *done);
+int sp__cuda_event_sync(cudaEvent_t event);
 int sp__cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event);
 int sp__cuda_stream_create(int device, cudaStream_t *out);
 int sp__cuda_stream_destroy(cudaStream_t stream);

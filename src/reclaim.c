@@ -1,7 +1,7 @@
-/* Out of memory across pools: when a pool's own cache has gone back to the device and the driver
- * still says no, the other pools of the runtime give back their cached memory, lowest priority
- * first and never below their reservation, each followed by a retry; then the user's callback
- * may free memory for one more retry. A final failure leaves a report of what every pool held. */
+/* Out of memory across pools: the rungs of the ladder (alloc.c) that reach beyond the failing
+ * pool. The other pools of the runtime give back their cached memory, lowest priority first and
+ * never below their reservation; the user's callback may free memory for one more retry. A
+ * final failure leaves a report of what every pool held. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +16,10 @@ static int by_priority(const void *a, const void *b)
     return (x->cfg.priority > y->cfg.priority) - (x->cfg.priority < y->cfg.priority);
 }
 
-int sp__reclaim(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_retry_fn retry, void *arg)
+bool sp__reclaim_others(sp_pool *pool, size_t bytes)
 {
     sp_runtime *rt = pool->rt;
-    int rc = SP_ERR_OUT_OF_MEMORY;
+    uint64_t freed = 0;
     pthread_mutex_lock(&rt->lock); /* pools cannot be destroyed meanwhile */
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
@@ -31,29 +31,33 @@ int sp__reclaim(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_retry_fn re
             if (p != pool)
                 order[n++] = p;
         qsort(order, n, sizeof *order, by_priority);
-        for (size_t i = 0; i < n && rc == SP_ERR_OUT_OF_MEMORY; i++) {
+        for (size_t i = 0; i < n && freed < bytes; i++) {
             sp_pool *victim = order[i];
-            uint64_t released = sp__pool_give_back(victim, victim->cfg.reserve);
+            uint64_t released = sp__pool_give_back(victim, victim->cfg.reserve, true, NULL);
             if (released == 0)
-                continue; /* nothing reached the device: a retry would fail the same way */
+                continue; /* nothing reached the device */
             sp__pool_count(victim, SP_COUNT_reclaims, 1);
-            rc = retry(arg);
+            freed += released;
         }
         free(order);
     }
+    pthread_mutex_unlock(&rt->lock);
+    return freed > 0;
+}
+
+bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream)
+{
+    sp_runtime *rt = pool->rt;
+    pthread_mutex_lock(&rt->lock);
     sp_oom_callback cb = rt->oom_cb;
     void *user = rt->oom_user;
     pthread_mutex_unlock(&rt->lock);
-    if (rc == SP_ERR_OUT_OF_MEMORY && cb && !in_oom_callback) {
-        in_oom_callback = true;
-        int again = cb(pool, bytes, stream, user);
-        in_oom_callback = false;
-        if (again) {
-            (void)sp__pool_give_back(pool, 0); /* what the callback freed into our cache */
-            rc = retry(arg);
-        }
-    }
-    return rc;
+    if (!cb || in_oom_callback)
+        return false;
+    in_oom_callback = true;
+    int again = cb(pool, bytes, stream, user);
+    in_oom_callback = false;
+    return again != 0;
 }
 
 int sp_runtime_set_oom_callback(sp_runtime *rt, sp_oom_callback cb, void *user)

@@ -85,13 +85,18 @@ int sp_runtime_destroy(sp_runtime *rt)
             return SP_ERR_BUSY;
         }
     }
+    int err = SP_OK;
     while (rt->pools) {
         sp_pool *p = rt->pools;
         rt->pools = p->next;
-        sp__pool_free(p);
+        int rc = sp__pool_free(p);
+        if (err == SP_OK)
+            err = rc;
     }
     pthread_mutex_unlock(&rt->lock);
-    (void)sp__cuda_stream_sync(rt->service);
+    int rc = sp__cuda_stream_sync(rt->service);
+    if (err == SP_OK)
+        err = rc;
     (void)sp__cuda_stream_destroy(rt->service);
     sp__fence_pool_destroy(&rt->fences);
     sp__ptrmap_free(&rt->ptrmap);
@@ -100,7 +105,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     free(rt->alloc_conf);
     free(rt->env_conf);
     free(rt);
-    return SP_OK;
+    return err;
 }
 
 int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out)
@@ -189,8 +194,7 @@ int sp_pool_destroy(sp_pool *pool)
         p = &(*p)->next;
     *p = pool->next;
     pthread_mutex_unlock(&rt->lock);
-    sp__pool_free(pool);
-    return SP_OK;
+    return sp__pool_free(pool);
 }
 
 int sp_stream_release(sp_runtime *rt, cudaStream_t stream)

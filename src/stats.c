@@ -32,7 +32,6 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     uint64_t requested_total = load(&pool->miss_requested_total);
     uint64_t active_total = load(&pool->miss_active_total);
     pthread_mutex_lock(&pool->lock);
-    merge_cache(pool, &pool->shared, st, &requested_total, &active_total);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
             merge_cache(pool, c, st, &requested_total, &active_total);
@@ -43,6 +42,8 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     SP_STATS_COUNTERS(SP_ADD_COUNTER)
 #undef SP_ADD_COUNTER
     st->allocs += load(&pool->miss_allocs);
+    sp__heap_stats(&pool->slabs, st);
+    sp__heap_stats(&pool->segments, st);
     uint64_t reserved = 0, used = 0;
     int rc = sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used);
     st->pool_reserved += reserved;
@@ -160,6 +161,11 @@ size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)
 #define SP_EMIT_COUNTER(name, text) SP_EMIT(",\"" #name "\":%llu", (unsigned long long)st->name);
     SP_STATS_COUNTERS(SP_EMIT_COUNTER)
 #undef SP_EMIT_COUNTER
+    SP_EMIT(",\"inactive_split\":%llu,\"largest_free\":%llu,\"segments\":%llu,"
+            "\"segment_bytes\":%llu,\"slabs\":%llu,\"slab_bytes\":%llu",
+            (unsigned long long)st->inactive_split, (unsigned long long)st->largest_free,
+            (unsigned long long)st->segments, (unsigned long long)st->segment_bytes,
+            (unsigned long long)st->slabs, (unsigned long long)st->slab_bytes);
     SP_EMIT("}");
 #undef SP_EMIT
     return used;

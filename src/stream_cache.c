@@ -1,45 +1,10 @@
-/* Per-stream caches: a pool keeps, for every stream it has seen, bins of freed blocks by size
- * class. Finding the cache is the first step of every sp_alloc and sp_free, so a per-thread
+/* Per-stream caches: a pool keeps, for every stream it has seen, bins of freed small blocks by
+ * size class (small.c) and the tags of its frees (fence.c). Finding the cache is the first step of every sp_alloc and sp_free, so a per-thread
  * memo of the last few (pool, stream) pairs answers it with a compare; the pool's table, under
  * its mutex, is consulted only on a memo miss. */
 #include <stdlib.h>
 
 #include "internal.h"
-
-/* ---- bins: doubly linked, newest at the head (same-stream reuse takes the warmest block, a
- * steal from another stream the oldest, whose fence is likeliest complete) ---- */
-
-void sp__bin_push(sp_bin *bin, sp_block *b)
-{
-    b->prev = NULL;
-    b->next = bin->head;
-    if (bin->head)
-        bin->head->prev = b;
-    else
-        bin->tail = b;
-    bin->head = b;
-}
-
-void sp__bin_remove(sp_bin *bin, sp_block *b)
-{
-    if (b->prev)
-        b->prev->next = b->next;
-    else
-        bin->head = b->next;
-    if (b->next)
-        b->next->prev = b->prev;
-    else
-        bin->tail = b->prev;
-    b->prev = b->next = NULL;
-}
-
-sp_block *sp__bin_pop_newest(sp_bin *bin)
-{
-    sp_block *b = bin->head;
-    if (b)
-        sp__bin_remove(bin, b);
-    return b;
-}
 
 /* ---- stream keys ---- */
 
@@ -55,6 +20,11 @@ sp_stream_key sp__stream_key(cudaStream_t stream)
         key.thread = this_thread_id;
     }
     return key;
+}
+
+bool sp__this_threads_stream(sp_stream_key key)
+{
+    return key.thread == 0 || key.thread == sp__stream_key(cudaStreamPerThread).thread;
 }
 
 static bool key_equal(sp_stream_key a, sp_stream_key b)
@@ -122,6 +92,10 @@ static sp_stream_cache *table_insert(sp_pool *pool, sp_stream_key key)
     sp_stream_cache *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    if (pthread_mutex_init(&c->fence_lock, NULL) != 0) {
+        free(c);
+        return NULL;
+    }
     c->key = key;
     c->pool = pool;
     size_t i = key_hash(pool->id, key) & (pool->bucket_count - 1);
@@ -180,6 +154,8 @@ void sp__cache_table_free(sp_pool *pool)
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {
         for (sp_stream_cache *c = *l, *next; c; c = next) {
             next = c->next_in_pool;
+            sp__cache_drop_fences(c);
+            pthread_mutex_destroy(&c->fence_lock);
             free(c);
         }
     }

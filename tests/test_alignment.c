@@ -28,8 +28,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    reset_device(NULL);
+    /* The runtime goes first, while its streams and pools still exist: resetting the device
+     * first would leave it only invalid handles to give back. */
     int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
+    reset_device(NULL);
     free(f);
     return rc == SP_OK ? 0 : -1;
 }

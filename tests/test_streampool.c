@@ -26,12 +26,12 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    reset_device(NULL); /* opens gates left by a failed test, synchronizes */
-    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
+    for (int i = 0; i < gate_pool_used; i++) /* gates a failed test left closed */
+        gate_open(&gate_pool[i]);
+    (void)cudaDeviceSynchronize();
+    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK; /* before the device's state is reset */
+    reset_device(NULL);
     free(f);
-#ifdef SP_CUDASIM
-    cudasimReset();
-#endif
     return rc == SP_OK ? 0 : -1;
 }
 
@@ -106,7 +106,8 @@ static void same_stream_miss_fits_a_slightly_larger_block(void **state)
     assert_ptr_not_equal(r, p);
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.same_stream_hits, 1);
-    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.driver_allocs, 1); /* r is carved from the rest of p's 2 MiB slab */
+    assert_ptr_equal(r, (char *)p + MiB);
     assert_int_equal(st.active.current, sp_size_class(850 * KiB));
     SP(sp_free(f->pool, r, s));
     drop_stream(f->rt, s);
@@ -122,12 +123,14 @@ static void canary_run(fixture *f, sp_cross_stream_policy policy)
 {
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.cross_stream = policy;
-    char name[32];
-    snprintf(name, sizeof name, "canary-%d", (int)policy);
-    sp_pool *pool;
-    SP(sp_pool_create(f->rt, name, &cfg, &pool));
     static const size_t sizes[] = {1, 255, 256, 4096, 5000, 65536, 100000, MiB, 3 * MiB + 17};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        /* a fresh pool per size: a's block and the rest of its slab or segment, both behind
+         * a's pending fence, are the only free memory b could take */
+        char name[32];
+        snprintf(name, sizeof name, "canary-%d-%zu", (int)policy, i);
+        sp_pool *pool;
+        SP(sp_pool_create(f->rt, name, &cfg, &pool));
         size_t n = sizes[i];
         cudaStream_t a = new_stream(), b = new_stream();
         gate *g = gate_new();
@@ -157,13 +160,13 @@ static void canary_run(fixture *f, sp_cross_stream_policy policy)
         CK(cudaFreeHost(host));
         drop_stream(f->rt, a);
         drop_stream(f->rt, b);
+        sp_stats st = stats_of(pool);
+        assert_int_equal(st.cross_stream_waits, policy == SP_CROSS_STREAM_WAIT ? 1 : 0);
+        assert_int_equal(st.driver_allocs, policy == SP_CROSS_STREAM_WAIT ? 1 : 2);
+        assert_int_equal(st.bad_frees, 0);
+        assert_int_equal(st.requested.current, 0);
+        SP(sp_pool_destroy(pool));
     }
-    sp_stats st = stats_of(pool);
-    size_t rounds = sizeof sizes / sizeof sizes[0];
-    assert_int_equal(st.cross_stream_waits, policy == SP_CROSS_STREAM_WAIT ? rounds : 0);
-    assert_int_equal(st.bad_frees, 0);
-    assert_int_equal(st.requested.current, 0);
-    SP(sp_pool_destroy(pool));
 }
 
 static void canary_balanced(void **state) { canary_run(*state, SP_CROSS_STREAM_BALANCED); }
@@ -214,7 +217,8 @@ static void steal_fits_a_slightly_larger_block(void **state)
     assert_ptr_not_equal(r, p);
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.cross_stream_reuses, 1);
-    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.driver_allocs, 1); /* r: the rest of p's slab, settled with a idle */
+    assert_ptr_equal(r, (char *)p + MiB);
     assert_int_equal(st.active.current, MiB + sp_size_class(900 * KiB)); /* q kept the 1 MiB block */
     SP(sp_free(f->pool, q, b));
     SP(sp_free(f->pool, r, b));
@@ -244,7 +248,7 @@ static void one_fence_covers_many_frees(void **state)
     sp_stats st = stats_of(pool);
     assert_int_equal(st.fences_recorded, 1);
     assert_int_equal(st.cross_stream_waits, 16);
-    assert_int_equal(st.driver_allocs, 16);
+    assert_int_equal(st.driver_allocs, 1); /* one slab for all 16 blocks */
     assert_int_equal(cudaStreamQuery(b), cudaErrorNotReady); /* b waits behind a's gate */
     gate_open(g);
     for (int i = 0; i < 16; i++)
@@ -270,7 +274,7 @@ static void idle_stream_needs_no_fence(void **state)
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.fences_recorded, 0);
     assert_int_equal(st.cross_stream_reuses, 16);
-    assert_int_equal(st.driver_allocs, 16);
+    assert_int_equal(st.driver_allocs, 1); /* one slab for all 16 blocks */
     for (int i = 0; i < 16; i++)
         SP(sp_free(f->pool, q[i], b));
     drop_stream(f->rt, a);
@@ -301,12 +305,19 @@ static void released_stream_blocks_stay_fenced(void **state)
     CK(cudaStreamSynchronize(a));
     for (int i = 0; i < 4096; i++)
         assert_int_equal(host[i], 0x5c);
-    SP(sp_alloc(f->pool, &r, 4096, c)); /* the final fence has completed */
-    assert_ptr_equal(r, p);
+    /* best fit: the first MiB comes from the rest of q's slab, the second only fits p's slab,
+     * whose final fence has completed */
+    void *r2;
+    SP(sp_alloc(f->pool, &r, MiB, c));
+    assert_ptr_equal(r, (char *)q + 4096);
+    SP(sp_alloc(f->pool, &r2, MiB, c));
+    assert_ptr_equal(r2, p);
     SP(sp_free(f->pool, q, a));
     SP(sp_free(f->pool, r, c));
+    SP(sp_free(f->pool, r2, c));
     sp_stats st = stats_of(f->pool);
-    assert_int_equal(st.cross_stream_reuses, 1);
+    assert_int_equal(st.cross_stream_reuses, 2);
+    assert_int_equal(st.driver_allocs, 2);
     CK(cudaFreeHost(host));
     drop_stream(f->rt, a);
     drop_stream(f->rt, c);
@@ -397,12 +408,14 @@ static void stats_are_exact_after_a_script(void **state)
     sp_pool *pool;
     SP(sp_pool_create(f->rt, "script", NULL, &pool));
     void *p1, *p2, *p3, *p4;
-    SP(sp_alloc(pool, &p1, 1000, a));        /* driver, 1024 */
-    SP(sp_alloc(pool, &p2, 5000, a));        /* driver, 5120 */
+    SP(sp_alloc(pool, &p1, 1000, a));        /* driver: a 2 MiB slab; 1024 carved */
+    SP(sp_alloc(pool, &p2, 5000, a));        /* 5120 carved from the slab */
+    assert_ptr_equal(p2, (char *)p1 + 1024);
     SP(sp_free(pool, p1, a));
     SP(sp_alloc(pool, &p3, 1024, a));        /* hit: p1's block */
     assert_ptr_equal(p3, p1);
-    SP(sp_alloc(pool, &p4, 100, b));         /* driver, 256 */
+    SP(sp_alloc(pool, &p4, 100, b));         /* 256 carved; a is idle: its tags settle */
+    assert_ptr_equal(p4, (char *)p1 + 1024 + 5120);
     SP(sp_free(pool, p2, a));
     assert_int_equal(sp_free(pool, p2, a), SP_ERR_DOUBLE_FREE);
     sp_stats st = stats_of(pool);
@@ -411,10 +424,10 @@ static void stats_are_exact_after_a_script(void **state)
     assert_int_equal(st.allocs, 4);
     assert_int_equal(st.frees, 2);
     assert_int_equal(st.same_stream_hits, 1);
-    assert_int_equal(st.driver_allocs, 3);
+    assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.driver_frees, 0);
     assert_int_equal(st.bad_frees, 1);
-    assert_int_equal(st.cross_stream_reuses, 0);
+    assert_int_equal(st.cross_stream_reuses, 1); /* the rest of a's slab, for b */
     assert_int_equal(st.cross_stream_waits, 0);
     assert_int_equal(st.fences_recorded, 0);
     assert_int_equal(st.requested.current, 1024 + 100);
@@ -423,13 +436,19 @@ static void stats_are_exact_after_a_script(void **state)
     assert_int_equal(st.active.current, 1024 + 256);
     assert_int_equal(st.active.peak, 1024 + 5120 + 256);
     assert_int_equal(st.active.total, 1024 + 5120 + 1024 + 256);
-    assert_int_equal(st.cached.current, 5120);
-    assert_int_equal(st.cached.peak, 5120);
+    assert_int_equal(st.cached.current, 2 * MiB - 1024 - 256); /* p2 in a's bin + the slab's rest */
+    assert_int_equal(st.cached.peak, 2 * MiB - 1024 - 256);
     assert_int_equal(st.cached.total, 1024 + 5120);
-    assert_int_equal(st.held.current, 1024 + 5120 + 256);
-    assert_int_equal(st.held.peak, 1024 + 5120 + 256);
-    assert_int_equal(st.held.total, 1024 + 5120 + 256);
-    assert_true(st.pool_used >= 1024 + 5120 + 256);
+    assert_int_equal(st.held.current, 2 * MiB);
+    assert_int_equal(st.held.peak, 2 * MiB);
+    assert_int_equal(st.held.total, 2 * MiB);
+    assert_int_equal(st.slabs, 1);
+    assert_int_equal(st.slab_bytes, 2 * MiB);
+    assert_int_equal(st.segments, 0);
+    /* the slab holds live and cached blocks: everything else in it is inactive split */
+    assert_int_equal(st.inactive_split, 2 * MiB - 1024 - 5120 - 256);
+    assert_int_equal(st.largest_free, 2 * MiB - 1024 - 5120 - 256);
+    assert_true(st.pool_used >= 2 * MiB);
     assert_true(st.pool_reserved >= st.pool_used);
     assert_int_equal(st.pools, 1);
     char json[2048];
@@ -457,10 +476,11 @@ static void stats_are_exact_after_a_script(void **state)
     SP(sp_free(pool, p4, b));
     SP(sp_pool_trim(pool, 0));
     st = stats_of(pool);
-    assert_int_equal(st.driver_frees, 3);
+    assert_int_equal(st.driver_frees, 1);
     assert_int_equal(st.cached.current, 0);
     assert_int_equal(st.held.current, 0);
-    assert_int_equal(st.held.peak, 1024 + 5120 + 256);
+    assert_int_equal(st.held.peak, 2 * MiB);
+    assert_int_equal(st.slabs, 0);
     assert_int_equal(st.pool_reserved, 0);
     drop_stream(f->rt, a);
     drop_stream(f->rt, b);
@@ -489,7 +509,9 @@ static void stats_current_exact_with_flush_threshold(void **state)
             SP(sp_free(f->pool, p[i][k], s[i]));
     st = stats_of(f->pool);
     assert_int_equal(st.requested.current, 0);
-    assert_int_equal(st.cached.current, N * 4 * 1024);
+    /* every stream carved from the one slab (the others were idle: settled) */
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.cached.current, 2 * MiB);
     assert_int_equal(st.requested.peak, N * (1000 + 1001 + 1002 + 1003));
     for (int i = 0; i < N; i++)
         drop_stream(f->rt, s[i]);

@@ -150,10 +150,18 @@ static void limit_rejects_then_recovers(void **state)
     assert_int_equal(st.requested.current, 48 * MiB);
     assert_int_equal(st.held.current, 48 * MiB); /* nothing leaked */
     SP(sp_free(pool, p, s));
-    SP(sp_alloc(pool, &q, 32 * MiB, s)); /* the cached 48 MiB goes back first */
+    SP(sp_alloc(pool, &q, 32 * MiB, s)); /* carved from the free 48 MiB segment */
+    assert_ptr_equal(q, p);
     st = stats_of(pool);
-    assert_int_equal(st.held.current, 32 * MiB);
+    assert_int_equal(st.held.current, 48 * MiB);
+    assert_int_equal(st.driver_allocs, 1);
+    SP(sp_free(pool, q, s));
+    SP(sp_alloc(pool, &q, 60 * MiB, s)); /* does not fit: the cached 48 MiB goes back first */
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 60 * MiB);
     assert_int_equal(st.reclaimed_bytes, 48 * MiB);
+    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.driver_frees, 1);
     assert_true(st.held.peak <= 64 * MiB);
     SP(sp_free(pool, q, s));
     CK(cudaStreamSynchronize(s));
@@ -295,7 +303,9 @@ static void random_driver_failures(void **state)
     sp_runtime *rt = runtime_on_device_of(16 * GiB);
     sp_pool *pool;
     SP(sp_pool_create(rt, "faulty", NULL, &pool));
-    CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", 100000, cudaErrorMemoryAllocation, 11));
+    /* 50%: a miss retries after giving cache back and reclaiming, so failures must be common
+     * for some to survive the whole ladder */
+    CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", 500000, cudaErrorMemoryAllocation, 11));
     enum { T = 3 };
     pthread_t t[T];
     fault_worker w[T];
@@ -332,6 +342,97 @@ static void random_driver_failures(void **state)
     assert_int_equal(free_b, total); /* no driver memory lost */
 }
 
+/* Faults at every CUDA call the library makes on its own behalf (allocations, frees given back,
+ * fences, queries, waits), from 3 threads under the WAIT policy and a cache limit that gives
+ * memory back on frees: only allocations the driver refused fail, nothing is lost, and after
+ * the faults stop everything goes back to the device. */
+static void random_faults_everywhere_lose_nothing(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(16 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.cross_stream = SP_CROSS_STREAM_WAIT;
+    cfg.cache_limit = 2 * MiB;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "faulty", &cfg, &pool));
+    static const char *apis[] = {"cudaFreeAsync", "cudaEventRecord", "cudaEventQuery",
+                                 "cudaStreamQuery", "cudaStreamWaitEvent"};
+    CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", 50000, cudaErrorMemoryAllocation, 5));
+    for (unsigned i = 0; i < sizeof apis / sizeof apis[0]; i++)
+        CK(cudasimInjectFaultRate(apis[i], 50000, cudaErrorLaunchFailure, 7 + i));
+    enum { T = 3 };
+    pthread_t t[T];
+    fault_worker w[T];
+    for (int i = 0; i < T; i++) {
+        w[i] = (fault_worker){pool, new_stream(), 29u * (unsigned)(i + 1), 0, 0, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, fault_stress, &w[i]), 0);
+    }
+    long ooms = 0;
+    for (int i = 0; i < T; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].failures, 0); /* best-effort steps never fail a request */
+        assert_int_equal(w[i].live_bytes, 0);
+        ooms += w[i].ooms;
+    }
+    cudasimClearFaults();
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.ooms, ooms);
+    assert_int_equal(st.requested.current, 0);
+    assert_int_equal(st.active.current, 0);
+    assert_int_equal(st.allocs, st.frees);
+    assert_int_equal(st.held.current, st.cached.current);
+    assert_int_equal(st.held.current, st.segment_bytes + st.slab_bytes);
+    print_message("# random faults everywhere: %ld OOMs, %llu skipped steps, %llu refused "
+                  "give-backs\n", ooms, (unsigned long long)st.skipped_steps,
+                  (unsigned long long)st.give_back_failures);
+    for (int i = 0; i < T; i++)
+        drop_stream(rt, w[i].stream);
+    SP(sp_runtime_destroy(rt));
+    CK(cudaDeviceSynchronize());
+    size_t free_b, total;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, total); /* no driver memory lost */
+}
+
+static int callback_calls;
+static int count_callback(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user)
+{
+    (void)pool, (void)bytes, (void)stream, (void)user;
+    callback_calls++;
+    return 1;
+}
+
+/* A request larger than the whole device fails at once with SP_ERR_OUT_OF_MEMORY: no other
+ * pool's cache is reclaimed and the callback is not called. */
+static void larger_than_device_fails_fast(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool *x, *y;
+    SP(sp_pool_create(rt, "X", NULL, &x));
+    SP(sp_pool_create(rt, "Y", NULL, &y));
+    SP(sp_runtime_set_oom_callback(rt, count_callback, NULL));
+    cudaStream_t s = new_stream();
+    void *p, *q = (void *)0x7;
+    SP(sp_alloc(x, &p, 1 * GiB, s));
+    SP(sp_free(x, p, s));
+    assert_int_equal(sp_alloc(y, &q, 5 * GiB, s), SP_ERR_OUT_OF_MEMORY);
+    assert_ptr_equal(q, (void *)0x7);
+    assert_int_equal(callback_calls, 0);
+    sp_stats sx = stats_of(x), sy = stats_of(y);
+    assert_int_equal(sx.cached.current, 1 * GiB); /* X untouched */
+    assert_int_equal(sx.reclaims, 0);
+    assert_int_equal(sy.ooms, 1);
+    assert_int_equal(sy.oom_retries, 0);
+    assert_int_equal(sy.held.current, 0);
+    assert_int_equal(sy.held.total, 0); /* the refused claim left no trace */
+    sp_oom_report r = {.size = sizeof r};
+    SP(sp_runtime_last_oom(rt, &r));
+    assert_int_equal(r.bytes, 5 * GiB);
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -342,6 +443,8 @@ int main(void)
         T(limit_rejects_then_recovers),
         T(oom_callback_and_report),
         T(random_driver_failures),
+        T(random_faults_everywhere_lose_nothing),
+        T(larger_than_device_fails_fast),
 #undef T
     };
     return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);

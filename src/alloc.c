@@ -1,0 +1,305 @@
+/* The hot path, sp_alloc and sp_free, and the one function a miss goes through.
+ * Small requests (<= SP_SMALL_MAX) hit the stream's own bin of their size class: one spin lock,
+ * no shared counter, no driver call. Large requests take a best-fit range from the pool's
+ * segments under the heap's mutex, also without a driver call when free memory fits. A miss
+ * climbs one ladder, top to bottom: steal -> fresh -> give back -> reclaim -> callback -> fail. */
+#include "internal.h"
+
+static bool capture_possible(const sp_runtime *rt)
+{
+    return rt->cfg.capture_check == SP_CAPTURE_ALWAYS ||
+           atomic_load_explicit(&rt->captures, memory_order_relaxed) != 0;
+}
+
+static size_t large_size(size_t bytes)
+{
+    return (bytes + SP_LARGE_ALIGN - 1) / SP_LARGE_ALIGN * SP_LARGE_ALIGN;
+}
+
+/* Records an allocation served by the stream's cache in its counters (c->lock held). */
+static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes)
+{
+    b->requested = bytes;
+    c->hits++;
+    c->requested_total += bytes;
+    c->active_total += b->size;
+    c->requested_delta += (int64_t)bytes;
+    c->active_delta += (int64_t)b->size;
+    if (sp_unlikely((uint64_t)(c->requested_delta < 0 ? -c->requested_delta : c->requested_delta) >
+                    pool->stats_flush ||
+                    (uint64_t)(c->active_delta < 0 ? -c->active_delta : c->active_delta) >
+                    pool->stats_flush))
+        sp__cache_flush_locked(pool, c);
+}
+
+static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, size_t bytes,
+                      void **ptr);
+static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void **ptr);
+
+int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+{
+    if (sp_unlikely(!pool || !ptr))
+        return SP_ERR_INVALID;
+    if (sp_unlikely(bytes == 0)) {
+        *ptr = NULL;
+        return SP_OK;
+    }
+    if (sp_unlikely(bytes > SP_MAX_ALLOC))
+        return SP_ERR_TOO_LARGE;
+    sp_stream_key key = sp__stream_key(stream);
+    if (sp_unlikely(capture_possible(pool->rt))) {
+        bool capturing = false;
+        int rc = sp__stream_capturing(pool->rt, key, &capturing);
+        if (rc != SP_OK)
+            return rc;
+        if (capturing)
+            return alloc_bypass(pool, bytes, stream, ptr);
+    }
+    if (sp_unlikely(bytes > SP_SMALL_MAX)) { /* large: best fit in the segments */
+        sp_stream_cache *c = sp__cache_get(pool, key);
+        if (sp_unlikely(!c))
+            return SP_ERR_NO_HOST_MEMORY;
+        pthread_mutex_lock(&pool->segments.lock);
+        sp_block *b = sp__heap_take(&pool->segments, large_size(bytes), c, stream, SP_TAKE_KNOWN, NULL);
+        pthread_mutex_unlock(&pool->segments.lock);
+        if (!b)
+            return alloc_miss(pool, c, stream, bytes, ptr);
+        sp_spin_lock(&c->lock);
+        hit_locked(pool, c, b, bytes);
+        sp_spin_unlock(&c->lock);
+        atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+        *ptr = b->ptr;
+        return SP_OK;
+    }
+    uint32_t cls = sp__class_of(bytes);
+    for (;;) {
+        sp_stream_cache *c = sp__cache_get(pool, key);
+        if (sp_unlikely(!c))
+            return SP_ERR_NO_HOST_MEMORY;
+        sp_spin_lock(&c->lock);
+        if (sp_unlikely(c->released)) { /* released meanwhile: look the stream up again */
+            sp_spin_unlock(&c->lock);
+            continue;
+        }
+        sp_block *b = sp__bin_pop_newest(&c->bins[cls]);
+        for (uint32_t up = cls + 1; !b && up <= cls + SP_FIT_CLASSES; up++)
+            b = sp__bin_pop_newest(&c->bins[up]);
+        if (sp_likely(b != NULL)) {
+            c->cached_bytes -= b->size;
+            hit_locked(pool, c, b, bytes);
+            sp_spin_unlock(&c->lock);
+            atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+            *ptr = b->ptr;
+            return SP_OK;
+        }
+        sp__cache_flush_locked(pool, c); /* the slow path keeps the shared figures current */
+        sp_spin_unlock(&c->lock);
+        return alloc_miss(pool, c, stream, bytes, ptr);
+    }
+}
+
+int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
+{
+    if (sp_unlikely(!pool))
+        return SP_ERR_INVALID;
+    if (sp_unlikely(!ptr))
+        return SP_OK;
+    sp_block *b = NULL;
+    int rc = sp__ptrmap_take_for_free(&pool->rt->ptrmap, ptr, pool, &b);
+    if (sp_unlikely(rc != SP_OK)) {
+        sp__pool_count(pool, SP_COUNT_bad_frees, 1);
+        return rc;
+    }
+    if (sp_unlikely(atomic_load_explicit(&b->state, memory_order_relaxed) == SP_BLOCK_BYPASS)) {
+        /* a capture's own allocation: straight back to the driver (rule 24) */
+        sp__usage_add(pool, -(int64_t)b->requested, -(int64_t)b->size, 0);
+        sp__pool_count(pool, SP_COUNT_frees, 1);
+        sp__pool_bypass_free(pool, b, stream);
+        return SP_OK;
+    }
+    /* Anything else, even freed during a capture, stays cached tagged with its stream: never
+     * handed to a capture (captures bypass the caches), and to other streams only behind a
+     * fence, which is not recorded while a capture is declared. A small block freed during a
+     * capture is kept aside in its slab rather than in the stream's bin. */
+    sp_stream_key key = sp__stream_key(stream);
+    bool capturing = false;
+    if (sp_unlikely(capture_possible(pool->rt)) &&
+        sp__stream_capturing(pool->rt, key, &capturing) != SP_OK)
+        capturing = true; /* unknown: the careful choice */
+    sp_stream_cache *c;
+    for (;;) {
+        c = sp__cache_get(pool, key);
+        if (sp_unlikely(!c)) { /* the block stays live: the caller may retry */
+            atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+            return SP_ERR_NO_HOST_MEMORY;
+        }
+        sp_spin_lock(&c->lock);
+        if (sp_likely(!c->released))
+            break;
+        sp_spin_unlock(&c->lock);
+    }
+    /* one writer at a time (c->lock): no locked instruction; the release store orders the
+     * caller's work before any fence that reads this epoch */
+    b->epoch = atomic_load_explicit(&c->free_epoch, memory_order_relaxed) + 1;
+    atomic_store_explicit(&c->free_epoch, b->epoch, memory_order_release);
+    c->frees++;
+    c->freed_bytes += b->size;
+    c->requested_delta -= (int64_t)b->requested;
+    c->active_delta -= (int64_t)b->size;
+    bool small = b->cls < SP_CLASS_COUNT;
+    sp_heap *h = small ? &pool->slabs : &pool->segments;
+    bool to_bin = small && !capturing;
+    if (to_bin) {
+        sp__bin_push(&c->bins[b->cls], b);
+        c->cached_bytes += b->size;
+    }
+    uint64_t cache_limit = atomic_load_explicit(&pool->cache_limit, memory_order_relaxed);
+    if (sp_unlikely(cache_limit != UINT64_MAX || !to_bin))
+        sp__cache_flush_locked(pool, c);
+    else if (sp_unlikely((uint64_t)-c->active_delta > pool->stats_flush))
+        sp__cache_flush_locked(pool, c);
+    sp_spin_unlock(&c->lock);
+    if (!to_bin) { /* back into its segment or slab, tagged, merged with free neighbours */
+        pthread_mutex_lock(&h->lock);
+        sp__heap_put(h, b, c, b->epoch);
+        pthread_mutex_unlock(&h->lock);
+    }
+    if (sp_unlikely(cache_limit != UINT64_MAX))
+        sp__pool_enforce_cache_limit(pool, cache_limit);
+    return SP_OK;
+}
+
+/* ---- the miss ---- */
+
+/* Memory other streams freed: their small blocks first (bins, at most SP_STEAL_PROBES caches),
+ * then free ranges of the tier's slabs or segments. Best effort: nothing here fails. */
+static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t stream,
+                            size_t bytes, sp_take_mode mode, sp_ask_budget *ab)
+{
+    bool small = bytes <= SP_SMALL_MAX;
+    sp_heap *h = small ? &pool->slabs : &pool->segments;
+    size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
+    sp_block *b = NULL;
+    if (small && (b = sp__small_steal(pool, me, sp__class_of(bytes), stream, mode, ab)))
+        return b;
+    pthread_mutex_lock(&h->lock);
+    b = sp__heap_take(h, size, me, stream, mode, ab);
+    if (!b) { /* ranges settled since their free may merge now */
+        sp__heap_coalesce(h, me, ab);
+        b = sp__heap_take(h, size, me, stream, mode, ab);
+    }
+    pthread_mutex_unlock(&h->lock);
+    return b;
+}
+
+static bool held_would_peak(sp_pool *pool, size_t size)
+{
+    uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+    return held + size > atomic_load_explicit(&pool->usage.held.peak, memory_order_relaxed);
+}
+
+static bool larger_than_device(sp_pool *pool, size_t size)
+{
+    uint64_t free_bytes = 0, total = 0;
+    return sp__cuda_mem_info(pool->rt->device, &free_bytes, &total) == SP_OK && size > total;
+}
+
+/* The whole ladder, in order. Each rung either yields a block or hands on to the next:
+ *  1. memory another stream freed, behind a completed fence (asking the driver, bounded);
+ *  2. under the WAIT policy, behind a pending fence the allocating stream waits on;
+ *  3. a fresh slab or segment from the driver (free segments too small for a large request go
+ *     back first if the new one would raise the pool's high-water mark); over the pool's
+ *     limit, the pool's own cache goes back first, and a request the limit still refuses fails
+ *     with SP_ERR_LIMIT;
+ *  4. out of device memory: a pending fence (unless NO_WAIT), then the pool's own cache back
+ *     to the device, then other pools' caches, then the user's callback, each with a retry;
+ *  5. SP_ERR_OUT_OF_MEMORY, counted, with a report; at once for a request larger than the
+ *     device, which no rung could help. */
+static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, size_t bytes,
+                      void **ptr)
+{
+    bool small = bytes <= SP_SMALL_MAX;
+    sp_heap *h = small ? &pool->slabs : &pool->segments;
+    size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
+    sp_cross_stream_policy policy = pool->cfg.cross_stream;
+    uint64_t limit = pool->cfg.limit;
+    sp_ask_budget asks = {0}, waits = {0};
+    sp_block *b = take_freed(pool, c, stream, bytes, SP_TAKE_SETTLED, &asks);
+    if (!b && policy == SP_CROSS_STREAM_WAIT)
+        b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits);
+    if (!b && !small && held_would_peak(pool, size))
+        /* free segments too small for this request go back before a new one would raise the
+         * pool's high-water mark; below it, they stay cached (no driver call) */
+        (void)sp__heap_release(h, size, false, c, NULL);
+    int rc = b ? SP_OK : sp__pool_grow(pool, h, size, c, stream, &b);
+    if (rc == SP_ERR_LIMIT && size <= limit) {
+        (void)sp__pool_give_back(pool, limit - size, false, NULL);
+        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+    }
+    /* more than the whole device: no rung below can help, and none may disturb other pools */
+    bool hopeless = rc == SP_ERR_OUT_OF_MEMORY && larger_than_device(pool, size);
+    if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && policy != SP_CROSS_STREAM_NO_WAIT &&
+        (b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits)))
+        rc = SP_OK;
+    if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || rc == SP_ERR_LIMIT) {
+        (void)sp__pool_give_back(pool, limit ? limit - (size < limit ? size : limit) : 0,
+                                 true, NULL);
+        sp__pool_count(pool, SP_COUNT_oom_retries, 1);
+        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+    }
+    if (rc == SP_ERR_OUT_OF_MEMORY && limit) {
+        /* the driver enforces the limit too (maxSize): a pool at its own cap is at its limit */
+        uint64_t reserved = 0, used = 0;
+        (void)sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used);
+        if (reserved + size > limit)
+            rc = SP_ERR_LIMIT;
+    }
+    if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__reclaim_others(pool, size)) {
+        sp__pool_count(pool, SP_COUNT_oom_retries, 1);
+        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+    }
+    if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__oom_callback(pool, bytes, stream)) {
+        (void)sp__pool_give_back(pool, 0, true, NULL); /* what the callback freed into our cache */
+        sp__pool_count(pool, SP_COUNT_oom_retries, 1);
+        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+    }
+    if (rc == SP_ERR_LIMIT)
+        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
+    if (rc == SP_ERR_OUT_OF_MEMORY) {
+        sp__pool_count(pool, SP_COUNT_ooms, 1);
+        sp__oom_record(pool, bytes, stream);
+    }
+    if (rc != SP_OK)
+        return rc;
+    if (small)
+        b->cls = sp__class_of(b->size);
+    b->requested = bytes;
+    sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
+    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
+    atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+    *ptr = b->ptr;
+    return SP_OK;
+}
+
+/* Rule 24: a capturing stream's allocations become graph nodes; they never touch a cache. */
+static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void **ptr)
+{
+    sp_block *b = NULL;
+    int rc = sp__pool_bypass_alloc(pool, bytes, stream, &b);
+    if (rc == SP_ERR_LIMIT)
+        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
+    else if (rc == SP_ERR_OUT_OF_MEMORY)
+        sp__pool_count(pool, SP_COUNT_ooms, 1);
+    if (rc != SP_OK)
+        return rc;
+    b->requested = bytes;
+    sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
+    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
+    sp__pool_count(pool, SP_COUNT_capture_bypasses, 1);
+    *ptr = b->ptr;
+    return SP_OK;
+}

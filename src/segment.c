@@ -1,0 +1,376 @@
+/* Segments and slabs: driver allocations that a pool carves into ranges. A heap keeps one tier
+ * (small blocks from slabs, large ranges from segments): every segment's ranges in address
+ * order, and its free ranges in size bins with a bitmap, for best fit. A free range carries the
+ * tag of its free (fence.c); taking it splits off what is left over, giving it back merges it
+ * with free neighbours whose tags allow (same stream, or both settled). Wholly free, settled
+ * segments go back to the driver, largest first. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MIN_SPLIT ((size_t)256) /* CUDA's alignment: no range is smaller */
+
+int sp__heap_init(sp_heap *h, sp_pool *pool, bool small)
+{
+    memset(h, 0, sizeof *h);
+    h->pool = pool;
+    h->small = small;
+    return pthread_mutex_init(&h->lock, NULL) == 0 ? SP_OK : SP_ERR_NO_HOST_MEMORY;
+}
+
+void sp__heap_destroy(sp_heap *h)
+{
+    for (sp_segment *s = h->segments, *next; s; s = next) {
+        next = s->next;
+        for (sp_block *b = s->first, *bn; b; b = bn) {
+            bn = b->addr_next;
+            sp__ptrmap_remove(&h->pool->rt->ptrmap, b->ptr);
+            free(b);
+        }
+        free(s);
+    }
+    h->segments = NULL;
+    pthread_mutex_destroy(&h->lock);
+}
+
+/* ---- the free index: bins by size with a bitmap of the non-empty ones ---- */
+
+static void index_add(sp_heap *h, sp_block *b)
+{
+    uint32_t k = sp__class_floor(b->size);
+    b->is_free = true;
+    b->prev = NULL;
+    b->next = h->bins[k].head;
+    if (b->next)
+        b->next->prev = b;
+    h->bins[k].head = b;
+    h->nonempty[k / 64] |= 1ull << (k % 64);
+    h->free_bytes += b->size;
+}
+
+static void index_remove(sp_heap *h, sp_block *b)
+{
+    uint32_t k = sp__class_floor(b->size);
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        h->bins[k].head = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    if (!h->bins[k].head)
+        h->nonempty[k / 64] &= ~(1ull << (k % 64));
+    b->prev = b->next = NULL;
+    b->is_free = false;
+    h->free_bytes -= b->size;
+}
+
+/* The first non-empty bin at or above k; SP_CLASS_COUNT if none. */
+static uint32_t next_bin(const sp_heap *h, uint32_t k)
+{
+    for (uint32_t w = k / 64; w < SP_HEAP_WORDS; w++) {
+        uint64_t bits = h->nonempty[w];
+        if (w == k / 64)
+            bits &= ~0ull << (k % 64);
+        if (bits)
+            return w * 64 + (uint32_t)__builtin_ctzll(bits);
+    }
+    return SP_CLASS_COUNT;
+}
+
+/* ---- tags ---- */
+
+/* Settled by what is known: no tag, or its fence seen complete. Clears a settled tag. */
+static bool known_settled(sp_block *b)
+{
+    if (b->tag && sp__tag_settled(b->tag, b->epoch, false))
+        b->tag = NULL;
+    return b->tag == NULL;
+}
+
+static bool may_merge(sp_block *a, sp_block *b)
+{
+    if (a->tag == b->tag)
+        return true;
+    return known_settled(a) && known_settled(b);
+}
+
+/* Can `me` on `stream` use the free range b now? Same stream or settled: yes. Otherwise, as the
+ * mode allows, asks the driver (within the miss's budget) or makes `stream` wait on a covering
+ * fence. */
+static bool usable(sp_heap *h, sp_block *b, sp_stream_cache *me, cudaStream_t stream,
+                   sp_take_mode mode, sp_ask_budget *ab)
+{
+    if (b->tag == me || known_settled(b))
+        return true;
+    if (mode == SP_TAKE_KNOWN)
+        return false;
+    if (sp__tag_settled_within(ab, b->tag, b->epoch)) {
+        sp__pool_count(h->pool, SP_COUNT_cross_stream_reuses, 1);
+        b->tag = NULL;
+        return true;
+    }
+    if (mode == SP_TAKE_WAIT && sp__tag_wait(b->tag, b->epoch, stream) == SP_OK) {
+        sp__pool_count(h->pool, SP_COUNT_cross_stream_waits, 1);
+        return true;
+    }
+    return false;
+}
+
+/* ---- split and merge ---- */
+
+/* Splits `size` bytes off the front of free range b (not in the index); the rest stays free
+ * with b's tag. Without host memory for the rest, b stays whole. */
+static void split(sp_heap *h, sp_block *b, size_t size)
+{
+    if (b->size - size < MIN_SPLIT)
+        return;
+    sp_block *rest = calloc(1, sizeof *rest);
+    if (!rest)
+        return;
+    rest->ptr = (char *)b->ptr + size;
+    rest->size = b->size - size;
+    rest->cls = SP_CLASS_COUNT;
+    atomic_init(&rest->state, SP_BLOCK_CACHED);
+    rest->pool = b->pool;
+    rest->tag = b->tag;
+    rest->epoch = b->epoch;
+    rest->seg = b->seg;
+    if (sp__ptrmap_insert(&h->pool->rt->ptrmap, rest) != SP_OK) {
+        free(rest);
+        return;
+    }
+    rest->addr_prev = b;
+    rest->addr_next = b->addr_next;
+    if (b->addr_next)
+        b->addr_next->addr_prev = rest;
+    b->addr_next = rest;
+    b->size = size;
+    index_add(h, rest);
+}
+
+/* `low` absorbs its free neighbour `high` (both out of the index). */
+static void absorb(sp_heap *h, sp_block *low, sp_block *high)
+{
+    /* may_merge left both with the same tag (or both settled): the later free covers both */
+    if (high->epoch > low->epoch)
+        low->epoch = high->epoch;
+    low->size += high->size;
+    low->addr_next = high->addr_next;
+    if (high->addr_next)
+        high->addr_next->addr_prev = low;
+    sp__ptrmap_remove(&h->pool->rt->ptrmap, high->ptr);
+    free(high);
+}
+
+sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
+                        sp_take_mode mode, sp_ask_budget *ab)
+{
+    bool huge = size > SP_MEDIUM_MAX;
+    uint32_t k = sp__class_floor(size);
+    for (k = next_bin(h, k); k < SP_CLASS_COUNT; k = next_bin(h, k + 1)) {
+        sp_block *best = NULL;
+        for (sp_block *b = h->bins[k].head; b; b = b->next)
+            if (b->size >= size && (!best || b->size < best->size) && b->seg->huge == huge &&
+                usable(h, b, me, stream, mode, ab))
+                best = b;
+        if (best) {
+            index_remove(h, best);
+            split(h, best, size);
+            best->seg->used += best->size;
+            return best;
+        }
+    }
+    return NULL;
+}
+
+void sp__heap_coalesce(sp_heap *h, sp_stream_cache *me, sp_ask_budget *ab)
+{
+    for (sp_segment *s = h->segments; s; s = s->next) {
+        for (sp_block *b = s->first; b;) {
+            /* never asks about `me`: its own ranges merge with each other anyway */
+            if (b->is_free && b->tag && b->tag != me &&
+                sp__tag_settled_within(ab, b->tag, b->epoch))
+                b->tag = NULL;
+            sp_block *next = b->addr_next;
+            if (b->is_free && next && next->is_free && may_merge(b, next)) {
+                index_remove(h, b);
+                index_remove(h, next);
+                absorb(h, b, next);
+                index_add(h, b);
+                continue; /* b may merge with its new neighbour too */
+            }
+            b = next;
+        }
+    }
+}
+
+void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
+{
+    b->tag = tag;
+    b->epoch = epoch;
+    b->cls = SP_CLASS_COUNT;
+    b->seg->used -= b->size;
+    sp_block *prev = b->addr_prev, *next = b->addr_next;
+    if (prev && prev->is_free && may_merge(prev, b)) {
+        index_remove(h, prev);
+        absorb(h, prev, b);
+        b = prev;
+    }
+    if (next && next->is_free && may_merge(b, next)) {
+        index_remove(h, next);
+        absorb(h, b, next);
+    }
+    index_add(h, b);
+}
+
+int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_stream_cache *tag,
+                         uint64_t epoch)
+{
+    sp_segment *s = calloc(1, sizeof *s);
+    sp_block *b = calloc(1, sizeof *b);
+    if (!s || !b) {
+        free(s);
+        free(b);
+        return SP_ERR_NO_HOST_MEMORY;
+    }
+    b->ptr = ptr;
+    b->size = size;
+    b->cls = SP_CLASS_COUNT;
+    atomic_init(&b->state, SP_BLOCK_CACHED);
+    b->pool = h->pool;
+    b->tag = tag;
+    b->epoch = epoch;
+    b->seg = s;
+    int rc = sp__ptrmap_insert(&h->pool->rt->ptrmap, b);
+    if (rc != SP_OK) {
+        free(s);
+        free(b);
+        return rc;
+    }
+    s->ptr = ptr;
+    s->size = size;
+    s->huge = huge;
+    s->first = b;
+    s->next = h->segments;
+    if (s->next)
+        s->next->prev = s;
+    h->segments = s;
+    h->segment_count++;
+    h->segment_bytes += size;
+    index_add(h, b);
+    return SP_OK;
+}
+
+/* ---- giving segments back ---- */
+
+/* Is every range of s free and settled? Asks the driver if `ask`; about `me` (the allocating
+ * stream, which this thread may query) in any case. */
+static bool wholly_free(sp_segment *s, bool ask, sp_stream_cache *me)
+{
+    if (s->used)
+        return false;
+    for (sp_block *b = s->first; b; b = b->addr_next)
+        if (!b->is_free || (b->tag && !sp__tag_settled(b->tag, b->epoch, ask || b->tag == me)))
+            return false;
+        else
+            b->tag = NULL;
+    return true;
+}
+
+static void segment_unlink(sp_heap *h, sp_segment *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        h->segments = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    h->segment_count--;
+    h->segment_bytes -= s->size;
+    for (sp_block *b = s->first, *next; b; b = next) {
+        next = b->addr_next;
+        index_remove(h, b);
+        sp__ptrmap_remove(&h->pool->rt->ptrmap, b->ptr);
+        free(b);
+    }
+}
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const sp_segment *x = *(sp_segment *const *)a, *y = *(sp_segment *const *)b;
+    return (x->size < y->size) - (x->size > y->size);
+}
+
+uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me, int *err)
+{
+    sp_pool *pool = h->pool;
+    sp_runtime *rt = pool->rt;
+    uint64_t released = 0;
+    pthread_mutex_lock(&h->lock);
+    size_t n = 0;
+    for (sp_segment *s = h->segments; s; s = s->next)
+        n += s->used == 0;
+    sp_segment **cand = n ? calloc(n, sizeof *cand) : NULL;
+    n = 0;
+    if (cand)
+        for (sp_segment *s = h->segments; s; s = s->next)
+            if (wholly_free(s, ask, me))
+                cand[n++] = s;
+    if (n)
+        qsort(cand, n, sizeof *cand, by_size_desc);
+    size_t taken = 0;
+    uint64_t planned = 0;
+    for (; taken < n && planned < want; taken++) {
+        segment_unlink(h, cand[taken]);
+        planned += cand[taken]->size;
+    }
+    pthread_mutex_unlock(&h->lock);
+    /* driver calls outside the lock; a segment the driver refuses stays the pool's */
+    for (size_t i = 0; i < taken; i++) {
+        sp_segment *s = cand[i];
+        int rc = sp__cuda_free(s->ptr, rt->service);
+        if (rc == SP_OK) {
+            sp__pool_count(pool, SP_COUNT_driver_frees, 1);
+            sp__usage_add(pool, 0, 0, -(int64_t)s->size);
+            sp__pool_count(pool, SP_COUNT_reclaimed_bytes, s->size);
+            released += s->size;
+        } else {
+            if (err && *err == SP_OK)
+                *err = rc;
+            sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
+            pthread_mutex_lock(&h->lock);
+            if (sp__heap_add_segment(h, s->ptr, s->size, s->huge, NULL, 0) != SP_OK)
+                sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
+            pthread_mutex_unlock(&h->lock);
+        }
+        free(s);
+    }
+    free(cand);
+    /* for a miss: the frees are of settled memory, so the service stream completes them at
+     * once; synchronizing lets the driver reuse them for the allocation that follows on any
+     * stream (rule 11c) instead of reserving more */
+    if (me && released && sp__cuda_stream_sync(rt->service) != SP_OK)
+        sp__pool_count(pool, SP_COUNT_skipped_steps, 1);
+    return released;
+}
+
+void sp__heap_stats(sp_heap *h, sp_stats *st)
+{
+    pthread_mutex_lock(&h->lock);
+    for (sp_segment *s = h->segments; s; s = s->next) {
+        if (s->used)
+            st->inactive_split += s->size - s->used;
+        for (sp_block *b = s->first; b; b = b->addr_next)
+            if (b->is_free && b->size > st->largest_free)
+                st->largest_free = b->size;
+    }
+    if (h->small) {
+        st->slabs += h->segment_count;
+        st->slab_bytes += h->segment_bytes;
+    } else {
+        st->segments += h->segment_count;
+        st->segment_bytes += h->segment_bytes;
+    }
+    pthread_mutex_unlock(&h->lock);
+}

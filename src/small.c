@@ -1,0 +1,187 @@
+/* Small requests: size classes, the per-stream bins of freed blocks, taking another stream's
+ * blocks behind a fence, and returning blocks to the slabs they were carved from.
+ * Size classes: 256-byte steps up to 4 KiB (CUDA aligns allocations to 256 bytes anyway), then
+ * 16 classes per power of two. A request is rounded up by less than 256 bytes below 4 KiB and by
+ * less than 1/16 of itself above, so the rounding waste of any mix of sizes is under 6.25%. */
+#include "internal.h"
+
+#define SMALL_STEP 256u
+#define SMALL_LIMIT 4096u
+#define SMALL_CLASSES 16u
+#define SUB 16u          /* classes per power of two above SMALL_LIMIT */
+#define SMALL_LOG2 12u
+
+uint32_t sp__class_of(size_t n)
+{
+    if (n <= SMALL_LIMIT)
+        return (uint32_t)((n + SMALL_STEP - 1) / SMALL_STEP - 1);
+    unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1)); /* 2^k < n <= 2^(k+1) */
+    size_t base = (size_t)1 << k;
+    size_t step = base / SUB;
+    size_t j = (n - base + step - 1) / step; /* 1..16 */
+    return SMALL_CLASSES + (uint32_t)(k - SMALL_LOG2) * SUB + (uint32_t)(j - 1);
+}
+
+uint32_t sp__class_floor(size_t n)
+{
+    if (n >= SP_MAX_ALLOC)
+        return SP_CLASS_COUNT - 1;
+    uint32_t c = sp__class_of(n);
+    return sp__class_size(c) == n ? c : c - 1;
+}
+
+size_t sp__class_size(uint32_t cls)
+{
+    if (cls < SMALL_CLASSES)
+        return (size_t)(cls + 1) * SMALL_STEP;
+    uint32_t k = SMALL_LOG2 + (cls - SMALL_CLASSES) / SUB;
+    size_t j = (cls - SMALL_CLASSES) % SUB + 1;
+    size_t base = (size_t)1 << k;
+    return base + j * (base / SUB);
+}
+
+size_t sp_size_class(size_t bytes)
+{
+    if (bytes == 0 || bytes > SP_MAX_ALLOC)
+        return 0;
+    return sp__class_size(sp__class_of(bytes));
+}
+
+/* ---- bins: doubly linked, newest at the head (same-stream reuse takes the warmest block, a
+ * steal from another stream the oldest, whose fence is likeliest complete) ---- */
+
+void sp__bin_push(sp_bin *bin, sp_block *b)
+{
+    b->prev = NULL;
+    b->next = bin->head;
+    if (bin->head)
+        bin->head->prev = b;
+    else
+        bin->tail = b;
+    bin->head = b;
+}
+
+void sp__bin_remove(sp_bin *bin, sp_block *b)
+{
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        bin->head = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    else
+        bin->tail = b->prev;
+    b->prev = b->next = NULL;
+}
+
+sp_block *sp__bin_pop_newest(sp_bin *bin)
+{
+    sp_block *b = bin->head;
+    if (b)
+        sp__bin_remove(bin, b);
+    return b;
+}
+
+/* ---- taking another stream's blocks ---- */
+
+/* Takes a block of class `cls` (or up to SP_FIT_CLASSES larger) that another stream cached in
+ * its bins, settled by what is known, by asking (mode SETTLED) or by a wait (mode WAIT). The
+ * driver is asked with no spin lock held; then any block no newer than the settled epoch
+ * qualifies, since settlement only moves forward. */
+static sp_block *steal_from(sp_pool *pool, sp_stream_cache *v, uint32_t cls, cudaStream_t stream,
+                            sp_take_mode mode, sp_ask_budget *ab)
+{
+    uint64_t oldest = UINT64_MAX;
+    sp_spin_lock(&v->lock);
+    for (uint32_t k = cls; k <= cls + SP_FIT_CLASSES; k++)
+        if (v->bins[k].tail && v->bins[k].tail->epoch < oldest)
+            oldest = v->bins[k].tail->epoch;
+    sp_spin_unlock(&v->lock);
+    if (oldest == UINT64_MAX)
+        return NULL;
+    bool ok = mode == SP_TAKE_KNOWN ? sp__tag_settled(v, oldest, false)
+                                    : sp__tag_settled_within(ab, v, oldest);
+    int counter = SP_COUNT_cross_stream_reuses;
+    if (!ok && mode == SP_TAKE_WAIT && sp__tag_wait(v, oldest, stream) == SP_OK) {
+        ok = true;
+        counter = SP_COUNT_cross_stream_waits;
+    }
+    if (!ok)
+        return NULL;
+    sp_block *b = NULL;
+    sp_spin_lock(&v->lock);
+    for (uint32_t k = cls; !b && k <= cls + SP_FIT_CLASSES; k++)
+        if (v->bins[k].tail && v->bins[k].tail->epoch <= oldest) {
+            b = v->bins[k].tail;
+            sp__bin_remove(&v->bins[k], b);
+            v->cached_bytes -= b->size;
+        }
+    sp_spin_unlock(&v->lock);
+    if (b)
+        sp__pool_count(pool, counter, 1);
+    return b;
+}
+
+/* A block another stream cached, from at most SP_STEAL_PROBES caches: first what is known
+ * settled (no CUDA call), then as `mode` allows. */
+sp_block *sp__small_steal(sp_pool *pool, sp_stream_cache *me, uint32_t cls, cudaStream_t stream,
+                          sp_take_mode mode, sp_ask_budget *ab)
+{
+    sp_block *b = NULL;
+    for (sp_take_mode pass = SP_TAKE_KNOWN; !b && pass <= mode; pass++) {
+        int probes = 0;
+        pthread_mutex_lock(&pool->lock);
+        for (sp_stream_cache *v = pool->caches; v && !b && probes < SP_STEAL_PROBES;
+             v = v->next_in_pool)
+            if (v != me && (probes++, true))
+                b = steal_from(pool, v, cls, stream, pass, ab);
+        pthread_mutex_unlock(&pool->lock);
+    }
+    return b;
+}
+
+/* ---- back to the slabs ---- */
+
+/* Empties a cache's bins into a list (c->lock held). */
+sp_block *sp__small_take_all(sp_stream_cache *c)
+{
+    sp_block *list = NULL;
+    for (uint32_t cls = 0; cls < SP_CLASS_COUNT; cls++) {
+        sp_block *b;
+        while ((b = sp__bin_pop_newest(&c->bins[cls]))) {
+            b->next = list;
+            list = b;
+        }
+    }
+    c->cached_bytes = 0;
+    return list;
+}
+
+/* Returns small blocks to their slabs, each tagged with its free on c's stream. */
+void sp__small_to_slabs(sp_pool *pool, sp_stream_cache *c, sp_block *list)
+{
+    if (!list)
+        return;
+    pthread_mutex_lock(&pool->slabs.lock);
+    for (sp_block *b = list, *next; b; b = next) {
+        next = b->next;
+        sp__heap_put(&pool->slabs, b, c, b->epoch);
+    }
+    pthread_mutex_unlock(&pool->slabs.lock);
+}
+
+static void cache_to_slabs(sp_pool *pool, sp_stream_cache *c)
+{
+    sp_spin_lock(&c->lock);
+    sp_block *list = sp__small_take_all(c);
+    sp_spin_unlock(&c->lock);
+    sp__small_to_slabs(pool, c, list);
+}
+
+void sp__small_flush_bins(sp_pool *pool)
+{
+    pthread_mutex_lock(&pool->lock);
+    for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
+        cache_to_slabs(pool, c);
+    pthread_mutex_unlock(&pool->lock);
+}

@@ -1,0 +1,274 @@
+/* Large ranges carved from segments: exact bytes across split and merge, stream order kept by
+ * tags (a gated stream's freed range never reaches another stream early), and a canary stress
+ * where several streams split and merge ranges and no live range ever overlaps another or is
+ * written before its fence. Portable: the same file runs on a GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/sp_test_support.h"
+
+static const size_t KiB = 1024, MiB = (size_t)1 << 20;
+
+typedef struct {
+    sp_runtime *rt;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.stats_flush_bytes = 0; /* exact peaks */
+    if (!f || sp_runtime_create(0, &cfg, &f->rt) != SP_OK)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    for (int i = 0; i < gate_pool_used; i++) /* gates a failed test left closed */
+        gate_open(&gate_pool[i]);
+    (void)cudaDeviceSynchronize();
+    int rc = sp_runtime_destroy(f->rt);
+    reset_device(NULL);
+    free(f);
+    return rc == SP_OK ? 0 : -1;
+}
+
+static sp_pool *pool_with(fixture *f, const char *name, sp_cross_stream_policy policy)
+{
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.cross_stream = policy;
+    sp_pool *pool;
+    SP(sp_pool_create(f->rt, name, &cfg, &pool));
+    return pool;
+}
+
+/* One 3 MiB segment split into two ranges and a free rest, then merged back whole: every figure
+ * exact at each step, and the merged range serves the original size again without the driver. */
+static void split_and_merge_bytes_are_exact(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = pool_with(f, "split", SP_CROSS_STREAM_BALANCED);
+    cudaStream_t s = new_stream();
+    const size_t piece = MiB + 512; /* 1 MiB + 1 rounded to 512 bytes */
+    void *whole, *a, *b;
+    SP(sp_alloc(pool, &whole, 3 * MiB, s));
+    SP(sp_free(pool, whole, s));
+    SP(sp_alloc(pool, &a, MiB + 1, s));
+    SP(sp_alloc(pool, &b, MiB + 1, s));
+    assert_ptr_equal(a, whole);
+    assert_ptr_equal(b, (char *)whole + piece);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.segment_bytes, 3 * MiB);
+    assert_int_equal(st.held.current, 3 * MiB);
+    assert_int_equal(st.requested.current, 2 * (MiB + 1));
+    assert_int_equal(st.active.current, 2 * piece);
+    assert_int_equal(st.cached.current, 3 * MiB - 2 * piece);
+    assert_int_equal(st.inactive_split, 3 * MiB - 2 * piece);
+    assert_int_equal(st.largest_free, 3 * MiB - 2 * piece);
+
+    SP(sp_free(pool, a, s)); /* a free range between the segment's start and live b */
+    st = stats_of(pool);
+    assert_int_equal(st.active.current, piece);
+    assert_int_equal(st.inactive_split, 3 * MiB - piece);
+    assert_int_equal(st.largest_free, piece); /* a's range: not adjacent to the rest */
+    SP(sp_free(pool, b, s)); /* merges with both neighbours */
+    st = stats_of(pool);
+    assert_int_equal(st.active.current, 0);
+    assert_int_equal(st.cached.current, 3 * MiB);
+    assert_int_equal(st.inactive_split, 0); /* nothing live in the segment */
+    assert_int_equal(st.largest_free, 3 * MiB);
+
+    SP(sp_alloc(pool, &whole, 3 * MiB, s));
+    assert_ptr_equal(whole, a);
+    st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.held.peak, 3 * MiB);
+    assert_int_equal(st.active.peak, 3 * MiB);
+    assert_int_equal(st.largest_free, 0);
+    SP(sp_free(pool, whole, s));
+    SP(sp_pool_trim(pool, 0));
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.segments, 0);
+    assert_int_equal(st.driver_frees, 1);
+    drop_stream(f->rt, s);
+    SP(sp_pool_destroy(pool));
+}
+
+/* A range freed on a stream that a gate holds is never handed to another stream before the gate
+ * opens: BALANCED and NO_WAIT take fresh memory, WAIT makes the other stream wait (it then
+ * cannot run before the gate opens). After the gate, the range moves without a wait. */
+static void gated_range_stays_with_its_stream(void **state)
+{
+    fixture *f = *state;
+    for (int policy = 0; policy <= SP_CROSS_STREAM_NO_WAIT; policy++) {
+        char name[32];
+        snprintf(name, sizeof name, "gated-%d", policy);
+        sp_pool *pool = pool_with(f, name, (sp_cross_stream_policy)policy);
+        cudaStream_t a = new_stream(), b = new_stream();
+        gate *g = gate_new();
+        void *pa, *pb, *pc;
+        SP(sp_alloc(pool, &pa, 20 * MiB, a));
+        CK(cudaStreamSynchronize(a));
+        gate_hold(g, a);
+        CK(cudaMemsetAsync(pa, 0x3c, 20 * MiB, a)); /* a's pending use of the range */
+        SP(sp_free(pool, pa, a));
+        SP(sp_alloc(pool, &pb, 20 * MiB, b));
+        sp_stats st = stats_of(pool);
+        if (policy == SP_CROSS_STREAM_WAIT) {
+            assert_ptr_equal(pb, pa);
+            assert_int_equal(st.cross_stream_waits, 1);
+            assert_int_equal(st.driver_allocs, 1);
+            assert_int_equal(cudaStreamQuery(b), cudaErrorNotReady); /* b waits behind a */
+        } else {
+            assert_ptr_not_equal(pb, pa);
+            assert_int_equal(st.cross_stream_waits, 0);
+            assert_int_equal(st.driver_allocs, 2);
+        }
+        gate_open(g);
+        CK(cudaStreamSynchronize(a));
+        if (policy != SP_CROSS_STREAM_WAIT) { /* now settled: b takes a's range, no wait */
+            SP(sp_alloc(pool, &pc, 20 * MiB, b));
+            assert_ptr_equal(pc, pa);
+            st = stats_of(pool);
+            assert_int_equal(st.cross_stream_reuses, 1);
+            assert_int_equal(st.cross_stream_waits, 0);
+            assert_int_equal(st.driver_allocs, 2);
+            SP(sp_free(pool, pc, b));
+        }
+        SP(sp_free(pool, pb, b));
+        drop_stream(f->rt, a);
+        drop_stream(f->rt, b);
+        SP(sp_pool_destroy(pool));
+    }
+}
+
+/* ---- the canary stress ---- */
+
+enum { STREAMS = 4, ROUNDS = 4, OPS = 120, MAX_LIVE = 64 };
+
+typedef struct {
+    void *ptr;
+    size_t size;
+    int stream;
+    unsigned char byte;
+    unsigned char *host; /* the stream's copy of the block, taken after the gate opens */
+} live_block;
+
+static size_t pick_size(unsigned *seed)
+{
+    unsigned r = (unsigned)rand_r(seed);
+    switch (r % 4) {
+    case 0: return 256 + r % (64 * KiB);                 /* small: slabs */
+    case 1: return MiB + 1 + r % (3 * MiB);               /* medium: shared segments */
+    case 2: return 8 * MiB + 1 + r % (2 * MiB);           /* huge: segments of their own */
+    default: return 512 * KiB + r % (512 * KiB);          /* the top small classes */
+    }
+}
+
+static void assert_no_overlap(const live_block *live, int n, const live_block *b)
+{
+    uintptr_t lo = (uintptr_t)b->ptr, hi = lo + b->size;
+    for (int i = 0; i < n; i++) {
+        uintptr_t l = (uintptr_t)live[i].ptr, h = l + live[i].size;
+        if (lo < h && l < hi)
+            fail_msg("new range [%p, +%zu) overlaps live [%p, +%zu)", b->ptr, b->size,
+                     live[i].ptr, live[i].size);
+    }
+}
+
+/* Every block is written on its stream and copied to the host behind that stream's gate, then
+ * freed there; meanwhile other streams allocate, split and merge ranges and write theirs. If any
+ * range reached another stream before its fence, that stream's write could land before the
+ * copy: every copy must show its own block's byte. */
+static void canary_stress(fixture *f, sp_cross_stream_policy policy, unsigned seed)
+{
+    char name[32];
+    snprintf(name, sizeof name, "stress-%d", (int)policy);
+    sp_pool *pool = pool_with(f, name, policy);
+    cudaStream_t s[STREAMS];
+    for (int i = 0; i < STREAMS; i++)
+        s[i] = new_stream();
+    live_block live[MAX_LIVE];
+    live_block done[OPS];
+    int nlive = 0;
+    unsigned char next_byte = 1;
+    for (int round = 0; round < ROUNDS; round++) {
+        gate *g[STREAMS];
+        for (int i = 0; i < STREAMS; i++) {
+            g[i] = gate_new();
+            gate_hold(g[i], s[i]);
+        }
+        int ndone = 0;
+        for (int op = 0; op < OPS; op++) {
+            int k = rand_r(&seed) % STREAMS;
+            bool do_free = nlive == MAX_LIVE || (nlive > 0 && rand_r(&seed) % 5 < 2);
+            if (do_free) {
+                int i = rand_r(&seed) % nlive;
+                live_block *b = &live[i];
+                CK(cudaMallocHost((void **)&b->host, b->size));
+                CK(cudaMemcpyAsync(b->host, b->ptr, b->size, cudaMemcpyDeviceToHost,
+                                   s[b->stream]));
+                SP(sp_free(pool, b->ptr, s[b->stream]));
+                done[ndone++] = *b;
+                live[i] = live[--nlive];
+            } else {
+                live_block b = {.size = pick_size(&seed), .stream = k, .byte = next_byte};
+                next_byte = next_byte == 255 ? 1 : next_byte + 1;
+                SP(sp_alloc(pool, &b.ptr, b.size, s[k]));
+                assert_no_overlap(live, nlive, &b);
+                CK(cudaMemsetAsync(b.ptr, b.byte, b.size, s[k]));
+                live[nlive++] = b;
+            }
+        }
+        for (int i = 0; i < STREAMS; i++)
+            gate_open(g[i]);
+        CK(cudaDeviceSynchronize());
+        static unsigned char expect[64 * 1024];
+        for (int d = 0; d < ndone; d++) {
+            memset(expect, done[d].byte, sizeof expect);
+            for (size_t x = 0; x < done[d].size; x += sizeof expect) {
+                size_t n = done[d].size - x < sizeof expect ? done[d].size - x : sizeof expect;
+                if (memcmp(done[d].host + x, expect, n) != 0)
+                    fail_msg("round %d policy %d: a %zu-byte block lost its byte 0x%02x near "
+                             "offset %zu", round, (int)policy, done[d].size, done[d].byte, x);
+            }
+            CK(cudaFreeHost(done[d].host));
+        }
+    }
+    for (int i = 0; i < nlive; i++)
+        SP(sp_free(pool, live[i].ptr, s[live[i].stream]));
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.requested.current, 0);
+    assert_int_equal(st.active.current, 0);
+    assert_int_equal(st.bad_frees, 0);
+    assert_int_equal(st.allocs, st.frees);
+    assert_int_equal(st.held.current, st.cached.current);
+    assert_int_equal(st.held.current, st.segment_bytes + st.slab_bytes);
+    assert_true(st.held.peak >= st.active.peak);
+    for (int i = 0; i < STREAMS; i++)
+        drop_stream(f->rt, s[i]);
+    SP(sp_pool_destroy(pool));
+}
+
+static void canary_stress_balanced(void **state) { canary_stress(*state, SP_CROSS_STREAM_BALANCED, 7); }
+static void canary_stress_wait(void **state) { canary_stress(*state, SP_CROSS_STREAM_WAIT, 11); }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+        T(split_and_merge_bytes_are_exact),
+        T(gated_range_stays_with_its_stream),
+        T(canary_stress_balanced),
+        T(canary_stress_wait),
+#undef T
+    };
+    return cmocka_run_group_tests_name("segments", tests, NULL, NULL);
+}
