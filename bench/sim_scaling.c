@@ -2,12 +2,14 @@
  * each on its own non-blocking stream, with one shared pool or one pool per thread. It measures
  * how far the runtime (cudasim in particular) serializes independent streams' allocator calls;
  * written against the runtime API alone, so it runs on a GPU too. Not part of sp-bench.
- * Usage: sim-scaling [seconds per row, default 0.5] */
+ * Usage: sim-scaling [seconds per row, default 0.5 [threads shared|own]]: with the last two, only
+ * that row (for a profiler or a lock-counting run). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <cuda_runtime_api.h>
@@ -76,7 +78,7 @@ static void *worker(void *p)
     return NULL;
 }
 
-static double run(int threads, int shared, double seconds)
+static double run(int threads, int shared, double seconds, unsigned long long *pairs)
 {
     pthread_t t[MAX_THREADS];
     worker_arg args[MAX_THREADS];
@@ -103,7 +105,16 @@ static double run(int threads, int shared, double seconds)
     for (int i = 0; i < threads; i++)
         if (!shared || i == 0)
             cudaMemPoolDestroy(pools[i]);
+    *pairs = total;
     return (double)total / elapsed;
+}
+
+static void row(int threads, int shared, double seconds)
+{
+    unsigned long long pairs;
+    double rate = run(threads, shared, seconds, &pairs);
+    printf("%-8d %-14s %14.0f %12llu\n", threads, shared ? "shared" : "one per thread", rate,
+           pairs);
 }
 
 int main(int argc, char **argv)
@@ -111,11 +122,20 @@ int main(int argc, char **argv)
     double seconds = argc > 1 ? atof(argv[1]) : 0.5;
     if (seconds <= 0)
         seconds = 0.5;
+    int only_threads = argc > 3 ? atoi(argv[2]) : 0;
+    if (argc > 3 && (only_threads < 1 || only_threads > MAX_THREADS ||
+                     (strcmp(argv[3], "shared") && strcmp(argv[3], "own")))) {
+        fprintf(stderr, "usage: sim-scaling [seconds [threads(1-%d) shared|own]]\n", MAX_THREADS);
+        return 2;
+    }
     printf("sim-scaling: cudaMallocFromPoolAsync+cudaFreeAsync pairs/s, one stream per thread\n");
-    printf("%-8s %-14s %14s\n", "threads", "pool", "pairs/s");
+    printf("%-8s %-14s %14s %12s\n", "threads", "pool", "pairs/s", "pairs");
+    if (only_threads) {
+        row(only_threads, strcmp(argv[3], "shared") == 0, seconds);
+        return 0;
+    }
     for (int shared = 1; shared >= 0; shared--)
         for (int threads = 1; threads <= 2; threads++)
-            printf("%-8d %-14s %14.0f\n", threads, shared ? "shared" : "one per thread",
-                   run(threads, shared, seconds));
+            row(threads, shared, seconds);
     return 0;
 }

@@ -495,6 +495,111 @@ static void threads_on_many_streams(void **state)
     assert_int_equal(pool_attr(def, cudaMemPoolAttrUsedMemCurrent), 0);
 }
 
+/* The allocator's shared-lock path under contention: threads on their own non-blocking streams
+ * allocate from one shared pool and from a pool of their own, fill every block with a canary
+ * byte, read each back only after all of the round's blocks exist (another stream handed the
+ * same memory would have overwritten it), and free. Each thread destroys its own pool while its
+ * last round is outstanding (rule 7). Run under ThreadSanitizer. The figures at the end are
+ * exact: call counts, used bytes, each private pool's high watermark, and the device's reserved
+ * counter against the pools' sum. */
+enum { POOL_THREADS = 4, POOL_ROUNDS = 24, POOL_BLOCKS = 6 };
+
+typedef struct {
+    int id;
+    cudaMemPool_t shared, own;
+    uint64_t own_reserved, own_used_high; /* read just before destroying it */
+    size_t own_high;  /* the private pool's used peak, computed here */
+    int failures;
+} pool_stress_arg;
+
+static void *pool_stress_thread(void *arg)
+{
+    pool_stress_arg *a = arg;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        a->failures++;
+        return NULL;
+    }
+    unsigned x = 2654435761u * (unsigned)(a->id + 1);
+    for (int r = 0; r < POOL_ROUNDS; r++) {
+        void *p[POOL_BLOCKS];
+        size_t n[POOL_BLOCKS], own_live = 0;
+        for (int k = 0; k < POOL_BLOCKS; k++) {
+            x = x * 1103515245u + 12345u;
+            n[k] = 512 + (x >> 8) % (3 << 20); /* up to 3 MiB: pages get remapped and grown */
+            cudaMemPool_t pool = k % 2 ? a->own : a->shared;
+            if (cudaMallocFromPoolAsync(&p[k], n[k], pool, s) != cudaSuccess ||
+                cudaMemsetAsync(p[k], (a->id << 5) | k, n[k], s) != cudaSuccess)
+                a->failures++;
+            if (k % 2)
+                own_live += (n[k] + 511) / 512 * 512;
+        }
+        if (own_live > a->own_high)
+            a->own_high = own_live;
+        for (int k = 0; k < POOL_BLOCKS; k++)
+            if (!device_bytes_are(p[k], n[k], (unsigned char)((a->id << 5) | k), s))
+                a->failures++;
+        if (r == POOL_ROUNDS - 1) { /* rule 7: destroy with allocations outstanding */
+            if (cudaMemPoolGetAttribute(a->own, cudaMemPoolAttrReservedMemCurrent,
+                                        &a->own_reserved) ||
+                cudaMemPoolGetAttribute(a->own, cudaMemPoolAttrUsedMemHigh, &a->own_used_high) ||
+                cudaMemPoolDestroy(a->own) != cudaSuccess)
+                a->failures++;
+        }
+        for (int k = 0; k < POOL_BLOCKS; k++)
+            if (cudaFreeAsync(p[k], s) != cudaSuccess)
+                a->failures++;
+    }
+    if (cudaStreamSynchronize(s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess)
+        a->failures++;
+    return NULL;
+}
+
+static void pools_under_threads_keep_canaries_and_exact_counts(void **state)
+{
+    (void)state;
+    pthread_t t[POOL_THREADS];
+    pool_stress_arg args[POOL_THREADS];
+    cudaMemPool_t shared = new_pool(UINT64_MAX);
+    for (int i = 0; i < POOL_THREADS; i++) {
+        args[i] = (pool_stress_arg){.id = i, .shared = shared, .own = new_pool(UINT64_MAX)};
+        assert_non_null(args[i].own);
+    }
+    cudasimResetCallCounts();
+    for (int i = 0; i < POOL_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, pool_stress_thread, &args[i]), 0);
+    for (int i = 0; i < POOL_THREADS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < POOL_THREADS; i++)
+        assert_int_equal(args[i].failures, 0);
+    assert_int_equal(cudasimCallCount("cudaMallocFromPoolAsync"),
+                     POOL_THREADS * POOL_ROUNDS * POOL_BLOCKS);
+    assert_int_equal(cudasimCallCount("cudaFreeAsync"), POOL_THREADS * POOL_ROUNDS * POOL_BLOCKS);
+    assert_int_equal(pool_attr(shared, cudaMemPoolAttrUsedMemCurrent), 0);
+
+    /* The destroyed pools went at their last free or at the threads' synchronize: the device
+     * holds the shared pool's pages and nothing else. */
+    CK(cudaDeviceSynchronize());
+    size_t free_b = 0, total = 0;
+    CK(cudaMemGetInfo(&free_b, &total));
+    uint64_t shared_reserved = pool_attr(shared, cudaMemPoolAttrReservedMemCurrent);
+    assert_true(shared_reserved > 0);
+    assert_int_equal(total - free_b, shared_reserved);
+    for (int i = 0; i < POOL_THREADS; i++) {
+        /* one stream's rounds, each freed before the next: the peak is the largest round */
+        assert_int_equal(args[i].own_used_high, args[i].own_high);
+        assert_true(args[i].own_reserved >= args[i].own_high);
+        uint64_t v;
+        assert_int_equal(cudaMemPoolGetAttribute(args[i].own, cudaMemPoolAttrUsedMemHigh, &v),
+                         cudaErrorInvalidValue); /* gone */
+        (void)cudaGetLastError();
+    }
+    CK(cudaMemPoolTrimTo(shared, 0));
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, total);
+    CK(cudaMemPoolDestroy(shared));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -514,6 +619,7 @@ int main(void)
         T(host_function_may_not_call_cuda),
         T(several_devices_from_environment),
         T(threads_on_many_streams),
+        T(pools_under_threads_keep_canaries_and_exact_counts),
 #undef T
     };
     return cmocka_run_group_tests_name("cudasim", tests, NULL, NULL);

@@ -82,6 +82,13 @@
  *    and itself), cudaMemPoolSetAccess refuses read or write access for another device with
  *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone.
  *  - cudaStreamGetId: ids are never reused, not even across cudasimReset.
+ *  - Host threads: cudaMallocAsync, cudaMallocFromPoolAsync and cudaFreeAsync on a stream other
+ *    than the legacy one, outside capture, run concurrently with each other, one at a time per
+ *    stream and per pool (each call sees its pool as it would under one lock, so the reuse
+ *    rules are unchanged; the device's capacity is shared by compare-and-swap). Every other
+ *    call, and any allocator call on the legacy stream or on a per-thread stream's first use,
+ *    runs alone. Destroying a stream or pool while another thread uses it is undefined, as in
+ *    CUDA.
  *
  * Environment: CUDASIM_DEVICE_COUNT (default 1), CUDASIM_DEVICE_MEMORY (default 16G; suffixes
  * K, M, G, T), read when the emulator first starts and after cudasimReset().

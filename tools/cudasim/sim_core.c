@@ -10,7 +10,11 @@
 
 #include "sim_internal.h"
 
-sim_state sim_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .workers_cv = PTHREAD_COND_INITIALIZER};
+/* Writer-preferring: a synchronize (exclusive) is not starved by streams' allocator calls
+ * (shared), which is also why no thread may take the lock shared twice. */
+sim_state sim_g = {.lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP,
+                   .workers_lock = PTHREAD_MUTEX_INITIALIZER,
+                   .workers_cv = PTHREAD_COND_INITIALIZER};
 
 _Thread_local bool sim_in_host_fn;
 static _Thread_local int tls_device;
@@ -145,18 +149,9 @@ void cudasimResetCallCounts(void)
         atomic_store_explicit(&call_counts[i], 0, memory_order_relaxed);
 }
 
-/* ---- handle registry: open addressing on the pointer, deletion by backward shift ---- */
+/* ---- maps: open addressing on the pointer, deletion by backward shift ---- */
 
-typedef struct {
-    const void *key;
-    void *value;
-    int type;
-} sim_handle_slot;
-
-static sim_handle_slot *handles;
-static size_t handles_cap, handles_len;
-
-static size_t handle_hash(const void *p)
+static size_t map_hash(const void *p)
 {
     uint64_t x = (uint64_t)(uintptr_t)p;
     x ^= x >> 33;
@@ -165,91 +160,116 @@ static size_t handle_hash(const void *p)
     return (size_t)x;
 }
 
-static void handles_grow(void)
+static void map_grow(sim_map *m)
 {
-    size_t old_cap = handles_cap;
-    sim_handle_slot *old = handles;
-    handles_cap = old_cap ? old_cap * 2 : 256;
-    handles = calloc(handles_cap, sizeof *handles);
-    if (!handles)
+    size_t old_cap = m->cap;
+    sim_map_slot *old = m->slots;
+    m->cap = old_cap ? old_cap * 2 : 256;
+    m->slots = calloc(m->cap, sizeof *m->slots);
+    if (!m->slots)
         abort(); /* the emulator cannot go on without its registry */
-    handles_len = 0;
+    m->len = 0;
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].key)
-            sim_handle_put(old[i].key, old[i].type, old[i].value);
+            sim_map_put(m, old[i].key, old[i].type, old[i].value);
     free(old);
 }
 
-void sim_handle_add(const void *key, int type)
+void sim_map_put(sim_map *m, const void *key, int type, void *value)
 {
-    sim_handle_put(key, type, NULL);
+    if ((m->len + 1) * 2 > m->cap)
+        map_grow(m);
+    size_t i = map_hash(key) & (m->cap - 1);
+    while (m->slots[i].key && m->slots[i].key != key)
+        i = (i + 1) & (m->cap - 1);
+    if (!m->slots[i].key)
+        m->len++;
+    m->slots[i] = (sim_map_slot){key, value, type};
 }
 
-void sim_handle_put(const void *key, int type, void *value)
+static size_t map_find(const sim_map *m, const void *key)
 {
-    if ((handles_len + 1) * 2 > handles_cap)
-        handles_grow();
-    size_t i = handle_hash(key) & (handles_cap - 1);
-    while (handles[i].key && handles[i].key != key)
-        i = (i + 1) & (handles_cap - 1);
-    if (!handles[i].key)
-        handles_len++;
-    handles[i] = (sim_handle_slot){key, value, type};
-}
-
-static size_t handle_find(const void *key)
-{
-    if (!handles_cap || !key)
+    if (!m->cap || !key)
         return SIZE_MAX;
-    size_t i = handle_hash(key) & (handles_cap - 1);
-    while (handles[i].key) {
-        if (handles[i].key == key)
+    size_t i = map_hash(key) & (m->cap - 1);
+    while (m->slots[i].key) {
+        if (m->slots[i].key == key)
             return i;
-        i = (i + 1) & (handles_cap - 1);
+        i = (i + 1) & (m->cap - 1);
     }
     return SIZE_MAX;
 }
 
-bool sim_handle_valid(const void *key, int type)
+void *sim_map_get(const sim_map *m, const void *key, int type)
 {
-    size_t i = handle_find(key);
-    return i != SIZE_MAX && handles[i].type == type;
+    size_t i = map_find(m, key);
+    return i != SIZE_MAX && m->slots[i].type == type ? m->slots[i].value : NULL;
 }
 
-void *sim_handle_get(const void *key, int type)
+void sim_map_remove(sim_map *m, const void *key)
 {
-    size_t i = handle_find(key);
-    return i != SIZE_MAX && handles[i].type == type ? handles[i].value : NULL;
-}
-
-void sim_handle_remove(const void *key)
-{
-    size_t i = handle_find(key);
+    size_t i = map_find(m, key);
     if (i == SIZE_MAX)
         return;
-    handles[i].key = NULL;
-    handles_len--;
-    size_t mask = handles_cap - 1;
-    for (size_t j = (i + 1) & mask; handles[j].key; j = (j + 1) & mask) {
-        size_t home = handle_hash(handles[j].key) & mask;
+    m->slots[i].key = NULL;
+    m->len--;
+    size_t mask = m->cap - 1;
+    for (size_t j = (i + 1) & mask; m->slots[j].key; j = (j + 1) & mask) {
+        size_t home = map_hash(m->slots[j].key) & mask;
         /* move j back into the hole at i if its home is not in (i, j] cyclically */
         if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
-            handles[i] = handles[j];
-            handles[j].key = NULL;
+            m->slots[i] = m->slots[j];
+            m->slots[j].key = NULL;
             i = j;
         }
     }
 }
 
+void sim_map_free(sim_map *m)
+{
+    free(m->slots);
+    *m = (sim_map){0};
+}
+
+/* ---- handle registry: written under the exclusive lock only, read in either mode ---- */
+
+static sim_map handles;
+
+void sim_handle_add(const void *key, int type)
+{
+    sim_map_put(&handles, key, type, NULL);
+}
+
+void sim_handle_put(const void *key, int type, void *value)
+{
+    sim_map_put(&handles, key, type, value);
+}
+
+bool sim_handle_valid(const void *key, int type)
+{
+    size_t i = map_find(&handles, key);
+    return i != SIZE_MAX && handles.slots[i].type == type;
+}
+
+void *sim_handle_get(const void *key, int type)
+{
+    return sim_map_get(&handles, key, type);
+}
+
+void sim_handle_remove(const void *key)
+{
+    sim_map_remove(&handles, key);
+}
+
 size_t sim_handles_of_type(int type, void ***out)
 {
     size_t n = 0;
-    *out = calloc(handles_len + 1, sizeof **out);
+    *out = calloc(handles.len + 1, sizeof **out);
     if (!*out)
         abort();
-    for (size_t i = 0; i < handles_cap; i++)
-        if (handles[i].key && handles[i].type == type)
-            (*out)[n++] = (void *)handles[i].key;
+    for (size_t i = 0; i < handles.cap; i++)
+        if (handles.slots[i].key && handles.slots[i].type == type)
+            (*out)[n++] = (void *)handles.slots[i].key;
     return n;
 }
 
@@ -314,13 +334,22 @@ static void sim_start(void)
 
 void sim_lock(void)
 {
-    pthread_mutex_lock(&sim_g.lock);
+    pthread_rwlock_wrlock(&sim_g.lock);
     sim_start();
+}
+
+bool sim_lock_shared(void)
+{
+    pthread_rwlock_rdlock(&sim_g.lock);
+    if (sim_g.started)
+        return true;
+    pthread_rwlock_unlock(&sim_g.lock); /* sim_start writes: the caller goes exclusive */
+    return false;
 }
 
 void sim_unlock(void)
 {
-    pthread_mutex_unlock(&sim_g.lock);
+    pthread_rwlock_unlock(&sim_g.lock);
 }
 
 int sim_current_device(void)
@@ -338,15 +367,20 @@ sim_device *sim_dev(int device)
     return d;
 }
 
+sim_device *sim_dev_ready(int device)
+{
+    if (device < 0 || device >= sim_g.device_count || !sim_g.devices[device].ready)
+        return NULL;
+    return &sim_g.devices[device];
+}
+
 void cudasimReset(void)
 {
     sim_lock();
     sim_graphs_reset();  /* ends captures, drops graphs (before their streams go) */
     sim_streams_reset(); /* drains all work, destroys streams and events */
     sim_pools_reset();   /* releases all memory */
-    free(handles);
-    handles = NULL;
-    handles_cap = handles_len = 0;
+    sim_map_free(&handles);
     sim_g.started = false;
     sim_g.generation++;
     sim_start();
@@ -361,12 +395,15 @@ bool sim_device_charge(int device, size_t bytes, bool release)
 {
     sim_device *d = &sim_g.devices[device];
     if (release) {
-        d->reserved -= bytes;
+        atomic_fetch_sub(&d->reserved, bytes);
         return true;
     }
-    if (bytes > d->capacity - d->reserved)
-        return false;
-    d->reserved += bytes;
+    /* capacity changes only under the exclusive lock; reserved under either */
+    size_t cur = atomic_load(&d->reserved);
+    do {
+        if (bytes > d->capacity - cur)
+            return false;
+    } while (!atomic_compare_exchange_weak(&d->reserved, &cur, cur + bytes));
     return true;
 }
 

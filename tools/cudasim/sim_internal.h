@@ -1,10 +1,36 @@
 /* cudasim internals shared by sim_core.c (devices, errors, handles, counters, faults),
- * sim_stream.c (streams, events, host functions, copies) and sim_pool.c (memory). One global
- * mutex guards the emulator's state, with two exceptions so that stream workers do not queue
- * behind every API call: a stream's op queue (head, tail, destroyed) is guarded by the stream's
- * own qlock, taken after the global lock, never before it; and `completed` is atomic, written by
- * the worker alone. Workers take the global lock only for ops that touch shared state (memset,
- * memcpy, event record, event wait), never for a free or a host function. */
+ * sim_stream.c (streams, events, host functions, copies) and sim_pool.c (memory).
+ *
+ * Locking. sim_g.lock is a writer-preferring rwlock. Every call takes it exclusively (sim_lock)
+ * except the hot path of cudaMallocAsync / cudaMallocFromPoolAsync / cudaFreeAsync on an
+ * existing non-legacy stream outside capture, which takes it shared (sim_lock_shared), so that
+ * the allocator calls of different streams do not serialize behind one lock. The rule that keeps
+ * this simple: state that shared holders write is guarded by a finer lock (or is atomic); all
+ * other state is written only under the exclusive lock, so a shared holder may read it freely.
+ * Shared holders write only:
+ *  - their own stream's submitted, clock, has_worker and op queue: under the stream's slock;
+ *  - one pool's ranges, pages, counters and allocation map: under the pool's lock;
+ *  - the device's page map (chunk_map, page_pool, map_hint): under the device's arena_lock;
+ *  - the device's reserved bytes: atomic, reserved by compare-and-swap against capacity;
+ *  - stream reference counts: atomic; sim_g.workers: under workers_lock.
+ * Everything they read of other streams (completed: atomic; observed, retired_at, the legacy
+ * stream's submitted and clock, device_syncs) and the handle registry are written only under
+ * the exclusive lock. Pool structures are freed only under the exclusive lock, so a pool found
+ * from a page under the shared lock stays valid until it is released. The legacy stream, stream
+ * creation (per-thread, legacy), device initialisation, capture, synchronization, pool
+ * destruction, trimming, attributes and reset all stay exclusive.
+ *
+ * Lock order (never take a lock to the left while holding one to its right):
+ *   sim_g.lock (shared or exclusive) -> stream slock (one stream at a time)
+ *     -> pool lock (one pool at a time) -> device arena_lock
+ *   and the leaves, taken last and alone: stream qlock, stream dlock, sim_g.workers_lock,
+ *   fault_lock. slock and the pool lock are taken only by shared holders (an exclusive holder
+ *   has no one to exclude). A thread never takes sim_g.lock twice, in any mode (the rwlock is
+ *   non-recursive, writer-preferring): to wait, it releases it (see wait_completed).
+ * Stream workers take no lock for a free or a host function; for other ops they take sim_g.lock
+ * exclusively; a stream's op queue (head, tail, destroyed) is guarded by its qlock, and
+ * `completed` is atomic, written by the worker alone; waiters for it sleep on done_cv with the
+ * stream's dlock, never holding sim_g.lock. */
 #ifndef CUDASIM_INTERNAL_H
 #define CUDASIM_INTERNAL_H
 
@@ -94,16 +120,18 @@ struct sim_stream {
     bool legacy, destroyed, has_worker;
     uint64_t submitted;      /* seq of the last op enqueued */
     _Atomic uint64_t completed; /* seq of the last op executed (its worker writes it) */
-    atomic_uint done_waiters;   /* threads in done_cv: the worker locks to wake them */
+    atomic_uint done_waiters;   /* threads in done_cv: the worker locks dlock to wake them */
     uint64_t observed;       /* highest seq a host synchronize has seen complete */
     uint64_t retired_at;     /* 0, or the device's syncs_started + 1 when it left the device
                               * list: a device synchronize begun later has seen all its work */
     sim_clock clock;
+    pthread_mutex_t slock;   /* submitted, clock, has_worker against other shared-lock calls */
     pthread_mutex_t qlock;   /* head, tail, and destroyed's transitions */
     sim_op *head, *tail;
     pthread_cond_t work_cv;  /* worker, with qlock: new work or destroy */
-    pthread_cond_t done_cv;  /* waiters, with the global lock: `completed` moved */
-    unsigned refs;
+    pthread_mutex_t dlock;   /* with done_cv: waiters for `completed` */
+    pthread_cond_t done_cv;  /* waiters, with dlock: `completed` moved */
+    atomic_uint refs;
     sim_stream *next_in_device;
     struct sim_capturing *capture; /* sim_graph.c: set while the stream is in a capture */
 };
@@ -146,7 +174,22 @@ struct sim_chunk {
     sim_seg *segs;           /* sorted by offset, covering the chunk */
 };
 
+/* Open addressing on the pointer: the handle registry, and each pool's live allocations. */
+typedef struct {
+    const void *key;
+    void *value;
+    int type;
+} sim_map_slot;
+
+typedef struct {
+    sim_map_slot *slots;
+    size_t cap, len;
+} sim_map;
+
 struct sim_pool {
+    pthread_mutex_t lock;    /* everything below but the flags and attributes, under shared
+                              * sim_g.lock (the exclusive lock excludes all its users) */
+    sim_map allocs;          /* live allocations by start address (SIM_H_ALLOC) */
     int device;
     bool is_default, is_sync, destroyed;
     int reuse_follow, reuse_opportunistic, reuse_internal;
@@ -164,10 +207,15 @@ struct CUmemPoolHandle_st { sim_pool p; };
 typedef struct {
     bool ready;
     size_t capacity;
-    size_t reserved;         /* all chunks of all pools, the sync pool included */
+    _Atomic size_t reserved; /* all chunks of all pools, the sync pool included, and graph
+                              * memory: see sim_device_charge */
     char *arena;
     size_t arena_size;
+    pthread_mutex_t arena_lock; /* chunk_map, page_pool and map_hint */
     sim_chunk **chunk_map;   /* one slot per SIM_CHUNK of the arena */
+    /* The pool owning each slot, for finding a pointer's pool without a lock: a pool structure
+     * outlives any shared holder of sim_g.lock (it is freed under the exclusive lock). */
+    sim_pool *_Atomic *page_pool;
     size_t map_len, map_hint;
     sim_pool *pools;         /* every pool, default and sync pool included */
     sim_pool *default_pool, *current_pool, *sync_pool;
@@ -179,12 +227,13 @@ typedef struct {
 } sim_device;
 
 typedef struct {
-    pthread_mutex_t lock;
+    pthread_rwlock_t lock;
     bool started;
     int device_count;
     size_t env_capacity;
     uint64_t next_stream_id;
     uint64_t generation;     /* bumped by cudasimReset, invalidates per-thread streams */
+    pthread_mutex_t workers_lock; /* workers and workers_cv */
     unsigned workers;        /* live worker threads */
     pthread_cond_t workers_cv;
     sim_device devices[SIM_MAX_DEVICES];
@@ -198,10 +247,18 @@ extern sim_state sim_g;
 cudaError_t sim_enter(sim_api api);
 /* Records err as the thread's last error (if not success) and returns it. */
 cudaError_t sim_ret(cudaError_t err);
-void sim_lock(void);
-void sim_unlock(void);
+void sim_lock(void);   /* exclusive */
+void sim_unlock(void); /* either mode */
+/* Takes sim_g.lock shared; false (and not held) if the emulator has not started yet, when the
+ * caller must take the exclusive path. */
+bool sim_lock_shared(void);
 int sim_current_device(void); /* under the lock */
-sim_device *sim_dev(int device); /* under the lock; initialises the device on first use */
+sim_device *sim_dev(int device); /* exclusive; initialises the device on first use */
+sim_device *sim_dev_ready(int device); /* either mode: NULL unless initialised */
+void sim_map_put(sim_map *m, const void *key, int type, void *value);
+void *sim_map_get(const sim_map *m, const void *key, int type);
+void sim_map_remove(sim_map *m, const void *key);
+void sim_map_free(sim_map *m);
 bool sim_handle_valid(const void *handle, int type);
 void sim_handle_add(const void *handle, int type);
 void sim_handle_remove(const void *handle);
@@ -214,8 +271,12 @@ size_t sim_parse_size(const char *s, bool *ok);
 extern _Thread_local bool sim_in_host_fn;
 
 /* ---- sim_stream.c ---- */
-/* Resolves a cudaStream_t (0, legacy, per-thread or a live handle) under the lock. */
+/* Resolves a cudaStream_t (0, legacy, per-thread or a live handle) under the exclusive lock. */
 sim_stream *sim_stream_resolve(cudaStream_t handle, cudaError_t *err);
+/* The same under the shared lock, for the streams a shared holder may use: NULL with *err
+ * cudaSuccess when the call must take the exclusive path instead (the legacy stream, a stream
+ * still to create, a device not initialised). */
+sim_stream *sim_stream_lookup(cudaStream_t handle, cudaError_t *err);
 void sim_stream_ref(sim_stream *s);
 void sim_stream_unref(sim_stream *s);
 /* Applies the legacy stream's implicit synchronization before work is enqueued on s. */
@@ -286,9 +347,9 @@ void sim_graph_event_forget(struct CUevent_st *e);
 void sim_graph_stream_destroyed(sim_stream *s);
 void sim_graphs_reset(void);
 
-/* ---- sim_core.c: device capacity for graph-owned memory ---- */
+/* ---- sim_core.c: device capacity (pools' pages and graph-owned memory) ---- */
 /* Counts `bytes` more (or, with release, fewer) physical memory on `device` against its capacity;
- * fails if it does not fit. */
+ * fails if it does not fit. Atomic (compare-and-swap), so either lock mode may call it. */
 bool sim_device_charge(int device, size_t bytes, bool release);
 
 #endif

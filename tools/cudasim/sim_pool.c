@@ -32,18 +32,31 @@ cudaError_t sim_device_memory_init(sim_device *d, int device)
     d->arena = arena;
     d->map_len = d->arena_size / SIM_CHUNK;
     d->chunk_map = calloc(d->map_len, sizeof *d->chunk_map);
+    d->page_pool = calloc(d->map_len, sizeof *d->page_pool);
+    pthread_mutex_init(&d->arena_lock, NULL);
     d->default_pool = pool_new(device, true, false);
     d->sync_pool = pool_new(device, false, true);
-    if (!d->chunk_map || !d->default_pool || !d->sync_pool)
+    if (!d->chunk_map || !d->page_pool || !d->default_pool || !d->sync_pool)
         abort();
     d->current_pool = d->default_pool;
     d->ready = true;
     return cudaSuccess;
 }
 
-/* Next-fit search for `slots` free consecutive chunk slots. */
+/* Points `slots` page slots from `first` at chunk c (NULL: unmapped). Under arena_lock. */
+static void map_set(sim_device *d, size_t first, size_t slots, sim_chunk *c)
+{
+    for (size_t i = first; i < first + slots; i++) {
+        d->chunk_map[i] = c;
+        atomic_store_explicit(&d->page_pool[i], c ? c->pool : NULL, memory_order_release);
+    }
+}
+
+/* Next-fit search for `slots` free consecutive chunk slots, mapped to c. */
 static char *arena_take(sim_device *d, size_t slots, sim_chunk *c)
 {
+    pthread_mutex_lock(&d->arena_lock);
+    char *base = NULL;
     for (size_t tries = 0, i = d->map_hint; tries < d->map_len; tries++, i++) {
         if (i + slots > d->map_len) {
             i = (size_t)-1; /* wrap */
@@ -53,17 +66,19 @@ static char *arena_take(sim_device *d, size_t slots, sim_chunk *c)
         while (k < slots && !d->chunk_map[i + k])
             k++;
         if (k == slots) {
-            for (k = 0; k < slots; k++)
-                d->chunk_map[i + k] = c;
+            map_set(d, i, slots, c);
             d->map_hint = i + slots;
-            return d->arena + i * SIM_CHUNK;
+            base = d->arena + i * SIM_CHUNK;
+            break;
         }
         i += k;
         tries += k;
     }
-    return NULL;
+    pthread_mutex_unlock(&d->arena_lock);
+    return base;
 }
 
+/* Under the exclusive lock (chunks come and go under pool locks otherwise). */
 static sim_chunk *chunk_at(const void *p, sim_device **dev_out)
 {
     for (int dev = 0; dev < sim_g.device_count; dev++) {
@@ -87,6 +102,20 @@ bool sim_is_device_address(const void *p)
     return d != NULL;
 }
 
+/* In either lock mode: the pool whose pages hold p, or NULL. The pool may change as pages are
+ * remapped, but a pointer inside a live allocation stays with its pool. */
+static sim_pool *pool_of(const void *p)
+{
+    for (int dev = 0; dev < sim_g.device_count; dev++) {
+        sim_device *d = &sim_g.devices[dev];
+        const char *c = p;
+        if (d->ready && c >= d->arena && c < d->arena + d->arena_size)
+            return atomic_load_explicit(&d->page_pool[(size_t)(c - d->arena) / SIM_CHUNK],
+                                        memory_order_acquire);
+    }
+    return NULL;
+}
+
 bool sim_range_live(const void *p, size_t n)
 {
     if (sim_graph_owns(p))
@@ -95,7 +124,8 @@ bool sim_range_live(const void *p, size_t n)
     if (!c || n == 0)
         return c != NULL;
     const char *q = p;
-    sim_seg *seg = sim_handle_get(p, SIM_H_ALLOC); /* the common case: the allocation's start */
+    /* the common case: the allocation's start */
+    sim_seg *seg = sim_map_get(&c->pool->allocs, p, SIM_H_ALLOC);
     for (sim_seg *s = c->segs; !seg && s; s = s->next)
         if (q >= s->addr && q < s->addr + s->size)
             seg = s;
@@ -244,7 +274,7 @@ static void seg_take(sim_pool *pool, sim_seg *s, size_t need)
     if (pool->used > pool->used_high)
         pool->used_high = pool->used;
     pool->live_allocs++;
-    sim_handle_put(s->addr, SIM_H_ALLOC, s);
+    sim_map_put(&pool->allocs, s->addr, SIM_H_ALLOC, s);
 }
 
 /* Settles every free range the host has since observed and merges the neighbours that may
@@ -260,18 +290,19 @@ static void pool_coalesce(sim_pool *pool)
 /* ---- chunks and pages ---- */
 
 /* Maps `size` bytes (whole pages) as a new chunk, one free segment tagged (stream, seq). The
- * caller has checked the device's capacity and the pool's maxSize. */
+ * caller has checked the pool's maxSize and charged the device (sim_device_charge). */
 static sim_chunk *chunk_new(sim_pool *pool, size_t size, sim_stream *stream, uint64_t seq)
 {
     sim_device *d = &sim_g.devices[pool->device];
     sim_chunk *c = calloc(1, sizeof *c);
     sim_seg *s = calloc(1, sizeof *s);
+    if (c)
+        c->pool = pool; /* before arena_take publishes it in page_pool */
     if (!c || !s || !(c->base = arena_take(d, size / SIM_CHUNK, c))) {
         free(c);
         free(s);
         return NULL;
     }
-    c->pool = pool;
     c->size = size;
     s->chunk = c;
     s->addr = c->base;
@@ -284,17 +315,7 @@ static sim_chunk *chunk_new(sim_pool *pool, size_t size, sim_stream *stream, uin
     pool->reserved += size;
     if (pool->reserved > pool->reserved_high)
         pool->reserved_high = pool->reserved;
-    d->reserved += size;
     return c;
-}
-
-/* Can the pool map `grow` more bytes? */
-static bool pool_can_grow(const sim_pool *pool, size_t grow)
-{
-    const sim_device *d = &sim_g.devices[pool->device];
-    if (grow > d->capacity - d->reserved)
-        return false;
-    return !pool->max_size || pool->reserved + grow <= pool->max_size;
 }
 
 /* Splits chunk c at page boundary `at`, which is also a segment boundary; returns the upper
@@ -317,16 +338,17 @@ static sim_chunk *chunk_split(sim_pool *pool, sim_chunk *c, char *at)
     upper->base = at;
     upper->size = (size_t)(chunk_end(c) - at);
     c->size = (size_t)(at - c->base);
-    size_t first = (size_t)(at - d->arena) / SIM_CHUNK;
-    for (size_t i = 0; i < upper->size / SIM_CHUNK; i++)
-        d->chunk_map[first + i] = upper;
+    pthread_mutex_lock(&d->arena_lock);
+    map_set(d, (size_t)(at - d->arena) / SIM_CHUNK, upper->size / SIM_CHUNK, upper);
+    pthread_mutex_unlock(&d->arena_lock);
     upper->next = c->next;
     c->next = upper;
     return upper;
 }
 
-/* Unmaps chunk c, which is one free segment. */
-static void chunk_release(sim_pool *pool, sim_chunk *c)
+/* Unmaps chunk c, which is one free segment; with `uncharge`, the device counts it no more (else
+ * the caller has counted the device's net change itself). */
+static void chunk_release(sim_pool *pool, sim_chunk *c, bool uncharge)
 {
     sim_device *d = &sim_g.devices[pool->device];
     for (sim_chunk **p = &pool->chunks; *p; p = &(*p)->next) {
@@ -339,16 +361,17 @@ static void chunk_release(sim_pool *pool, sim_chunk *c)
     tag_set(c->segs, NULL, 0);
     free(c->segs);
     madvise(c->base, c->size, MADV_DONTNEED); /* give the pages back to the host */
-    size_t first = (size_t)(c->base - d->arena) / SIM_CHUNK;
-    for (size_t i = 0; i < c->size / SIM_CHUNK; i++)
-        d->chunk_map[first + i] = NULL;
+    pthread_mutex_lock(&d->arena_lock);
+    map_set(d, (size_t)(c->base - d->arena) / SIM_CHUNK, c->size / SIM_CHUNK, NULL);
+    pthread_mutex_unlock(&d->arena_lock);
     pool->reserved -= c->size;
-    d->reserved -= c->size;
+    if (uncharge)
+        (void)sim_device_charge(pool->device, c->size, true);
     free(c);
 }
 
 /* Unmaps the whole pages [lo, hi) of free segment s, splitting s and its chunk around them. */
-static void release_pages(sim_pool *pool, sim_seg *s, char *lo, char *hi)
+static void release_pages(sim_pool *pool, sim_seg *s, char *lo, char *hi, bool uncharge)
 {
     if (lo > s->addr)
         s = seg_split(pool, s, lo);
@@ -359,7 +382,7 @@ static void release_pages(sim_pool *pool, sim_seg *s, char *lo, char *hi)
         c = chunk_split(pool, c, lo);
     if (hi < chunk_end(c))
         (void)chunk_split(pool, c, hi);
-    chunk_release(pool, c);
+    chunk_release(pool, c, uncharge);
 }
 
 typedef struct {
@@ -394,14 +417,15 @@ static size_t free_page_runs(sim_pool *pool, sim_stream *b, page_run **out, size
 }
 
 /* Unmaps up to `bytes` (whole pages) of the runs; returns the bytes unmapped. */
-static size_t release_runs(sim_pool *pool, page_run *runs, size_t n, size_t bytes)
+static size_t release_runs(sim_pool *pool, page_run *runs, size_t n, size_t bytes,
+                           bool uncharge)
 {
     size_t done = 0;
     for (size_t i = 0; i < n && done < bytes; i++) {
         size_t len = (size_t)(runs[i].hi - runs[i].lo);
         if (len > bytes - done)
             len = bytes - done;
-        release_pages(pool, runs[i].seg, runs[i].lo, runs[i].lo + len);
+        release_pages(pool, runs[i].seg, runs[i].lo, runs[i].lo + len, uncharge);
         done += len;
     }
     return done;
@@ -420,7 +444,7 @@ static void pool_release_to(sim_pool *pool, uint64_t keep)
     page_run *runs;
     size_t n;
     if (free_page_runs(pool, NULL, &runs, &n))
-        (void)release_runs(pool, runs, n, excess);
+        (void)release_runs(pool, runs, n, excess, true);
     free(runs);
 }
 
@@ -438,7 +462,10 @@ static sim_seg *pool_map(sim_pool *pool, sim_stream *b, size_t need)
     size_t reusable = free_page_runs(pool, b, &runs, &n);
     size_t take = reusable < size ? reusable : size;
     sim_seg *s = NULL;
-    if (pool_can_grow(pool, size - take)) {
+    /* The device is charged the net growth at once (compare-and-swap against its capacity, as
+     * other pools may grow concurrently); the remapped pages move without being counted. */
+    if ((!pool->max_size || pool->reserved - take + size <= pool->max_size) &&
+        sim_device_charge(pool->device, size - take, false)) {
         bool settled = true;
         size_t counted = 0;
         for (size_t i = 0; i < n && counted < take; i++) {
@@ -446,10 +473,12 @@ static sim_seg *pool_map(sim_pool *pool, sim_stream *b, size_t need)
             if (runs[i].seg->freed_on)
                 settled = false;
         }
-        (void)release_runs(pool, runs, n, take);
+        (void)release_runs(pool, runs, n, take, false);
         sim_chunk *c = settled ? chunk_new(pool, size, NULL, 0)
                                : chunk_new(pool, size, b, b->submitted);
         s = c ? c->segs : NULL;
+        if (!c) /* no address space left: the remapped pages are gone too */
+            (void)sim_device_charge(pool->device, size, true);
     }
     free(runs);
     return s;
@@ -463,6 +492,7 @@ static sim_pool *pool_new(int device, bool is_default, bool is_sync)
     if (!h)
         return NULL;
     sim_pool *p = &h->p;
+    pthread_mutex_init(&p->lock, NULL);
     p->device = device;
     p->is_default = is_default;
     p->is_sync = is_sync;
@@ -486,10 +516,13 @@ static void pool_free(sim_pool *p)
         }
     }
     sim_handle_remove(p);
+    sim_map_free(&p->allocs);
+    pthread_mutex_destroy(&p->lock);
     free((struct CUmemPoolHandle_st *)p);
 }
 
-/* A destroyed pool goes once nothing is outstanding and its memory has been released. */
+/* A destroyed pool goes once nothing is outstanding and its memory has been released. Under the
+ * exclusive lock (pool structures are freed under it only). */
 static void pool_reap(sim_pool *p)
 {
     if (!p->destroyed || p->live_allocs)
@@ -497,6 +530,17 @@ static void pool_reap(sim_pool *p)
     pool_release_to(p, 0);
     if (!p->chunks)
         pool_free(p);
+}
+
+/* Under the exclusive lock: reaps the device's destroyed pools (pool_reap: nothing happens to a
+ * pool with allocations outstanding). */
+static void pools_reap_destroyed(int device)
+{
+    for (sim_pool *p = sim_g.devices[device].pools, *next; p; p = next) {
+        next = p->next_in_device;
+        if (p->destroyed)
+            pool_reap(p);
+    }
 }
 
 void sim_pools_release_after_sync(int device)
@@ -525,8 +569,6 @@ void sim_pools_reset(void)
                 sim_chunk *c = p->chunks;
                 for (sim_seg *s = c->segs, *n; s; s = n) {
                     n = s->next;
-                    if (s->allocated)
-                        sim_handle_remove(s->addr);
                     tag_set(s, NULL, 0);
                     free(s);
                 }
@@ -539,6 +581,8 @@ void sim_pools_reset(void)
         }
         munmap(d->arena, d->arena_size);
         free(d->chunk_map);
+        free(d->page_pool);
+        pthread_mutex_destroy(&d->arena_lock);
         memset(d, 0, sizeof *d);
     }
 }
@@ -588,11 +632,17 @@ static cudaError_t pool_alloc(sim_pool *pool, sim_stream *b, size_t size, void *
     return cudaSuccess;
 }
 
-/* Finds the live allocation starting at p. */
+/* Finds the live allocation starting at p in `pool` (under its lock in shared mode). */
+static sim_seg *pool_alloc_lookup(sim_pool *pool, const void *p)
+{
+    sim_seg *s = pool && p ? sim_map_get(&pool->allocs, p, SIM_H_ALLOC) : NULL;
+    return s && s->allocated ? s : NULL;
+}
+
+/* Under the exclusive lock: the live allocation starting at p, in any pool. */
 static sim_seg *alloc_lookup(const void *p)
 {
-    sim_seg *s = p ? sim_handle_get(p, SIM_H_ALLOC) : NULL;
-    return s && s->allocated ? s : NULL;
+    return pool_alloc_lookup(pool_of(p), p);
 }
 
 /* Frees s; with a stream, reuse elsewhere waits for the free to be reached in stream order. */
@@ -600,7 +650,7 @@ static void pool_release_alloc(sim_seg *s, sim_stream *stream, uint64_t seq)
 {
     sim_chunk *c = s->chunk;
     sim_pool *pool = c->pool;
-    sim_handle_remove(s->addr);
+    sim_map_remove(&pool->allocs, s->addr);
     s->allocated = false;
     pool->used -= s->size;
     pool->live_allocs--;
@@ -611,22 +661,63 @@ static void pool_release_alloc(sim_seg *s, sim_stream *stream, uint64_t seq)
         (void)try_merge_next(pool, s->prev);
 }
 
-static cudaError_t free_on_stream(void *ptr, sim_stream *s)
+/* Under the lock (shared: with s's slock, and this takes the pool's lock). A destroyed pool
+ * whose last allocation this frees is reaped here under the exclusive lock; under the shared
+ * one *reap says that the caller must reap the device's pools once it holds the exclusive. */
+static cudaError_t free_on_stream(void *ptr, sim_stream *s, bool shared, bool *reap)
 {
-    sim_seg *seg = alloc_lookup(ptr);
+    sim_pool *pool = pool_of(ptr);
+    if (!pool)
+        return cudaErrorInvalidValue;
+    if (shared)
+        pthread_mutex_lock(&pool->lock);
+    cudaError_t err = cudaSuccess;
+    sim_seg *seg = pool_alloc_lookup(pool, ptr);
+    sim_op *op = NULL;
     if (!seg)
-        return cudaErrorInvalidValue; /* cudaMalloc memory is accepted too (rule 13b) */
-    sim_op *op = sim_op_new(OP_FREE);
-    if (!op)
-        return cudaErrorMemoryAllocation;
-    sim_stream_implicit_sync(s);
-    cudaError_t err = sim_stream_enqueue(s, op);
-    if (err)
-        return err;
-    sim_pool *pool = seg->chunk->pool;
-    pool_release_alloc(seg, s, s->submitted);
-    pool_reap(pool);
-    return cudaSuccess;
+        err = cudaErrorInvalidValue; /* cudaMalloc memory is accepted too (rule 13b) */
+    else if (!(op = sim_op_new(OP_FREE)))
+        err = cudaErrorMemoryAllocation;
+    if (!err) {
+        sim_stream_implicit_sync(s);
+        err = sim_stream_enqueue(s, op);
+    }
+    if (!err) {
+        pool_release_alloc(seg, s, s->submitted);
+        if (!shared)
+            pool_reap(pool);
+        else
+            *reap = pool->destroyed && !pool->live_allocs;
+    }
+    if (shared)
+        pthread_mutex_unlock(&pool->lock);
+    return err;
+}
+
+/* Takes sim_g.lock for a stream-ordered allocator call: shared when the stream allows it
+ * (sim_stream_lookup), exclusive otherwise. Returns the stream (NULL: *err) and the mode; a
+ * shared holder also holds the stream's slock. */
+static sim_stream *lock_for_stream(cudaStream_t stream, cudaError_t *err, bool *shared)
+{
+    *shared = sim_lock_shared();
+    if (*shared) {
+        sim_stream *s = sim_stream_lookup(stream, err);
+        if (s)
+            pthread_mutex_lock(&s->slock);
+        if (s || *err)
+            return s;
+        sim_unlock(); /* the legacy stream, or one still to create */
+        *shared = false;
+    }
+    sim_lock();
+    return sim_stream_resolve(stream, err);
+}
+
+static void unlock_for_stream(sim_stream *s, bool shared)
+{
+    if (shared && s)
+        pthread_mutex_unlock(&s->slock);
+    sim_unlock();
 }
 
 /* ---- API: stream-ordered allocation ---- */
@@ -648,8 +739,8 @@ static cudaError_t malloc_async(sim_api api, void **ptr, size_t size, cudaMemPoo
         return sim_ret(cudaErrorInvalidValue);
     if (sim_graph_capturing_any() && sim_graph_malloc_async(ptr, size, handle, stream, &err))
         return sim_ret(err); /* a graph allocation node, or what the capture forbids */
-    sim_lock();
-    sim_stream *s = sim_stream_resolve(stream, &err);
+    bool shared;
+    sim_stream *s = lock_for_stream(stream, &err, &shared);
     sim_pool *pool = NULL;
     if (s && sim_g.devices[s->device].sticky)
         err = sim_g.devices[s->device].sticky;
@@ -661,11 +752,15 @@ static cudaError_t malloc_async(sim_api api, void **ptr, size_t size, cudaMemPoo
         *ptr = NULL; /* as cudaMalloc: no memory, nothing to free */
     } else if (!err) {
         void *p = NULL;
+        if (shared)
+            pthread_mutex_lock(&pool->lock);
         err = pool_alloc(pool, s, size, &p);
+        if (shared)
+            pthread_mutex_unlock(&pool->lock);
         if (!err)
             *ptr = p;
     }
-    sim_unlock();
+    unlock_for_stream(s, shared);
     return sim_ret(err);
 }
 
@@ -692,13 +787,19 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
     if ((sim_graph_capturing_any() || sim_graph_owns(devPtr)) &&
         sim_graph_free_async(devPtr, hStream, &err))
         return sim_ret(err); /* a graph free node, or graph-owned memory */
-    sim_lock();
-    sim_stream *s = sim_stream_resolve(hStream, &err);
+    bool shared, reap = false;
+    sim_stream *s = lock_for_stream(hStream, &err, &shared);
     if (s && sim_g.devices[s->device].sticky)
         err = sim_g.devices[s->device].sticky;
     else if (s && devPtr)
-        err = free_on_stream(devPtr, s);
-    sim_unlock();
+        err = free_on_stream(devPtr, s, shared, &reap);
+    int dev = s ? s->device : 0;
+    unlock_for_stream(s, shared);
+    if (reap) { /* a destroyed pool's last allocation: its structure goes exclusively */
+        sim_lock();
+        pools_reap_destroyed(dev);
+        sim_unlock();
+    }
     return sim_ret(err);
 }
 

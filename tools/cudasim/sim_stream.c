@@ -61,17 +61,21 @@ void sim_clock_free(sim_clock *c)
 
 /* ---- stream lifetime ---- */
 
+/* Atomic: shared-lock holders (a pool's free ranges, 11(d) waits) take and drop references. The
+ * last one can go in either lock mode: nothing else reaches a stream without a reference. */
 void sim_stream_ref(sim_stream *s)
 {
-    s->refs++;
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
 }
 
 void sim_stream_unref(sim_stream *s)
 {
-    if (--s->refs)
+    if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
         return;
     sim_clock_free(&s->clock);
+    pthread_mutex_destroy(&s->slock);
     pthread_mutex_destroy(&s->qlock);
+    pthread_mutex_destroy(&s->dlock);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->done_cv);
     free((struct CUstream_st *)s);
@@ -111,8 +115,10 @@ static sim_stream *stream_new(int device, unsigned flags, int priority, bool leg
     s->flags = flags;
     s->priority = priority;
     s->legacy = legacy;
-    s->refs = 1;
+    atomic_init(&s->refs, 1);
+    pthread_mutex_init(&s->slock, NULL);
     pthread_mutex_init(&s->qlock, NULL);
+    pthread_mutex_init(&s->dlock, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     sim_device *d = &sim_g.devices[device];
@@ -151,25 +157,36 @@ static void event_release_if_done(struct CUevent_st *e)
     }
 }
 
-/* Under the global lock: blocks until t has executed op `seq`. */
-static void wait_completed(sim_stream *t, uint64_t seq)
+/* Blocks until t has executed op `seq` (the caller holds a reference on t). With `relock`, the
+ * caller holds the exclusive lock: it is released while waiting, as a condition wait on it
+ * would, and taken again; state may move meanwhile. */
+static void wait_completed(sim_stream *t, uint64_t seq, bool relock)
 {
+    if (t->completed >= seq)
+        return;
+    if (relock)
+        sim_unlock();
     atomic_fetch_add(&t->done_waiters, 1);
+    pthread_mutex_lock(&t->dlock);
     while (t->completed < seq)
-        pthread_cond_wait(&t->done_cv, &sim_g.lock);
+        pthread_cond_wait(&t->done_cv, &t->dlock);
+    pthread_mutex_unlock(&t->dlock);
     atomic_fetch_sub(&t->done_waiters, 1);
+    if (relock)
+        sim_lock();
 }
 
-/* Without the global lock: publishes op `seq` as executed. A waiter counts itself before it
+/* Without any lock but dlock: publishes op `seq` as executed. A waiter counts itself before it
  * reads `completed`, and this reads the count after writing it (both sequentially consistent),
- * so either the waiter sees the new value or this sees the waiter and wakes it under the lock. */
+ * so either the waiter sees the new value or this sees the waiter and wakes it under dlock
+ * (which the waiter holds from its check of `completed` until it sleeps). */
 static void stream_complete(sim_stream *s, uint64_t seq)
 {
     s->completed = seq;
     if (atomic_load(&s->done_waiters)) {
-        sim_lock();
+        pthread_mutex_lock(&s->dlock);
         pthread_cond_broadcast(&s->done_cv);
-        sim_unlock();
+        pthread_mutex_unlock(&s->dlock);
     }
 }
 
@@ -182,6 +199,12 @@ static void run_op(sim_stream *s, sim_op *op)
         sim_in_host_fn = true;
         op->u.host.fn(op->u.host.arg);
         sim_in_host_fn = false;
+        return;
+    }
+    if (op->kind == OP_WAIT) { /* the op's reference keeps the target alive */
+        sim_stream *t = op->u.wait.target;
+        wait_completed(t, op->u.wait.seq, false);
+        sim_stream_unref(t);
         return;
     }
     sim_lock();
@@ -211,12 +234,7 @@ static void run_op(sim_stream *s, sim_op *op)
         event_release_if_done(e);
         break;
     }
-    case OP_WAIT: {
-        sim_stream *t = op->u.wait.target;
-        wait_completed(t, op->u.wait.seq);
-        sim_stream_unref(t);
-        break;
-    }
+    case OP_WAIT:
     case OP_HOST:
     case OP_FREE:
         break;
@@ -255,8 +273,10 @@ static void *worker_main(void *arg)
     sim_lock();
     stream_maybe_retire(s); /* destroyed while its last op was completing */
     s->has_worker = false;
+    pthread_mutex_lock(&sim_g.workers_lock);
     sim_g.workers--;
     pthread_cond_broadcast(&sim_g.workers_cv);
+    pthread_mutex_unlock(&sim_g.workers_lock);
     sim_stream_unref(s);
     sim_unlock();
     return NULL;
@@ -286,7 +306,9 @@ cudaError_t sim_stream_enqueue(sim_stream *s, sim_op *op)
         }
         s->has_worker = true;
         sim_stream_ref(s);
+        pthread_mutex_lock(&sim_g.workers_lock);
         sim_g.workers++;
+        pthread_mutex_unlock(&sim_g.workers_lock);
     }
     op->seq = ++s->submitted;
     pthread_mutex_lock(&s->qlock);
@@ -382,6 +404,23 @@ sim_stream *sim_stream_resolve(cudaStream_t handle, cudaError_t *err)
     return &handle->s;
 }
 
+sim_stream *sim_stream_lookup(cudaStream_t handle, cudaError_t *err)
+{
+    int dev = sim_current_device();
+    *err = cudaSuccess;
+    if (!sim_dev_ready(dev) || handle == NULL || handle == cudaStreamLegacy)
+        return NULL; /* the legacy stream's implicit sync reads every blocking stream */
+    if (handle == cudaStreamPerThread) {
+        per_thread_slot *slot = &per_thread[dev];
+        return slot->stream && slot->generation == sim_g.generation ? slot->stream : NULL;
+    }
+    if (!sim_handle_valid(handle, SIM_H_STREAM)) {
+        *err = cudaErrorInvalidResourceHandle;
+        return NULL;
+    }
+    return &handle->s;
+}
+
 /* Resolves the stream and fails with the device's sticky error, if it has one. */
 static sim_stream *resolve_live(cudaStream_t handle, cudaError_t *err)
 {
@@ -398,7 +437,7 @@ static sim_stream *resolve_live(cudaStream_t handle, cudaError_t *err)
 void sim_stream_sync_to(sim_stream *s, uint64_t seq)
 {
     sim_stream_ref(s);
-    wait_completed(s, seq);
+    wait_completed(s, seq, true);
     if (s->observed < seq)
         s->observed = seq;
     sim_stream_unref(s);
@@ -874,8 +913,12 @@ void sim_streams_reset(void)
             pthread_mutex_unlock(&x->qlock);
         }
     }
+    sim_unlock(); /* exiting workers take the lock to retire their streams */
+    pthread_mutex_lock(&sim_g.workers_lock);
     while (sim_g.workers)
-        pthread_cond_wait(&sim_g.workers_cv, &sim_g.lock);
+        pthread_cond_wait(&sim_g.workers_cv, &sim_g.workers_lock);
+    pthread_mutex_unlock(&sim_g.workers_lock);
+    sim_lock();
     for (int dev = 0; dev < sim_g.device_count; dev++) {
         sim_device *d = &sim_g.devices[dev];
         while (d->streams)
