@@ -58,7 +58,8 @@ SP_API const char *sp_version_string(void);
     X(NO_HOST_MEMORY, -11, "host memory exhausted")                                             \
     X(CUDA, -12, "CUDA runtime error (see sp_last_cuda_error)")                                 \
     X(NOT_SUPPORTED, -13, "not supported by this device or runtime")                            \
-    X(CONFIG, -14, "invalid configuration")
+    X(CONFIG, -14, "invalid configuration")                                                    \
+    X(NO_DEVICE, -15, "no CUDA device with that number")
 
 enum {
 #define SP_STATUS_ENUM(name, value, text) SP_ERR_##name = (value),
@@ -71,8 +72,11 @@ enum {
 SP_API const char *sp_strerror(int status);
 SP_API const char *sp_status_name(int status);
 
-/* The cudaError_t of the last CUDA call that failed in this thread inside streampool (0 if
- * none): what an SP_ERR_CUDA, SP_ERR_OUT_OF_MEMORY or SP_ERR_NOT_SUPPORTED came from. */
+/* The cudaError_t of the last CUDA call that failed in this thread inside streampool during
+ * this thread's latest streampool call (0 if none): what an SP_ERR_CUDA, SP_ERR_OUT_OF_MEMORY,
+ * SP_ERR_NOT_SUPPORTED or SP_ERR_NO_DEVICE came from. Every call clears it on entry, so it never
+ * describes an older call; a call that succeeded after recovering from a CUDA error (the
+ * driver's out-of-memory answered by giving cached memory back) still shows that error. */
 SP_API int sp_last_cuda_error(void);
 
 /* ---- runtime ---- */
@@ -117,7 +121,8 @@ typedef struct sp_runtime_config {
 #define SP_RUNTIME_CONFIG_INIT                                                                 \
     {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED, (size_t)1 << 20, NULL}
 
-/* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults. */
+/* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults.
+ * SP_ERR_NO_DEVICE if there is no such device (sp_last_cuda_error: cudaErrorInvalidDevice). */
 SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out);
 
 /* Destroys every pool and the runtime. SP_ERR_BUSY (and nothing destroyed) if any pool has live
@@ -158,8 +163,10 @@ typedef struct sp_pool_config {
 #define SP_POOL_CONFIG_INIT                                                                    \
     {sizeof(sp_pool_config), UINT64_MAX, SP_CROSS_STREAM_BALANCED, 0, 0, UINT64_MAX, 0}
 
-/* Creates a pool named `name` (1..SP_POOL_NAME_MAX characters, unique in the runtime) with its
- * own cudaMemPool_t. cfg NULL: defaults. */
+/* Creates a pool named `name` (1..SP_POOL_NAME_MAX bytes, unique in the runtime) with its own
+ * cudaMemPool_t. cfg NULL: defaults. The name must be well-formed UTF-8 without control
+ * characters (C0, DEL, C1), so that it shows as it is in every report; SP_ERR_INVALID
+ * otherwise. */
 SP_API int sp_pool_create(sp_runtime *rt, const char *name, const sp_pool_config *cfg, sp_pool **out);
 
 /* Wraps an existing cudaMemPool_t (of the runtime's device) as a named pool. Its attributes are
@@ -213,6 +220,14 @@ SP_API int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const cha
 
 /* The message of the last SP_ERR_CONFIG this thread got from streampool ("" if none). */
 SP_API const char *sp_config_error(void);
+
+/* Pool names that SP_ALLOC_CONF or sp_runtime_config.alloc_conf prefix a key with but that no
+ * pool of the runtime has had so far: most often a typo, which would otherwise be silently
+ * ignored. Writes them, each once, separated by ',' into buf (snprintf-style, NUL-terminated
+ * when len > 0) and returns how many there are (0: every name matched), or a negative status.
+ * Call it once the server has created its pools. sp_runtime_destroy also prints one warning line
+ * per such name on stderr ("streampool: warning: ..."), unless SP_ALLOC_CONF_QUIET is set. */
+SP_API int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len);
 
 /* ---- out of memory ---- */
 

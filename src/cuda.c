@@ -14,7 +14,7 @@ static int check(cudaError_t err)
     switch (err) {
     case cudaErrorMemoryAllocation: return SP_ERR_OUT_OF_MEMORY;
     case cudaErrorNotSupported: return SP_ERR_NOT_SUPPORTED;
-    case cudaErrorInvalidDevice: return SP_ERR_INVALID;
+    case cudaErrorInvalidDevice: return SP_ERR_NO_DEVICE;
     default: return SP_ERR_CUDA;
     }
 }
@@ -48,8 +48,10 @@ int sp__cuda_check_device(int device)
     int rc = check(cudaGetDeviceCount(&count));
     if (rc != SP_OK)
         return rc;
-    if (device < 0 || device >= count)
-        return SP_ERR_INVALID;
+    if (device < 0 || device >= count) { /* what CUDA itself says of such a device */
+        sp__set_cuda_error((int)cudaErrorInvalidDevice);
+        return SP_ERR_NO_DEVICE;
+    }
     rc = check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
     if (rc == SP_OK && !pools)
         rc = SP_ERR_NOT_SUPPORTED; /* rule 5: some vGPU and Windows TCC setups */

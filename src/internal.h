@@ -233,6 +233,10 @@ uint64_t sp__pool_active_bytes(sp_pool *pool);
 /* Checks a merged pool config (reserve within limit, a known policy); SP_ERR_CONFIG with the
  * message otherwise. */
 int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
+/* Notes that a pool called `name` exists, for sp_runtime_check_config (rt->lock held). */
+void sp__config_pool_created(sp_runtime *rt, const char *name);
+/* Prints a warning on stderr for each conf pool name no pool has had (rt->lock held). */
+void sp__config_warn_unused(sp_runtime *rt);
 
 /* ---- reclaim.c: out of memory across pools ---- */
 
@@ -263,6 +267,8 @@ struct sp_runtime {
     sp_oom_report last_oom;              /* under `lock` */
     sp_stream_key *capturing;
     size_t capturing_len, capturing_cap;
+    uint64_t conf_pools_seen;            /* config.c, under `lock`: bit i set once a pool named
+                                            by the i-th pool-prefixed conf key has existed */
 };
 
 /* Is `key` being captured into a graph (declared, or asked of CUDA per the config)? */
@@ -297,12 +303,32 @@ int sp__cuda_device_sync(int device);
  * short buffer still yields the full length). */
 void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* A JSON string: quotes around `s`, with " and \ escaped. */
+
+/* ---- names.c: pool names, and how names are escaped in every report ---- */
+
+/* SP_OK for 1..SP_POOL_NAME_MAX bytes of well-formed UTF-8 without control characters (C0,
+ * DEL, C1); SP_ERR_INVALID otherwise. */
+int sp__pool_name_check(const char *name);
+/* A JSON string: quotes around `s`, every control character escaped, a byte that is not UTF-8
+ * as U+FFFD. */
 void sp__append_json_string(char *buf, size_t len, size_t *used, const char *s);
+/* A Prometheus label value: quotes around `s`, with \, " and newline escaped. */
+void sp__append_label_value(char *buf, size_t len, size_t *used, const char *s);
 
 /* ---- status.c ---- */
 
 /* Remembers a failed CUDA call's error for sp_last_cuda_error(). */
 void sp__set_cuda_error(int cuda_error);
+
+/* This thread's last CUDA error. Every public call clears it on entry (one line, first in the
+ * function), so that it only ever describes the call that just returned. initial-exec: the hot
+ * path reads it without a __tls_get_addr call. */
+extern _Thread_local int sp__cuda_error __attribute__((tls_model("initial-exec")));
+
+static inline void sp__cuda_error_clear(void)
+{
+    if (sp_unlikely(sp__cuda_error != 0)) /* a read, no store, on the hot path */
+        sp__cuda_error = 0;
+}
 
 #endif /* SP_INTERNAL_H */

@@ -684,6 +684,7 @@ static bool capture_possible(const sp_runtime *rt)
 
 int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
+    sp__cuda_error_clear(); /* hook: observe */
     if (sp_unlikely(!pool || !ptr))
         return SP_ERR_INVALID;
     if (sp_unlikely(bytes == 0)) {
@@ -760,6 +761,7 @@ static void enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
 
 int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
+    sp__cuda_error_clear(); /* hook: observe */
     if (sp_unlikely(!pool))
         return SP_ERR_INVALID;
     if (sp_unlikely(!ptr))
@@ -807,6 +809,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 
 int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
 {
+    sp__cuda_error_clear(); /* hook: observe */
     if (!pool)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&pool->lock);
@@ -821,6 +824,7 @@ int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
 
 int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
 {
+    sp__cuda_error_clear(); /* hook: observe */
     if (!pool)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&pool->lock);
@@ -848,6 +852,7 @@ int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out)
 
 int sp_pool_trim(sp_pool *pool, size_t keep_bytes)
 {
+    sp__cuda_error_clear(); /* hook: observe */
     if (!pool)
         return SP_ERR_INVALID;
     count(pool, SP_COUNT_trims);
