@@ -309,17 +309,34 @@ typedef struct {
     X(reclaimed_bytes, "cached bytes given back to the driver: trim, limits, out-of-memory")      \
     X(trims, "sp_pool_trim calls and cache-limit releases")
 
+/* Byte figures, each {current, peak, total}: name, what current counts, what total counts.
+ * Rendered by sp_stats_json, sp_runtime_metrics_prometheus and sp_pool_summary. */
+#define SP_STATS_BYTES(X)                                                                      \
+    X(requested, "bytes asked for by live allocations",                                        \
+      "bytes ever asked for by successful allocations")                                        \
+    X(active, "bytes of live allocations, rounded to size classes",                            \
+      "bytes ever handed out, rounded to size classes")                                        \
+    X(cached, "bytes of freed blocks kept in stream caches and the shared list",               \
+      "bytes ever freed into the caches")                                                      \
+    X(held, "bytes taken from the driver and not given back: active + cached",                 \
+      "bytes ever taken from the driver")
+
+/* Point-in-time figures from the driver and the count of pools: name, unit ("bytes" or ""),
+ * meaning. */
+#define SP_STATS_GAUGES(X)                                                                     \
+    X(pool_reserved, "bytes", "the cudaMemPools' ReservedMemCurrent")                          \
+    X(pool_used, "bytes", "the cudaMemPools' UsedMemCurrent")                                  \
+    X(pools, "", "pools counted")
+
 typedef struct sp_stats {
     uint32_t size;      /* set by the caller: sizeof(sp_stats) */
     uint32_t version;   /* set by the library: SP_STATS_VERSION */
-    sp_stat_bytes requested;   /* bytes asked for by live allocations */
-    sp_stat_bytes active;      /* the same, rounded to size classes */
-    sp_stat_bytes cached;      /* freed blocks kept in stream caches and the shared list */
-    sp_stat_bytes held;        /* taken from the driver and not given back: active + cached
-                                  (total: every byte ever taken) */
-    uint64_t pool_reserved;    /* the cudaMemPools' ReservedMemCurrent */
-    uint64_t pool_used;        /* the cudaMemPools' UsedMemCurrent */
-    uint64_t pools;            /* pools counted */
+#define SP_STATS_BYTES_FIELD(name, current_text, total_text) sp_stat_bytes name;
+    SP_STATS_BYTES(SP_STATS_BYTES_FIELD)   /* requested, active, cached, held */
+#undef SP_STATS_BYTES_FIELD
+#define SP_STATS_GAUGE_FIELD(name, unit, text) uint64_t name;
+    SP_STATS_GAUGES(SP_STATS_GAUGE_FIELD)  /* pool_reserved, pool_used, pools */
+#undef SP_STATS_GAUGE_FIELD
 #define SP_STATS_FIELD(name, text) uint64_t name;
     SP_STATS_COUNTERS(SP_STATS_FIELD)
 #undef SP_STATS_FIELD
@@ -332,6 +349,22 @@ SP_API int sp_runtime_stats(sp_runtime *rt, sp_stats *out);
 /* Writes stats as one JSON object into buf (always NUL-terminated when len > 0); returns the
  * length the full text needs, excluding the NUL, like snprintf. */
 SP_API size_t sp_stats_json(const sp_stats *st, char *buf, size_t len);
+
+/* ---- Prometheus metrics ----
+ *
+ * Every pool's figures in the Prometheus text exposition format (version 0.0.4), for a server's
+ * /metrics endpoint, labelled {device="0",pool="llama"} (label values escaped):
+ *   streampool_<bytes>_bytes              gauge    current, e.g. streampool_held_bytes
+ *   streampool_<bytes>_peak_bytes         gauge    peak
+ *   streampool_<bytes>_added_bytes_total  counter  total
+ *   streampool_pool_reserved_bytes, streampool_pool_used_bytes   gauges from the driver
+ *   streampool_<counter>_total            counter  every SP_STATS_COUNTERS entry
+ *   streampool_pools                      gauge    pools of the runtime (no pool label)
+ * with # HELP and # TYPE lines from the X-macro lists above. Writes into buf (NUL-terminated
+ * when len > 0) and sets *needed to the length the whole text needs, excluding the NUL: a
+ * buffer of at least *needed + 1 bytes holds all of it. Returns SP_OK or the first error a
+ * pool's stats read met (the text is complete either way). */
+SP_API int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t *needed);
 
 #ifdef __cplusplus
 }
