@@ -366,6 +366,21 @@ SP_API size_t sp_stats_json(const sp_stats *st, char *buf, size_t len);
  * pool's stats read met (the text is complete either way). */
 SP_API int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t *needed);
 
+/* ---- summaries for people (like PyTorch's memory_summary) ----
+ *
+ * Multi-line text, sizes in B/KiB/MiB/GiB/TiB with one decimal:
+ *   sp_stats_summary     a byte table (current, peak, total), the driver's figures, the hit
+ *                        rate and every counter, from a stats struct;
+ *   sp_pool_summary      a title line naming the pool, then its sp_stats_summary;
+ *   sp_runtime_summary   a title line, the runtime's sp_stats_summary, then one table row per
+ *                        pool (oldest first): requested, active, cached, held, reserved, limit.
+ * Each writes into buf (NUL-terminated when len > 0); sp_stats_summary returns the length the
+ * whole text needs (like snprintf), the others set *needed to it and return SP_OK or the first
+ * error a stats read met. */
+SP_API size_t sp_stats_summary(const sp_stats *st, char *buf, size_t len);
+SP_API int sp_pool_summary(sp_pool *pool, char *buf, size_t len, size_t *needed);
+SP_API int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed);
+
 #ifdef __cplusplus
 }
 #endif
