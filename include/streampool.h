@@ -59,7 +59,8 @@ SP_API const char *sp_version_string(void);
     X(CUDA, -12, "CUDA runtime error (see sp_last_cuda_error)")                                 \
     X(NOT_SUPPORTED, -13, "not supported by this device or runtime")                            \
     X(CONFIG, -14, "invalid configuration")                                                    \
-    X(NO_DEVICE, -15, "no CUDA device with that number")
+    X(NO_DEVICE, -15, "no CUDA device with that number")                                       \
+    X(IO, -16, "a file could not be written")
 
 enum {
 #define SP_STATUS_ENUM(name, value, text) SP_ERR_##name = (value),
@@ -365,6 +366,31 @@ SP_API size_t sp_stats_json(const sp_stats *st, char *buf, size_t len);
  * buffer of at least *needed + 1 bytes holds all of it. Returns SP_OK or the first error a
  * pool's stats read met (the text is complete either way). */
 SP_API int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t *needed);
+
+/* ---- allocation trace ----
+ *
+ * Off by default. On, every sp_alloc and sp_free of the runtime is recorded with its time,
+ * thread, pool, stream, pointer, requested size, class size and outcome (hit: the stream's own
+ * cache; steal: another stream's block behind a completed fence; wait: behind a pending fence;
+ * fresh: from the driver; fail), in a buffer per thread (at most SP_TRACE_THREAD_EVENTS events
+ * each; later ones are dropped and counted). When the trace stops, two files are written:
+ *   PATH       RMM's CSV (logging_resource_adaptor): Thread,Time,Action,Pointer,Size,Stream,
+ *              then Pool,ClassSize,Outcome; successful calls only, so that RMM's tools and
+ *              `sp-bench replay PATH` replay it;
+ *   PATH.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or chrome://tracing: a
+ *              counter track per pool (requested, held, reserved bytes), an instant event per
+ *              call on its thread's track, and process-wide instants for oom, limit, reclaim
+ *              (an allocation that needed other memory given back) and trim.
+ * Start it with sp_runtime_trace_start or with the key trace:PATH in SP_ALLOC_CONF (the
+ * runtime's first trace, written when it is destroyed; PATH-2, PATH-3... for further runtimes of
+ * the process). Off, sp_alloc and sp_free pay one predictable branch. A stop while other threads
+ * still allocate drops their events in flight, nothing else. */
+#define SP_TRACE_THREAD_EVENTS ((size_t)1 << 20)
+
+SP_API int sp_runtime_trace_start(sp_runtime *rt, const char *path);
+/* Stops the trace and writes both files: SP_ERR_IO if one cannot be written, SP_ERR_INVALID if
+ * no trace is on. */
+SP_API int sp_runtime_trace_stop(sp_runtime *rt);
 
 /* ---- summaries for people (like PyTorch's memory_summary) ----
  *

@@ -185,6 +185,14 @@ static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, in
         }
         if (pool.p && pool.n == 0)
             return fail(err, errlen, "SP_ALLOC_CONF: empty pool name before '.%.*s'", (int)key.n, key.p);
+        if (equals(key, "trace")) { /* the runtime's, read by sp__config_trace_path */
+            if (pool.p)
+                return fail(err, errlen, "SP_ALLOC_CONF: trace is set for the runtime, not for pool '%.*s'",
+                            (int)pool.n, pool.p);
+            if (value.n == 0)
+                return fail(err, errlen, "SP_ALLOC_CONF: trace needs a file name (trace:FILE)");
+            continue;
+        }
         sp_pool_config scratch = *cfg;
         bool mine = pass == 0 ? pool.p == NULL : pool.p && pool_name && equals(pool, pool_name);
         int rc = apply_one(mine ? cfg : &scratch, key, value, err, errlen);
@@ -311,4 +319,34 @@ void sp__config_warn_unused(sp_runtime *rt)
                 "streampool: warning: the configuration sets keys for pool '%.*s', but no pool "
                 "of that name was created (a typo?)\n",
                 (int)u.names[i].n, u.names[i].p);
+}
+
+/* ---- the runtime key trace:FILE ---- */
+
+static bool trace_value(const char *conf, slice *out)
+{
+    bool found = false;
+    for (const char *p = conf; p && *p;) {
+        const char *comma = strchr(p, ',');
+        slice entry = trim((slice){p, comma ? (size_t)(comma - p) : strlen(p)});
+        p = comma ? comma + 1 : p + strlen(p);
+        const char *colon = entry.n ? memchr(entry.p, ':', entry.n) : NULL;
+        if (colon && equals(trim((slice){entry.p, (size_t)(colon - entry.p)}), "trace")) {
+            *out = trim((slice){colon + 1, entry.n - (size_t)(colon - entry.p) - 1});
+            found = true; /* the last one wins, as for every key */
+        }
+    }
+    return found;
+}
+
+bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len)
+{
+    slice v;
+    if (!trace_value(rt->env_conf, &v) && !trace_value(rt->alloc_conf, &v))
+        return false;
+    if (len == 0 || v.n >= len)
+        return false;
+    memcpy(out, v.p, v.n);
+    out[v.n] = '\0';
+    return true;
 }

@@ -237,6 +237,9 @@ int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
 void sp__config_pool_created(sp_runtime *rt, const char *name);
 /* Prints a warning on stderr for each conf pool name no pool has had (rt->lock held). */
 void sp__config_warn_unused(sp_runtime *rt);
+/* The value of the runtime key trace:FILE (SP_ALLOC_CONF wins over alloc_conf), copied into
+ * out; false if neither string has it. */
+bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len);
 
 /* ---- reclaim.c: out of memory across pools ---- */
 
@@ -267,6 +270,7 @@ struct sp_runtime {
     sp_oom_report last_oom;              /* under `lock` */
     sp_stream_key *capturing;
     size_t capturing_len, capturing_cap;
+    _Atomic(struct sp_trace *) trace;    /* trace.c: NULL until a trace is first started */
     uint64_t conf_pools_seen;            /* config.c, under `lock`: bit i set once a pool named
                                             by the i-th pool-prefixed conf key has existed */
 };
@@ -296,6 +300,9 @@ int sp__cuda_stream_sync(cudaStream_t stream);
 int sp__cuda_stream_query(cudaStream_t stream, bool *idle);
 int sp__cuda_stream_is_capturing(cudaStream_t stream, bool *capturing);
 int sp__cuda_device_sync(int device);
+/* Successful cudaMallocFromPoolAsync and cudaStreamWaitEvent calls made by this thread: how
+ * the trace tells a fresh block and a wait on a fence from a cache hit. */
+extern _Thread_local uint64_t sp__cuda_thread_mallocs, sp__cuda_thread_waits;
 
 /* ---- stats.c: text rendering shared with reclaim.c ---- */
 
@@ -314,6 +321,30 @@ int sp__pool_name_check(const char *name);
 void sp__append_json_string(char *buf, size_t len, size_t *used, const char *s);
 /* A Prometheus label value: quotes around `s`, with \, " and newline escaped. */
 void sp__append_label_value(char *buf, size_t len, size_t *used, const char *s);
+
+/* ---- trace.c: the allocation trace ----
+ * Off, it costs sp_alloc and sp_free one load of sp__tracing and a branch that is never taken
+ * (the hook line). On, each event goes to the calling thread's own buffer. */
+
+extern atomic_int sp__tracing;          /* runtimes with a trace on, in the whole process */
+extern _Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));
+
+static inline bool sp__trace_wanted(void)
+{
+    return sp_unlikely(atomic_load_explicit(&sp__tracing, memory_order_relaxed) != 0) &&
+           !sp__trace_inside;
+}
+
+/* sp_alloc / sp_free with the call recorded: they call the public function again, marked as
+ * inside, and note the outcome. */
+int sp__trace_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream);
+int sp__trace_free(sp_pool *pool, void *ptr, cudaStream_t stream);
+/* An instant event for sp_pool_trim (only when a trace is on). */
+void sp__trace_trim(sp_pool *pool);
+/* Starts the trace SP_ALLOC_CONF's trace:FILE asks for (a warning on stderr if it cannot). */
+void sp__trace_autostart(sp_runtime *rt);
+/* Stops a trace still on (writing its files) and frees the trace's memory. */
+void sp__trace_destroy(sp_runtime *rt);
 
 /* ---- status.c ---- */
 

@@ -684,6 +684,8 @@ static bool capture_possible(const sp_runtime *rt)
 
 int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
+    if (sp__trace_wanted()) /* hook: observe */
+        return sp__trace_alloc(pool, ptr, bytes, stream);
     sp__cuda_error_clear(); /* hook: observe */
     if (sp_unlikely(!pool || !ptr))
         return SP_ERR_INVALID;
@@ -761,6 +763,8 @@ static void enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
 
 int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
+    if (sp__trace_wanted()) /* hook: observe */
+        return sp__trace_free(pool, ptr, stream);
     sp__cuda_error_clear(); /* hook: observe */
     if (sp_unlikely(!pool))
         return SP_ERR_INVALID;
@@ -857,5 +861,6 @@ int sp_pool_trim(sp_pool *pool, size_t keep_bytes)
         return SP_ERR_INVALID;
     count(pool, SP_COUNT_trims);
     (void)sp__pool_give_back(pool, keep_bytes);
+    sp__trace_trim(pool); /* hook: observe */
     return SP_OK;
 }

@@ -56,6 +56,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
             if (rc == SP_OK) {
                 rt->default_pool->is_default = true;
                 rt->pools = rt->default_pool;
+                sp__trace_autostart(rt); /* hook: observe */
                 *out = rt;
                 return SP_OK;
             }
@@ -88,6 +89,7 @@ int sp_runtime_destroy(sp_runtime *rt)
         }
     }
     sp__config_warn_unused(rt); /* hook: observe */
+    sp__trace_destroy(rt); /* hook: observe */
     while (rt->pools) {
         sp_pool *p = rt->pools;
         rt->pools = p->next;
