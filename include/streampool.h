@@ -206,6 +206,7 @@ SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
  *   release_threshold  size or "max"      cache_limit  size or "max"
  *   limit              size (0: none)     reserve      size
  *   priority           integer            cross_stream balanced | wait | no_wait
+ *   trace              FILE: the runtime's allocation trace (below); not per pool
  * Sizes are bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "KB" too). A key
  * prefixed with a pool name and a dot ("llama-70b.limit:40G") applies to that pool only and
  * wins over the unprefixed key. sp_runtime_create reads SP_ALLOC_CONF from the environment and
