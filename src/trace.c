@@ -166,7 +166,8 @@ static void record(struct sp_trace *t, sp_pool *pool, int kind, int outcome, int
         .status = (int16_t)status,
     };
     sp_spin_lock(&b->lock);
-    if (!atomic_load_explicit(&t->on, memory_order_relaxed)) {
+    /* acquire: pairs with the start's store, after which t0_ns is set */
+    if (!atomic_load_explicit(&t->on, memory_order_acquire)) {
         sp_spin_unlock(&b->lock);
         return;
     }
