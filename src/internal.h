@@ -331,12 +331,18 @@ extern _Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exe
 
 static inline bool sp__trace_wanted(void)
 {
-    return sp_unlikely(atomic_load_explicit(&sp__tracing, memory_order_relaxed) != 0) &&
-           !sp__trace_inside;
+    if (sp_likely(atomic_load_explicit(&sp__tracing, memory_order_relaxed) == 0))
+        return false;
+    if (sp__trace_inside) { /* the recording wrapper's own call: consume the mark */
+        sp__trace_inside = false;
+        return false;
+    }
+    return true;
 }
 
 /* sp_alloc / sp_free with the call recorded: they call the public function again, marked as
- * inside, and note the outcome. */
+ * the wrapper's (the mark is consumed at once, so that calls the OOM callback makes inside are
+ * recorded too), and note the outcome. */
 int sp__trace_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream);
 int sp__trace_free(sp_pool *pool, void *ptr, cudaStream_t stream);
 /* An instant event for sp_pool_trim (only when a trace is on). */

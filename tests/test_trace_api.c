@@ -207,6 +207,63 @@ static void trace_from_alloc_conf(void **state)
     unsetenv("SP_ALLOC_CONF");
 }
 
+#ifdef SP_CUDASIM
+typedef struct {
+    sp_pool *pool;
+    void *victim;
+    cudaStream_t stream;
+} oom_help;
+
+static int free_victim(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user)
+{
+    (void)pool, (void)bytes, (void)stream;
+    oom_help *h = user;
+    return sp_free(h->pool, h->victim, h->stream) == SP_OK;
+}
+
+/* A free the OOM callback makes inside a traced allocation is in the trace too: without it the
+ * CSV would allocate that address again while it is still live. */
+static void trace_records_calls_made_by_the_oom_callback(void **state)
+{
+    (void)state;
+    CK(cudasimSetDeviceMemory(0, 64 << 20));
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream();
+    oom_help h = {pool, NULL, s};
+    SP(sp_runtime_set_oom_callback(rt, free_victim, &h));
+    char path[64];
+    snprintf(path, sizeof path, "%s/oom.csv", dir);
+    SP(sp_runtime_trace_start(rt, path));
+    void *big;
+    SP(sp_alloc(pool, &h.victim, 40 << 20, s));
+    SP(sp_alloc(pool, &big, 40 << 20, s)); /* out of memory until the callback frees victim */
+    SP(sp_free(pool, big, s));
+    SP(sp_runtime_trace_stop(rt));
+    char *csv = slurp(path);
+    char *rows = rows_without_thread_and_time(csv);
+    char expect[512];
+    snprintf(expect, sizeof expect,
+             "allocate,%p,41943040,%p,\"default\",41943040,fresh\n"
+             "free,%p,41943040,%p,\"default\",41943040,free\n"
+             "allocate,%p,41943040,%p,\"default\",41943040,fresh\n"
+             "free,%p,41943040,%p,\"default\",41943040,free\n",
+             h.victim, (void *)s, h.victim, (void *)s, big, (void *)s, big, (void *)s);
+    assert_string_equal(rows, expect);
+    free(rows);
+    free(csv);
+    char jpath[80];
+    snprintf(jpath, sizeof jpath, "%s.json", path);
+    char *json = slurp(jpath);
+    assert_null(strstr(json, "\"name\":\"oom\"")); /* the retry succeeded */
+    free(json);
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+}
+#endif
+
 static int cleanup(void **state)
 {
     (void)state;
@@ -224,6 +281,9 @@ int main(void)
         T(trace_records_outcomes),
         T(trace_keeps_a_buffer_per_thread),
         T(trace_from_alloc_conf),
+#ifdef SP_CUDASIM
+        T(trace_records_calls_made_by_the_oom_callback),
+#endif
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, cleanup);
