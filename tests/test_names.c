@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/sp_test_support.h"
 
@@ -95,9 +96,33 @@ static void unknown_pool_names_in_config_are_reported(void **state)
     assert_int_equal(sp_runtime_check_config(NULL, names, sizeof names), SP_ERR_INVALID);
     SP(sp_pool_destroy(llama));
     SP(sp_pool_destroy(mistral));
-    SP(sp_runtime_destroy(rt));
-    unsetenv("SP_ALLOC_CONF");
+    /* the documented channel: one stderr line per name at sp_runtime_destroy */
     unsetenv("SP_ALLOC_CONF_QUIET");
+    char path[] = "/tmp/sp-names-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    int rc = sp_runtime_destroy(rt);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    SP(rc);
+    char text[1024] = "";
+    lseek(fd, 0, SEEK_SET);
+    ssize_t nread = read(fd, text, sizeof text - 1);
+    close(fd);
+    unlink(path);
+    assert_true(nread > 0);
+    assert_string_equal(text,
+        "streampool: warning: the configuration sets keys for pool 'encoder', but no pool of that "
+        "name was created (a typo?)\n"
+        "streampool: warning: the configuration sets keys for pool 'lama', but no pool of that "
+        "name was created (a typo?)\n"
+        "streampool: warning: the configuration sets keys for pool 'ghost.v2', but no pool of that "
+        "name was created (a typo?)\n");
+    unsetenv("SP_ALLOC_CONF");
 }
 
 static void bad_device_has_its_own_status(void **state)
