@@ -59,7 +59,9 @@ SP_API const char *sp_version_string(void);
     X(NO_HOST_MEMORY, -11, "host memory exhausted")                                             \
     X(CUDA, -12, "CUDA runtime error (see sp_last_cuda_error)")                                 \
     X(NOT_SUPPORTED, -13, "not supported by this device or runtime")                            \
-    X(CONFIG, -14, "invalid configuration")
+    X(CONFIG, -14, "invalid configuration")                                                    \
+    X(NO_DEVICE, -15, "no CUDA device with that number")                                       \
+    X(IO, -16, "a file could not be written")
 
 enum {
 #define SP_STATUS_ENUM(name, value, text) SP_ERR_##name = (value),
@@ -72,8 +74,11 @@ enum {
 SP_API const char *sp_strerror(int status);
 SP_API const char *sp_status_name(int status);
 
-/* The cudaError_t of the last CUDA call that failed in this thread inside streampool (0 if
- * none): what an SP_ERR_CUDA, SP_ERR_OUT_OF_MEMORY or SP_ERR_NOT_SUPPORTED came from. */
+/* The cudaError_t of the last CUDA call that failed in this thread inside streampool during
+ * this thread's latest streampool call (0 if none): what an SP_ERR_CUDA, SP_ERR_OUT_OF_MEMORY,
+ * SP_ERR_NOT_SUPPORTED or SP_ERR_NO_DEVICE came from. Every call clears it on entry, so it never
+ * describes an older call; a call that succeeded after recovering from a CUDA error (the
+ * driver's out-of-memory answered by giving cached memory back) still shows that error. */
 SP_API int sp_last_cuda_error(void);
 
 /* ---- runtime ---- */
@@ -121,7 +126,8 @@ typedef struct sp_runtime_config {
 /* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults.
  * On a machine without a CUDA driver or device this fails cleanly, never crashes: SP_ERR_CUDA,
  * *out untouched, and sp_last_cuda_error() gives the runtime's error (cudaErrorInsufficientDriver
- * or cudaErrorNoDevice), which cudaGetErrorName names. */
+ * or cudaErrorNoDevice), which cudaGetErrorName names.
+ * SP_ERR_NO_DEVICE if there is no such device (sp_last_cuda_error: cudaErrorInvalidDevice). */
 SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out);
 
 /* Destroys every pool and the runtime. SP_ERR_BUSY (and nothing destroyed) if any pool has live
@@ -162,8 +168,10 @@ typedef struct sp_pool_config {
 #define SP_POOL_CONFIG_INIT                                                                    \
     {sizeof(sp_pool_config), UINT64_MAX, SP_CROSS_STREAM_BALANCED, 0, 0, UINT64_MAX, 0}
 
-/* Creates a pool named `name` (1..SP_POOL_NAME_MAX characters, unique in the runtime) with its
- * own cudaMemPool_t. cfg NULL: defaults. */
+/* Creates a pool named `name` (1..SP_POOL_NAME_MAX bytes, unique in the runtime) with its own
+ * cudaMemPool_t. cfg NULL: defaults. The name must be well-formed UTF-8 without control
+ * characters (C0, DEL, C1), so that it shows as it is in every report; SP_ERR_INVALID
+ * otherwise. */
 SP_API int sp_pool_create(sp_runtime *rt, const char *name, const sp_pool_config *cfg, sp_pool **out);
 
 /* Wraps an existing cudaMemPool_t (of the runtime's device) as a named pool. Its attributes are
@@ -203,6 +211,7 @@ SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
  *   release_threshold  size or "max"      cache_limit  size or "max"
  *   limit              size (0: none)     reserve      size
  *   priority           integer            cross_stream balanced | wait | no_wait
+ *   trace              FILE: the runtime's allocation trace (below); not per pool
  * Sizes are bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "KB" too). A key
  * prefixed with a pool name and a dot ("llama-70b.limit:40G") applies to that pool only and
  * wins over the unprefixed key. sp_runtime_create reads SP_ALLOC_CONF from the environment and
@@ -218,6 +227,14 @@ SP_API int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const cha
 
 /* The message of the last SP_ERR_CONFIG this thread got from streampool ("" if none). */
 SP_API const char *sp_config_error(void);
+
+/* Pool names that SP_ALLOC_CONF or sp_runtime_config.alloc_conf prefix a key with but that no
+ * pool of the runtime has had so far: most often a typo, which would otherwise be silently
+ * ignored. Writes them, each once, separated by ',' into buf (snprintf-style, NUL-terminated
+ * when len > 0) and returns how many there are (0: every name matched), or a negative status.
+ * Call it once the server has created its pools. sp_runtime_destroy also prints one warning line
+ * per such name on stderr ("streampool: warning: ..."), unless SP_ALLOC_CONF_QUIET is set. */
+SP_API int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len);
 
 /* ---- out of memory ---- */
 
@@ -304,28 +321,53 @@ typedef struct {
     X(skipped_steps, "best-effort steps skipped after a CUDA error (probe, fence, give-back)") \
     X(give_back_failures, "segments the driver refused to take back (kept, counted as held)")
 
+/* Byte figures, each {current, peak, total}: name, what current counts, what total counts.
+ * Rendered by sp_stats_json, sp_runtime_metrics_prometheus and sp_pool_summary. */
+#define SP_STATS_BYTES(X)                                                                      \
+    X(requested, "bytes asked for by live allocations",                                        \
+      "bytes ever asked for by successful allocations")                                        \
+    X(active, "bytes of live allocations, rounded (small: size class; large: 512 bytes)",      \
+      "bytes ever handed out, rounded")                                                        \
+    X(cached, "bytes held but not live: stream bins and free ranges of slabs and segments",    \
+      "bytes ever freed into the caches")                                                      \
+    X(held, "bytes taken from the driver and not given back: active + cached",                 \
+      "bytes ever taken from the driver")
+
+/* Point-in-time figures from the driver and the count of pools: name, unit ("bytes" or ""),
+ * meaning. */
+#define SP_STATS_GAUGES(X)                                                                     \
+    X(pool_reserved, "bytes", "the cudaMemPools' ReservedMemCurrent")                          \
+    X(pool_used, "bytes", "the cudaMemPools' UsedMemCurrent")                                  \
+    X(pools, "", "pools counted")
+
+/* Memory layout (stats version 2), point-in-time: small blocks are carved from slabs, large
+ * ranges from segments; both are driver allocations that `held` counts. Same form as
+ * SP_STATS_GAUGES; a unit of "" means the name already says it. */
+#define SP_STATS_LAYOUT(X)                                                                     \
+    X(inactive_split, "bytes",                                                                 \
+      "free bytes inside slabs and segments that hold a live or cached block")                 \
+    X(largest_free, "bytes", "the largest free range in any segment or slab")                  \
+    X(segments, "", "segments held (large-tier driver allocations)")                           \
+    X(segment_bytes, "", "bytes of the segments held")                                         \
+    X(slabs, "", "slabs held (small-tier driver allocations)")                                 \
+    X(slab_bytes, "", "bytes of the slabs held")
+
 typedef struct sp_stats {
     uint32_t size;      /* set by the caller: sizeof(sp_stats) */
     uint32_t version;   /* set by the library: SP_STATS_VERSION */
-    sp_stat_bytes requested;   /* bytes asked for by live allocations */
-    sp_stat_bytes active;      /* the same, rounded (small: size class; large: 512 bytes) */
-    sp_stat_bytes cached;      /* held but not live: blocks in stream bins and free ranges of
-                                  slabs and segments (total: bytes freed) */
-    sp_stat_bytes held;        /* taken from the driver and not given back: active + cached
-                                  (total: every byte ever taken) */
-    uint64_t pool_reserved;    /* the cudaMemPools' ReservedMemCurrent */
-    uint64_t pool_used;        /* the cudaMemPools' UsedMemCurrent */
-    uint64_t pools;            /* pools counted */
+#define SP_STATS_BYTES_FIELD(name, current_text, total_text) sp_stat_bytes name;
+    SP_STATS_BYTES(SP_STATS_BYTES_FIELD)   /* requested, active, cached, held */
+#undef SP_STATS_BYTES_FIELD
+#define SP_STATS_GAUGE_FIELD(name, unit, text) uint64_t name;
+    SP_STATS_GAUGES(SP_STATS_GAUGE_FIELD)  /* pool_reserved, pool_used, pools */
+#undef SP_STATS_GAUGE_FIELD
 #define SP_STATS_FIELD(name, text) uint64_t name;
     SP_STATS_COUNTERS(SP_STATS_FIELD)
 #undef SP_STATS_FIELD
-    /* version 2: memory layout. Small blocks are carved from slabs, large ranges from
-     * segments; both are driver allocations that held counts. */
-    uint64_t inactive_split;   /* free bytes inside slabs and segments that hold a live or
-                                  cached block (PyTorch's inactive_split_bytes) */
-    uint64_t largest_free;     /* the largest free range in any segment or slab */
-    uint64_t segments, segment_bytes; /* large-tier driver allocations held */
-    uint64_t slabs, slab_bytes;       /* small-tier driver allocations held */
+    /* version 2: memory layout (SP_STATS_LAYOUT). */
+#define SP_STATS_GAUGE_FIELD(name, unit, text) uint64_t name;
+    SP_STATS_LAYOUT(SP_STATS_GAUGE_FIELD)
+#undef SP_STATS_GAUGE_FIELD
 } sp_stats;
 
 /* Fills *out (out->size must be set) for one pool, or for all pools of a runtime. */
@@ -335,6 +377,62 @@ SP_API int sp_runtime_stats(sp_runtime *rt, sp_stats *out);
 /* Writes stats as one JSON object into buf (always NUL-terminated when len > 0); returns the
  * length the full text needs, excluding the NUL, like snprintf. */
 SP_API size_t sp_stats_json(const sp_stats *st, char *buf, size_t len);
+
+/* ---- Prometheus metrics ----
+ *
+ * Every pool's figures in the Prometheus text exposition format (version 0.0.4), for a server's
+ * /metrics endpoint, labelled {device="0",pool="llama"} (label values escaped):
+ *   streampool_<bytes>_bytes              gauge    current, e.g. streampool_held_bytes
+ *   streampool_<bytes>_peak_bytes         gauge    peak
+ *   streampool_<bytes>_added_bytes_total  counter  total
+ *   streampool_pool_reserved_bytes, streampool_pool_used_bytes   gauges from the driver
+ *   streampool_<counter>_total            counter  every SP_STATS_COUNTERS entry
+ *   streampool_pools                      gauge    pools of the runtime (no pool label)
+ * with # HELP and # TYPE lines from the X-macro lists above. Writes into buf (NUL-terminated
+ * when len > 0) and sets *needed to the length the whole text needs, excluding the NUL: a
+ * buffer of at least *needed + 1 bytes holds all of it. Returns SP_OK or the first error a
+ * pool's stats read met (the text is complete either way). */
+SP_API int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t *needed);
+
+/* ---- allocation trace ----
+ *
+ * Off by default. On, every sp_alloc and sp_free of the runtime is recorded with its time,
+ * thread, pool, stream, pointer, requested size, class size and outcome (hit: the stream's own
+ * cache; steal: another stream's block behind a completed fence; wait: behind a pending fence;
+ * fresh: from the driver; fail), in a buffer per thread (at most SP_TRACE_THREAD_EVENTS events
+ * each; later ones are dropped and counted). When the trace stops, two files are written:
+ *   PATH       RMM's CSV (logging_resource_adaptor): Thread,Time,Action,Pointer,Size,Stream,
+ *              then Pool,ClassSize,Outcome; successful calls only, so that RMM's tools and
+ *              `sp-bench replay PATH` replay it;
+ *   PATH.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or chrome://tracing: a
+ *              counter track per pool (requested, held, reserved bytes), an instant event per
+ *              call on its thread's track, and process-wide instants for oom, limit, reclaim
+ *              (an allocation that needed other memory given back) and trim.
+ * Start it with sp_runtime_trace_start or with the key trace:PATH in SP_ALLOC_CONF (the
+ * runtime's first trace, written when it is destroyed; PATH-2, PATH-3... for further runtimes of
+ * the process). Off, sp_alloc and sp_free pay one predictable branch. A stop while other threads
+ * still allocate drops their events in flight, nothing else. */
+#define SP_TRACE_THREAD_EVENTS ((size_t)1 << 20)
+
+SP_API int sp_runtime_trace_start(sp_runtime *rt, const char *path);
+/* Stops the trace and writes both files: SP_ERR_IO if one cannot be written, SP_ERR_INVALID if
+ * no trace is on. */
+SP_API int sp_runtime_trace_stop(sp_runtime *rt);
+
+/* ---- summaries for people (like PyTorch's memory_summary) ----
+ *
+ * Multi-line text, sizes in B/KiB/MiB/GiB/TiB with one decimal:
+ *   sp_stats_summary     a byte table (current, peak, total), the driver's figures, the hit
+ *                        rate and every counter, from a stats struct;
+ *   sp_pool_summary      a title line naming the pool, then its sp_stats_summary;
+ *   sp_runtime_summary   a title line, the runtime's sp_stats_summary, then one table row per
+ *                        pool (oldest first): requested, active, cached, held, reserved, limit.
+ * Each writes into buf (NUL-terminated when len > 0); sp_stats_summary returns the length the
+ * whole text needs (like snprintf), the others set *needed to it and return SP_OK or the first
+ * error a stats read met. */
+SP_API size_t sp_stats_summary(const sp_stats *st, char *buf, size_t len);
+SP_API int sp_pool_summary(sp_pool *pool, char *buf, size_t len, size_t *needed);
+SP_API int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed);
 
 #ifdef __cplusplus
 }

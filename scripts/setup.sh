@@ -5,6 +5,11 @@
 # location (/usr/local/cuda); nothing here downloads it.
 set -euo pipefail
 packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils)
+# Test-only: promtool (Debian's prometheus) checks the metrics text. CI installs it; elsewhere
+# the metrics test skips without it.
+if [ "${CI:-}" = true ]; then
+  packages+=(prometheus)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,4 +27,9 @@ fi
 if ! [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
   echo "streampool needs the CUDA toolkit (11.2 or later) in /usr/local/cuda" >&2
   exit 1
+fi
+# Test-only, like promtool: prometheus-client's text parser reads the metrics back.
+if [ "${CI:-}" = true ] && ! python3 -c 'import prometheus_client' 2>/dev/null; then
+  python3 -m pip install --quiet prometheus-client ||
+    echo "setup.sh: could not install prometheus-client: the metrics test will skip" >&2
 fi

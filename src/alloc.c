@@ -38,6 +38,9 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
 
 int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
+    if (sp__trace_wanted()) /* recorded by trace.c, which calls back in once */
+        return sp__trace_alloc(pool, ptr, bytes, stream);
+    sp__cuda_error_clear();
     if (sp_unlikely(!pool || !ptr))
         return SP_ERR_INVALID;
     if (sp_unlikely(bytes == 0)) {
@@ -100,6 +103,9 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 
 int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
+    if (sp__trace_wanted()) /* recorded by trace.c, which calls back in once */
+        return sp__trace_free(pool, ptr, stream);
+    sp__cuda_error_clear();
     if (sp_unlikely(!pool))
         return SP_ERR_INVALID;
     if (sp_unlikely(!ptr))
@@ -241,7 +247,8 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && policy != SP_CROSS_STREAM_NO_WAIT &&
         (b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits)))
         rc = SP_OK;
-    if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || rc == SP_ERR_LIMIT) {
+    /* a request larger than the limit itself: nothing the pool gives back can make it fit */
+    if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || (rc == SP_ERR_LIMIT && size <= limit)) {
         (void)sp__pool_give_back(pool, limit ? limit - (size < limit ? size : limit) : 0,
                                  true, NULL);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);

@@ -185,6 +185,14 @@ static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, in
         }
         if (pool.p && pool.n == 0)
             return fail(err, errlen, "SP_ALLOC_CONF: empty pool name before '.%.*s'", (int)key.n, key.p);
+        if (equals(key, "trace")) { /* the runtime's, read by sp__config_trace_path */
+            if (pool.p)
+                return fail(err, errlen, "SP_ALLOC_CONF: trace is set for the runtime, not for pool '%.*s'",
+                            (int)pool.n, pool.p);
+            if (value.n == 0)
+                return fail(err, errlen, "SP_ALLOC_CONF: trace needs a file name (trace:FILE)");
+            continue;
+        }
         sp_pool_config scratch = *cfg;
         bool mine = pass == 0 ? pool.p == NULL : pool.p && pool_name && equals(pool, pool_name);
         int rc = apply_one(mine ? cfg : &scratch, key, value, err, errlen);
@@ -211,4 +219,134 @@ int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf
     if (rc == SP_OK)
         memcpy(cfg, &work, cfg->size < sizeof work ? cfg->size : sizeof work);
     return rc;
+}
+
+/* ---- pool names in the conf strings that no pool has had (typos) ----
+ * The i-th pool-prefixed entry, counting through alloc_conf and then SP_ALLOC_CONF, owns bit i
+ * of rt->conf_pools_seen; entries past the 64th are matched against the live pools only. Both
+ * strings parsed at sp_runtime_create, so the walk below meets only well-formed entries. */
+
+#define CONF_TRACKED 64
+
+typedef void (*prefix_fn)(sp_runtime *rt, size_t index, slice pool, void *arg);
+
+static void each_prefix(sp_runtime *rt, prefix_fn fn, void *arg)
+{
+    size_t index = 0;
+    const char *confs[2] = {rt->alloc_conf, rt->env_conf};
+    for (int k = 0; k < 2; k++) {
+        for (const char *p = confs[k]; p && *p;) {
+            const char *comma = strchr(p, ',');
+            slice entry = trim((slice){p, comma ? (size_t)(comma - p) : strlen(p)});
+            p = comma ? comma + 1 : p + strlen(p);
+            const char *colon = entry.n ? memchr(entry.p, ':', entry.n) : NULL;
+            if (!colon)
+                continue;
+            slice key = trim((slice){entry.p, (size_t)(colon - entry.p)});
+            for (size_t i = key.n; i-- > 0;) {
+                if (key.p[i] == '.') {
+                    fn(rt, index++, (slice){key.p, i}, arg);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+static void mark_seen(sp_runtime *rt, size_t index, slice pool, void *arg)
+{
+    if (index < CONF_TRACKED && equals(pool, (const char *)arg))
+        rt->conf_pools_seen |= (uint64_t)1 << index;
+}
+
+void sp__config_pool_created(sp_runtime *rt, const char *name)
+{
+    each_prefix(rt, mark_seen, (void *)name);
+}
+
+typedef struct {
+    slice names[CONF_TRACKED];
+    size_t count;        /* unknown names, each once */
+    size_t listed;       /* of them, kept in names[] */
+} unknown_list;
+
+static bool pool_alive(const sp_runtime *rt, slice name)
+{
+    for (const sp_pool *p = rt->pools; p; p = p->next)
+        if (equals(name, p->name))
+            return true;
+    return false;
+}
+
+static void collect_unknown(sp_runtime *rt, size_t index, slice pool, void *arg)
+{
+    unknown_list *u = arg;
+    if ((index < CONF_TRACKED && (rt->conf_pools_seen >> index & 1)) || pool_alive(rt, pool))
+        return;
+    for (size_t i = 0; i < u->listed; i++)
+        if (u->names[i].n == pool.n && memcmp(u->names[i].p, pool.p, pool.n) == 0)
+            return;
+    if (u->listed < CONF_TRACKED)
+        u->names[u->listed++] = pool;
+    u->count++;
+}
+
+int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len)
+{
+    if (!rt || (!buf && len))
+        return SP_ERR_INVALID;
+    sp__cuda_error_clear();
+    unknown_list u = {.count = 0};
+    size_t used = 0;
+    if (len)
+        buf[0] = '\0';
+    pthread_mutex_lock(&rt->lock);
+    each_prefix(rt, collect_unknown, &u);
+    for (size_t i = 0; i < u.listed; i++)
+        sp__appendf(buf, len, &used, "%s%.*s", i ? "," : "", (int)u.names[i].n, u.names[i].p);
+    pthread_mutex_unlock(&rt->lock);
+    return u.count > INT32_MAX ? INT32_MAX : (int)u.count;
+}
+
+void sp__config_warn_unused(sp_runtime *rt)
+{
+    if (getenv("SP_ALLOC_CONF_QUIET"))
+        return;
+    unknown_list u = {.count = 0};
+    each_prefix(rt, collect_unknown, &u);
+    for (size_t i = 0; i < u.listed; i++)
+        fprintf(stderr,
+                "streampool: warning: the configuration sets keys for pool '%.*s', but no pool "
+                "of that name was created (a typo?)\n",
+                (int)u.names[i].n, u.names[i].p);
+}
+
+/* ---- the runtime key trace:FILE ---- */
+
+static bool trace_value(const char *conf, slice *out)
+{
+    bool found = false;
+    for (const char *p = conf; p && *p;) {
+        const char *comma = strchr(p, ',');
+        slice entry = trim((slice){p, comma ? (size_t)(comma - p) : strlen(p)});
+        p = comma ? comma + 1 : p + strlen(p);
+        const char *colon = entry.n ? memchr(entry.p, ':', entry.n) : NULL;
+        if (colon && equals(trim((slice){entry.p, (size_t)(colon - entry.p)}), "trace")) {
+            *out = trim((slice){colon + 1, entry.n - (size_t)(colon - entry.p) - 1});
+            found = true; /* the last one wins, as for every key */
+        }
+    }
+    return found;
+}
+
+bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len)
+{
+    slice v;
+    if (!trace_value(rt->env_conf, &v) && !trace_value(rt->alloc_conf, &v))
+        return false;
+    if (len == 0 || v.n >= len)
+        return false;
+    memcpy(out, v.p, v.n);
+    out[v.n] = '\0';
+    return true;
 }

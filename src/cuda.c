@@ -14,7 +14,7 @@ static int check(cudaError_t err)
     switch (err) {
     case cudaErrorMemoryAllocation: return SP_ERR_OUT_OF_MEMORY;
     case cudaErrorNotSupported: return SP_ERR_NOT_SUPPORTED;
-    case cudaErrorInvalidDevice: return SP_ERR_INVALID;
+    case cudaErrorInvalidDevice: return SP_ERR_NO_DEVICE;
     default: return SP_ERR_CUDA;
     }
 }
@@ -48,8 +48,10 @@ int sp__cuda_check_device(int device)
     int rc = check(cudaGetDeviceCount(&count));
     if (rc != SP_OK)
         return rc;
-    if (device < 0 || device >= count)
-        return SP_ERR_INVALID;
+    if (device < 0 || device >= count) { /* what CUDA itself says of such a device */
+        sp__set_cuda_error((int)cudaErrorInvalidDevice);
+        return SP_ERR_NO_DEVICE;
+    }
     rc = check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
     if (rc == SP_OK && !pools)
         rc = SP_ERR_NOT_SUPPORTED; /* rule 5: some vGPU and Windows TCC setups */
@@ -108,9 +110,13 @@ int sp__cuda_pool_trim(cudaMemPool_t pool, size_t keep)
     return check(cudaMemPoolTrimTo(pool, keep));
 }
 
+_Thread_local uint64_t sp__cuda_thread_mallocs, sp__cuda_thread_waits;
+
 int sp__cuda_malloc(cudaMemPool_t pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
-    return check(cudaMallocFromPoolAsync(ptr, bytes, pool, stream));
+    int rc = check(cudaMallocFromPoolAsync(ptr, bytes, pool, stream));
+    sp__cuda_thread_mallocs += rc == SP_OK;
+    return rc;
 }
 
 int sp__cuda_free(void *ptr, cudaStream_t stream)
@@ -152,7 +158,9 @@ int sp__cuda_event_sync(cudaEvent_t event)
 
 int sp__cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event)
 {
-    return check(cudaStreamWaitEvent(stream, event, 0));
+    int rc = check(cudaStreamWaitEvent(stream, event, 0));
+    sp__cuda_thread_waits += rc == SP_OK;
+    return rc;
 }
 
 int sp__cuda_stream_create(int device, cudaStream_t *out)

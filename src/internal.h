@@ -388,6 +388,13 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit);
 /* Checks a merged pool config (reserve within limit, a known policy); SP_ERR_CONFIG with the
  * message otherwise. */
 int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
+/* Notes that a pool called `name` exists, for sp_runtime_check_config (rt->lock held). */
+void sp__config_pool_created(sp_runtime *rt, const char *name);
+/* Prints a warning on stderr for each conf pool name no pool has had (rt->lock held). */
+void sp__config_warn_unused(sp_runtime *rt);
+/* The value of the runtime key trace:FILE (SP_ALLOC_CONF wins over alloc_conf), copied into
+ * out; false if neither string has it. */
+bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len);
 
 /* ---- reclaim.c: out of memory across pools ---- */
 
@@ -419,6 +426,9 @@ struct sp_runtime {
     sp_oom_report last_oom;              /* under `lock` */
     sp_stream_key *capturing;
     size_t capturing_len, capturing_cap;
+    _Atomic(struct sp_trace *) trace;    /* trace.c: NULL until a trace is first started */
+    uint64_t conf_pools_seen;            /* config.c, under `lock`: bit i set once a pool named
+                                            by the i-th pool-prefixed conf key has existed */
 };
 
 /* Is `key` being captured into a graph (declared, or asked of CUDA per the config)? */
@@ -447,6 +457,9 @@ int sp__cuda_stream_sync(cudaStream_t stream);
 int sp__cuda_stream_query(cudaStream_t stream, bool *idle);
 int sp__cuda_stream_is_capturing(cudaStream_t stream, bool *capturing);
 int sp__cuda_device_sync(int device);
+/* Successful cudaMallocFromPoolAsync and cudaStreamWaitEvent calls made by this thread: how
+ * the trace tells a fresh block and a wait on a fence from a cache hit. */
+extern _Thread_local uint64_t sp__cuda_thread_mallocs, sp__cuda_thread_waits;
 
 /* ---- stats.c: text rendering shared with reclaim.c ---- */
 
@@ -454,12 +467,62 @@ int sp__cuda_device_sync(int device);
  * short buffer still yields the full length). */
 void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* A JSON string: quotes around `s`, with " and \ escaped. */
+
+/* ---- names.c: pool names, and how names are escaped in every report ---- */
+
+/* SP_OK for 1..SP_POOL_NAME_MAX bytes of well-formed UTF-8 without control characters (C0,
+ * DEL, C1); SP_ERR_INVALID otherwise. */
+int sp__pool_name_check(const char *name);
+/* A JSON string: quotes around `s`, every control character escaped, a byte that is not UTF-8
+ * as U+FFFD. */
 void sp__append_json_string(char *buf, size_t len, size_t *used, const char *s);
+/* A Prometheus label value: quotes around `s`, with \, " and newline escaped. */
+void sp__append_label_value(char *buf, size_t len, size_t *used, const char *s);
+
+/* ---- trace.c: the allocation trace ----
+ * Off, it costs sp_alloc and sp_free one load of sp__tracing and a branch that is never taken
+ * (the hook line). On, each event goes to the calling thread's own buffer. */
+
+extern atomic_int sp__tracing;          /* runtimes with a trace on, in the whole process */
+extern _Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));
+
+static inline bool sp__trace_wanted(void)
+{
+    if (sp_likely(atomic_load_explicit(&sp__tracing, memory_order_relaxed) == 0))
+        return false;
+    if (sp__trace_inside) { /* the recording wrapper's own call: consume the mark */
+        sp__trace_inside = false;
+        return false;
+    }
+    return true;
+}
+
+/* sp_alloc / sp_free with the call recorded: they call the public function again, marked as
+ * the wrapper's (the mark is consumed at once, so that calls the OOM callback makes inside are
+ * recorded too), and note the outcome. */
+int sp__trace_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream);
+int sp__trace_free(sp_pool *pool, void *ptr, cudaStream_t stream);
+/* An instant event for sp_pool_trim (only when a trace is on). */
+void sp__trace_trim(sp_pool *pool);
+/* Starts the trace SP_ALLOC_CONF's trace:FILE asks for (a warning on stderr if it cannot). */
+void sp__trace_autostart(sp_runtime *rt);
+/* Stops a trace still on (writing its files) and frees the trace's memory. */
+void sp__trace_destroy(sp_runtime *rt);
 
 /* ---- status.c ---- */
 
 /* Remembers a failed CUDA call's error for sp_last_cuda_error(). */
 void sp__set_cuda_error(int cuda_error);
+
+/* This thread's last CUDA error. Every public call clears it on entry (one line, first in the
+ * function), so that it only ever describes the call that just returned. initial-exec: the hot
+ * path reads it without a __tls_get_addr call. */
+extern _Thread_local int sp__cuda_error __attribute__((tls_model("initial-exec")));
+
+static inline void sp__cuda_error_clear(void)
+{
+    if (sp_unlikely(sp__cuda_error != 0)) /* a read, no store, on the hot path */
+        sp__cuda_error = 0;
+}
 
 #endif /* SP_INTERNAL_H */

@@ -431,6 +431,7 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
 
 int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
 {
+    sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&pool->lock);
@@ -445,6 +446,7 @@ int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
 
 int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
 {
+    sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&pool->lock);
@@ -472,10 +474,12 @@ int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out)
 
 int sp_pool_trim(sp_pool *pool, size_t keep_bytes)
 {
+    sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
     count(pool, SP_COUNT_trims);
     int err = SP_OK;
     (void)sp__pool_give_back(pool, keep_bytes, true, &err);
+    sp__trace_trim(pool);
     return err;
 }

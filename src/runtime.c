@@ -8,6 +8,7 @@
 
 int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out)
 {
+    sp__cuda_error_clear();
     sp_runtime_config config = SP_RUNTIME_CONFIG_INIT;
     if (!out)
         return SP_ERR_INVALID;
@@ -55,6 +56,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
             if (rc == SP_OK) {
                 rt->default_pool->is_default = true;
                 rt->pools = rt->default_pool;
+                sp__trace_autostart(rt);
                 *out = rt;
                 return SP_OK;
             }
@@ -76,6 +78,7 @@ static bool pool_has_live(sp_pool *pool)
 
 int sp_runtime_destroy(sp_runtime *rt)
 {
+    sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&rt->lock);
@@ -85,6 +88,8 @@ int sp_runtime_destroy(sp_runtime *rt)
             return SP_ERR_BUSY;
         }
     }
+    sp__config_warn_unused(rt);
+    sp__trace_destroy(rt);
     int err = SP_OK;
     while (rt->pools) {
         sp_pool *p = rt->pools;
@@ -127,7 +132,10 @@ static sp_pool *find_locked(sp_runtime *rt, const char *name)
 static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
                          const sp_pool_config *cfg, sp_pool **out)
 {
+    sp__cuda_error_clear();
     if (!rt || !name || !out)
+        return SP_ERR_INVALID;
+    if (sp__pool_name_check(name) != SP_OK)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&rt->lock);
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
@@ -137,6 +145,7 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
     if (rc == SP_OK) {
         pool->next = rt->pools;
         rt->pools = pool;
+        sp__config_pool_created(rt, name);
         *out = pool;
     }
     pthread_mutex_unlock(&rt->lock);
@@ -181,6 +190,7 @@ cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool)
 
 int sp_pool_destroy(sp_pool *pool)
 {
+    sp__cuda_error_clear();
     if (!pool || pool->is_default)
         return SP_ERR_INVALID;
     sp_runtime *rt = pool->rt;
@@ -199,6 +209,7 @@ int sp_pool_destroy(sp_pool *pool)
 
 int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
 {
+    sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
@@ -228,6 +239,7 @@ static size_t capture_find(const sp_runtime *rt, sp_stream_key key)
 
 int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
 {
+    sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
@@ -255,6 +267,7 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
 
 int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
 {
+    sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);

@@ -87,6 +87,7 @@ static void finish(const sp_stats *st, sp_stats *out)
 
 int sp_pool_stats(sp_pool *pool, sp_stats *out)
 {
+    sp__cuda_error_clear();
     sp_stats st;
     if (!pool)
         return SP_ERR_INVALID;
@@ -101,6 +102,7 @@ int sp_pool_stats(sp_pool *pool, sp_stats *out)
 
 int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
 {
+    sp__cuda_error_clear();
     sp_stats st;
     if (!rt)
         return SP_ERR_INVALID;
@@ -127,14 +129,6 @@ void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
     va_end(ap);
     if (n > 0)
         *used += (size_t)n;
-}
-
-void sp__append_json_string(char *buf, size_t len, size_t *used, const char *s)
-{
-    sp__appendf(buf, len, used, "\"");
-    for (; *s; s++)
-        sp__appendf(buf, len, used, *s == '"' || *s == '\\' ? "\\%c" : "%c", *s);
-    sp__appendf(buf, len, used, "\"");
 }
 
 size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)

@@ -5,7 +5,7 @@
 #define SP_STR2(x) #x
 #define SP_STR(x) SP_STR2(x)
 
-static _Thread_local int last_cuda_error;
+_Thread_local int sp__cuda_error __attribute__((tls_model("initial-exec")));
 
 unsigned sp_version(void)
 {
@@ -39,10 +39,10 @@ const char *sp_status_name(int status)
 
 int sp_last_cuda_error(void)
 {
-    return last_cuda_error;
+    return sp__cuda_error;
 }
 
 void sp__set_cuda_error(int cuda_error)
 {
-    last_cuda_error = cuda_error;
+    sp__cuda_error = cuda_error;
 }

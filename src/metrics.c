@@ -1,0 +1,106 @@
+/* Prometheus text exposition (format 0.0.4) of every pool's stats. Metric names, # HELP and
+ * # TYPE come from the X-macro lists that declare sp_stats, so a new figure shows up here
+ * without a line in this file. The pools are read under the runtime's lock (so none goes away)
+ * and rendered after it is dropped. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct {
+    char name[SP_POOL_NAME_MAX + 1];
+    sp_stats st;
+} pool_figures;
+
+typedef struct {
+    char *buf;
+    size_t len, used;
+    int device;
+    const pool_figures *pools;
+    size_t npools;
+} out;
+
+/* One family: # HELP, # TYPE, then a sample per pool. `field` is the figure's byte offset in
+ * sp_stats, so one routine serves every X-macro entry. */
+static void family(out *o, const char *name, const char *type, const char *help, size_t field)
+{
+    sp__appendf(o->buf, o->len, &o->used, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (size_t i = 0; i < o->npools; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&o->pools[i].st + field, sizeof v);
+        sp__appendf(o->buf, o->len, &o->used, "%s{device=\"%d\",pool=", name, o->device);
+        sp__append_label_value(o->buf, o->len, &o->used, o->pools[i].name);
+        sp__appendf(o->buf, o->len, &o->used, "} %llu\n", (unsigned long long)v);
+    }
+}
+
+static void render(out *o, size_t npools_total)
+{
+    char name[128];
+#define SP_METRIC_BYTES(f, current_text, total_text)                                          \
+    family(o, "streampool_" #f "_bytes", "gauge", current_text,                               \
+           offsetof(sp_stats, f) + offsetof(sp_stat_bytes, current));                         \
+    family(o, "streampool_" #f "_peak_bytes", "gauge",                                        \
+           "highest value of streampool_" #f "_bytes",                                         \
+           offsetof(sp_stats, f) + offsetof(sp_stat_bytes, peak));                            \
+    family(o, "streampool_" #f "_added_bytes_total", "counter", total_text,                   \
+           offsetof(sp_stats, f) + offsetof(sp_stat_bytes, total));
+    SP_STATS_BYTES(SP_METRIC_BYTES)
+#undef SP_METRIC_BYTES
+#define SP_METRIC_GAUGE(f, unit, text)                                                        \
+    if (strcmp(#f, "pools") != 0) {                                                            \
+        snprintf(name, sizeof name, "streampool_%s%s%s", #f, unit[0] ? "_" : "", unit);        \
+        family(o, name, "gauge", text, offsetof(sp_stats, f));                                 \
+    }
+    SP_STATS_GAUGES(SP_METRIC_GAUGE)
+    SP_STATS_LAYOUT(SP_METRIC_GAUGE)
+#undef SP_METRIC_GAUGE
+#define SP_METRIC_COUNTER(f, text)                                                            \
+    family(o, "streampool_" #f "_total", "counter", text, offsetof(sp_stats, f));
+    SP_STATS_COUNTERS(SP_METRIC_COUNTER)
+#undef SP_METRIC_COUNTER
+    /* one figure per pool makes no sense for the pool count: the runtime's, unlabelled but for
+     * the device */
+    sp__appendf(o->buf, o->len, &o->used,
+                "# HELP streampool_pools pools of the runtime\n# TYPE streampool_pools gauge\n"
+                "streampool_pools{device=\"%d\"} %zu\n",
+                o->device, npools_total);
+}
+
+int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t *needed)
+{
+    if (!rt || !needed || (!buf && len))
+        return SP_ERR_INVALID;
+    sp__cuda_error_clear();
+    if (len)
+        buf[0] = '\0';
+    pthread_mutex_lock(&rt->lock);
+    size_t n = 0;
+    for (sp_pool *p = rt->pools; p; p = p->next)
+        n++;
+    pool_figures *pools = calloc(n, sizeof *pools);
+    int rc = pools ? SP_OK : SP_ERR_NO_HOST_MEMORY;
+    size_t i = 0;
+    for (sp_pool *p = rt->pools; p && pools; p = p->next, i++) {
+        memcpy(pools[i].name, p->name, sizeof pools[i].name);
+        pools[i].st.size = sizeof pools[i].st;
+        int prc = sp_pool_stats(p, &pools[i].st);
+        if (rc == SP_OK)
+            rc = prc;
+    }
+    pthread_mutex_unlock(&rt->lock);
+    if (!pools)
+        return rc;
+    /* oldest pool first: the list is newest first, and a stable order keeps diffs readable */
+    for (size_t a = 0, b = n ? n - 1 : 0; a < b; a++, b--) {
+        pool_figures t = pools[a];
+        pools[a] = pools[b];
+        pools[b] = t;
+    }
+    out o = {buf, len, 0, rt->device, pools, n};
+    render(&o, n);
+    free(pools);
+    *needed = o.used;
+    return rc;
+}

@@ -1,0 +1,553 @@
+/* The allocation trace: every sp_alloc and sp_free of a runtime, recorded into the calling
+ * thread's own buffer (its lock is shared with nobody but the writer at stop, so threads never
+ * contend per event), then merged by time and written as RMM's CSV and as Chrome trace-event
+ * JSON for Perfetto. Buffers, pool names and the trace itself live until the runtime is
+ * destroyed, so a thread still inside a call when the trace stops never touches freed memory.
+ *
+ * The outcome of an allocation is read from what the call did: a successful driver allocation
+ * by this thread means fresh, a stream wait on a fence means wait, another stream's block taken
+ * (the pool's cross_stream_reuses moved) means steal, anything else a hit on the stream's own
+ * cache. Under concurrent steals in the same pool a hit may be labelled a steal. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+atomic_int sp__tracing;
+_Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));
+
+enum { EV_ALLOC, EV_FREE, EV_OOM, EV_LIMIT, EV_RECLAIM, EV_TRIM };
+enum { OUT_HIT, OUT_STEAL, OUT_FRESH, OUT_WAIT, OUT_FAIL };
+static const char *const outcome_name[] = {"hit", "steal", "fresh", "wait", "fail"};
+static const char *const instant_name[] = {"alloc", "free", "oom", "limit", "reclaim", "trim"};
+
+#define CHUNK_EVENTS 4096
+#define MAX_CHUNKS (SP_TRACE_THREAD_EVENTS / CHUNK_EVENTS)
+#define RESERVED_EVERY 256           /* events of a thread between samples of the driver's figure */
+#define NO_SAMPLE UINT64_MAX
+
+typedef struct {
+    uint64_t t_ns;                   /* since the trace started */
+    uint64_t ptr, stream;
+    uint64_t size;                   /* alloc: requested; free: filled in at write */
+    uint64_t held;                   /* the pool's held bytes after the call */
+    uint64_t reserved;               /* the cudaMemPool's reserved bytes, or NO_SAMPLE */
+    uint32_t pool;                   /* index into trace->pools */
+    uint8_t kind, outcome;
+    int16_t status;
+} trace_event;
+
+typedef struct thread_buf {
+    sp_spin lock;                    /* the owner per event; stop, once */
+    long tid;
+    uint32_t order;                  /* creation order: breaks ties between equal times */
+    size_t count, dropped, since_sample;
+    trace_event *chunks[MAX_CHUNKS];
+    uint64_t memo_pool_id[8];        /* pool id -> index, for this thread's recent pools */
+    uint32_t memo_index[8];
+    struct thread_buf *next;
+} thread_buf;
+
+typedef struct {
+    uint64_t id;
+    char name[SP_POOL_NAME_MAX + 1];
+} pool_name;
+
+struct sp_trace {
+    pthread_mutex_t lock;            /* thread list, pool names, start and stop */
+    atomic_bool on;
+    uint64_t uid;                    /* unique for the process: threads' memos key on it */
+    uint64_t t0_ns;
+    char *path;
+    thread_buf *threads;
+    uint32_t nthreads;
+    pool_name *pools;
+    uint32_t npools, cap_pools;
+};
+
+static atomic_uint_least64_t next_uid = 1;
+static atomic_int autostarts;
+
+/* this thread's buffer in the trace it last recorded into */
+static _Thread_local struct {
+    uint64_t uid;
+    thread_buf *buf;
+} memo;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static thread_buf *my_buf(struct sp_trace *t)
+{
+    if (sp_likely(memo.uid == t->uid))
+        return memo.buf;
+    long tid = (long)syscall(SYS_gettid);
+    pthread_mutex_lock(&t->lock);
+    thread_buf *b = t->threads;
+    while (b && b->tid != tid) /* a thread id reused after an exit takes over its buffer */
+        b = b->next;
+    if (!b && (b = calloc(1, sizeof *b))) {
+        b->tid = tid;
+        b->order = t->nthreads++;
+        b->next = t->threads;
+        t->threads = b;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (b) {
+        memo.uid = t->uid;
+        memo.buf = b;
+    }
+    return b;
+}
+
+/* The pool's index in the trace's name table; UINT32_MAX if host memory ran out. */
+static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *pool)
+{
+    unsigned slot = (unsigned)(pool->id % 8);
+    if (b->memo_pool_id[slot] == pool->id)
+        return b->memo_index[slot];
+    uint32_t i;
+    pthread_mutex_lock(&t->lock);
+    for (i = 0; i < t->npools && t->pools[i].id != pool->id; i++)
+        ;
+    if (i == t->npools) {
+        if (t->npools == t->cap_pools) {
+            uint32_t cap = t->cap_pools ? t->cap_pools * 2 : 8;
+            pool_name *grown = realloc(t->pools, cap * sizeof *grown);
+            if (!grown) {
+                pthread_mutex_unlock(&t->lock);
+                return UINT32_MAX;
+            }
+            t->pools = grown;
+            t->cap_pools = cap;
+        }
+        t->pools[i].id = pool->id;
+        memcpy(t->pools[i].name, pool->name, sizeof t->pools[i].name);
+        t->npools++;
+    }
+    pthread_mutex_unlock(&t->lock);
+    b->memo_pool_id[slot] = pool->id;
+    b->memo_index[slot] = i;
+    return i;
+}
+
+static void record(struct sp_trace *t, sp_pool *pool, int kind, int outcome, int status,
+                   const void *ptr, uint64_t size, cudaStream_t stream)
+{
+    thread_buf *b = my_buf(t);
+    if (!b)
+        return;
+    uint32_t pi = pool_index(t, b, pool);
+    if (pi == UINT32_MAX)
+        return;
+    uint64_t reserved = NO_SAMPLE;
+    if (kind >= EV_OOM || b->since_sample++ % RESERVED_EVERY == 0) {
+        uint64_t used;
+        if (sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used) != SP_OK)
+            reserved = NO_SAMPLE;
+    }
+    trace_event e = {
+        .ptr = (uint64_t)(uintptr_t)ptr,
+        .stream = (uint64_t)(uintptr_t)stream,
+        .size = size,
+        .held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed),
+        .reserved = reserved,
+        .pool = pi,
+        .kind = (uint8_t)kind,
+        .outcome = (uint8_t)outcome,
+        .status = (int16_t)status,
+    };
+    sp_spin_lock(&b->lock);
+    /* acquire: pairs with the start's store, after which t0_ns is set */
+    if (!atomic_load_explicit(&t->on, memory_order_acquire)) {
+        sp_spin_unlock(&b->lock);
+        return;
+    }
+    e.t_ns = now_ns() - t->t0_ns;
+    size_t chunk = b->count / CHUNK_EVENTS;
+    if (chunk >= MAX_CHUNKS ||
+        (!b->chunks[chunk] && !(b->chunks[chunk] = malloc(CHUNK_EVENTS * sizeof(trace_event))))) {
+        b->dropped++;
+    } else {
+        b->chunks[chunk][b->count % CHUNK_EVENTS] = e;
+        b->count++;
+    }
+    sp_spin_unlock(&b->lock);
+}
+
+static struct sp_trace *active(const sp_pool *pool)
+{
+    struct sp_trace *t = pool ? atomic_load_explicit(&pool->rt->trace, memory_order_acquire) : NULL;
+    return t && atomic_load_explicit(&t->on, memory_order_relaxed) ? t : NULL;
+}
+
+static uint64_t pool_counter(const sp_pool *pool, int counter)
+{
+    return atomic_load_explicit(&pool->count[counter], memory_order_relaxed);
+}
+
+int sp__trace_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+{
+    struct sp_trace *t = active(pool);
+    uint64_t mallocs = sp__cuda_thread_mallocs, waits = sp__cuda_thread_waits;
+    uint64_t steals = t ? pool_counter(pool, SP_COUNT_cross_stream_reuses) : 0;
+    uint64_t retries = t ? pool_counter(pool, SP_COUNT_oom_retries) : 0;
+    sp__trace_inside = true;
+    int rc = sp_alloc(pool, ptr, bytes, stream);
+    sp__trace_inside = false;
+    if (!t || bytes == 0 || rc == SP_ERR_INVALID || rc == SP_ERR_TOO_LARGE)
+        return rc; /* not traced, or never reached the pool */
+    int outcome = rc != SP_OK                                   ? OUT_FAIL
+                  : sp__cuda_thread_mallocs != mallocs          ? OUT_FRESH
+                  : sp__cuda_thread_waits != waits              ? OUT_WAIT
+                  : pool_counter(pool, SP_COUNT_cross_stream_reuses) != steals ? OUT_STEAL
+                                                                : OUT_HIT;
+    if (pool_counter(pool, SP_COUNT_oom_retries) != retries)
+        record(t, pool, EV_RECLAIM, outcome, rc, NULL, bytes, stream);
+    if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT)
+        record(t, pool, rc == SP_ERR_LIMIT ? EV_LIMIT : EV_OOM, outcome, rc, NULL, bytes, stream);
+    record(t, pool, EV_ALLOC, outcome, rc, rc == SP_OK ? *ptr : NULL, bytes, stream);
+    return rc;
+}
+
+int sp__trace_free(sp_pool *pool, void *ptr, cudaStream_t stream)
+{
+    struct sp_trace *t = active(pool);
+    uint64_t trims = t ? pool_counter(pool, SP_COUNT_trims) : 0;
+    sp__trace_inside = true;
+    int rc = sp_free(pool, ptr, stream);
+    sp__trace_inside = false;
+    if (!t || !ptr)
+        return rc;
+    record(t, pool, EV_FREE, rc == SP_OK ? OUT_HIT : OUT_FAIL, rc, ptr, 0, stream);
+    if (pool_counter(pool, SP_COUNT_trims) != trims) /* the cache limit gave blocks back */
+        record(t, pool, EV_TRIM, OUT_HIT, SP_OK, NULL, 0, stream);
+    return rc;
+}
+
+void sp__trace_trim(sp_pool *pool)
+{
+    struct sp_trace *t = active(pool);
+    if (t)
+        record(t, pool, EV_TRIM, OUT_HIT, SP_OK, NULL, 0, NULL);
+}
+
+/* ---- start and stop ---- */
+
+int sp_runtime_trace_start(sp_runtime *rt, const char *path)
+{
+    if (!rt || !path || !path[0])
+        return SP_ERR_INVALID;
+    sp__cuda_error_clear();
+    struct sp_trace *t = atomic_load(&rt->trace);
+    if (!t) {
+        struct sp_trace *fresh = calloc(1, sizeof *fresh);
+        if (!fresh || pthread_mutex_init(&fresh->lock, NULL) != 0) {
+            free(fresh);
+            return SP_ERR_NO_HOST_MEMORY;
+        }
+        if (!atomic_compare_exchange_strong(&rt->trace, &t, fresh)) {
+            pthread_mutex_destroy(&fresh->lock); /* another thread won: use its trace */
+            free(fresh);
+        } else {
+            t = fresh;
+        }
+    }
+    char *copy = strdup(path);
+    if (!copy)
+        return SP_ERR_NO_HOST_MEMORY;
+    pthread_mutex_lock(&t->lock);
+    if (atomic_load(&t->on)) {
+        pthread_mutex_unlock(&t->lock);
+        free(copy);
+        return SP_ERR_BUSY;
+    }
+    free(t->path);
+    t->path = copy;
+    for (thread_buf *b = t->threads; b; b = b->next) {
+        sp_spin_lock(&b->lock);
+        b->count = b->dropped = 0;
+        sp_spin_unlock(&b->lock);
+    }
+    t->uid = atomic_fetch_add(&next_uid, 1); /* threads look their buffers up again */
+    t->t0_ns = now_ns();
+    atomic_store(&t->on, true);
+    atomic_fetch_add(&sp__tracing, 1);
+    pthread_mutex_unlock(&t->lock);
+    return SP_OK;
+}
+
+/* ---- writing ---- */
+
+typedef struct {
+    trace_event e;
+    uint32_t thread;                 /* index into the thread table */
+    uint64_t seq;                    /* order within its thread */
+} merged;
+
+static int by_time(const void *a, const void *b)
+{
+    const merged *x = a, *y = b;
+    if (x->e.t_ns != y->e.t_ns)
+        return x->e.t_ns < y->e.t_ns ? -1 : 1;
+    if (x->thread != y->thread)
+        return x->thread < y->thread ? -1 : 1;
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* pointer -> requested size of the live allocations, while the merged events are walked */
+typedef struct {
+    uint64_t *keys, *sizes;
+    size_t cap;
+} size_map;
+
+static size_t map_slot(const size_map *m, uint64_t key)
+{
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & (m->cap - 1);
+    while (m->keys[i] && m->keys[i] != key)
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+/* Backward-shift deletion keeps every other key reachable from its home slot. */
+static void map_remove(size_map *m, size_t i)
+{
+    for (size_t j = i;;) {
+        m->keys[i] = 0;
+        for (;;) {
+            j = (j + 1) & (m->cap - 1);
+            if (!m->keys[j])
+                return;
+            size_t home = (size_t)((m->keys[j] * 0x9E3779B97F4A7C15ull) >> 20) & (m->cap - 1);
+            if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j))
+                break;
+        }
+        m->keys[i] = m->keys[j];
+        m->sizes[i] = m->sizes[j];
+        i = j;
+    }
+}
+
+static void json_name(FILE *f, const char *s)
+{
+    char buf[8 * (SP_POOL_NAME_MAX + 1) + 4];
+    size_t used = 0;
+    sp__append_json_string(buf, sizeof buf, &used, s);
+    fputs(buf, f);
+}
+
+static void json_ts(FILE *f, uint64_t ns)
+{
+    fprintf(f, "\"ts\":%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
+}
+
+static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tids, int device,
+                       size_t dropped)
+{
+    int pid = device + 1; /* trace viewers treat pid 0 as the kernel's */
+    size_t plen = strlen(t->path);
+    char *jpath = malloc(plen + 6);
+    if (!jpath)
+        return SP_ERR_NO_HOST_MEMORY;
+    memcpy(jpath, t->path, plen);
+    memcpy(jpath + plen, ".json", 6);
+    FILE *csv = fopen(t->path, "w"), *json = fopen(jpath, "w");
+    free(jpath);
+    size_map map = {NULL, NULL, 64};
+    while (map.cap < 2 * n + 64)
+        map.cap *= 2;
+    map.keys = calloc(map.cap, sizeof *map.keys);
+    map.sizes = calloc(map.cap, sizeof *map.sizes);
+    uint64_t *requested = calloc(t->npools ? t->npools : 1, sizeof *requested);
+    uint64_t *reserved = calloc(t->npools ? t->npools : 1, sizeof *reserved);
+    int rc = SP_OK;
+    if (!csv || !json)
+        rc = SP_ERR_IO;
+    else if (!map.keys || !map.sizes || !requested || !reserved)
+        rc = SP_ERR_NO_HOST_MEMORY;
+    if (rc == SP_OK) {
+        fputs("Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome\n", csv);
+        fprintf(json, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"streampool %s\","
+                      "\"device\":%d,\"dropped_events\":%zu},\"traceEvents\":[\n",
+                sp_version_string(), device, dropped);
+        fprintf(json, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                      "\"args\":{\"name\":\"streampool device %d\"}}",
+                device, device);
+        for (uint32_t i = 0; i < t->nthreads; i++)
+            fprintf(json, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,"
+                          "\"args\":{\"name\":\"thread %ld\"}}",
+                    pid, tids[i], tids[i]);
+    }
+    for (size_t i = 0; rc == SP_OK && i < n; i++) {
+        trace_event *e = &ev[i].e;
+        const char *pool = t->pools[e->pool].name;
+        long tid = tids[ev[i].thread];
+        bool counters = false;
+        if (e->kind == EV_ALLOC && e->status == SP_OK) {
+            size_t s = map_slot(&map, e->ptr);
+            map.keys[s] = e->ptr;
+            map.sizes[s] = e->size;
+            requested[e->pool] += e->size;
+            counters = true;
+        } else if (e->kind == EV_FREE && e->status == SP_OK) {
+            size_t s = map_slot(&map, e->ptr);
+            if (!map.keys[s])
+                continue; /* allocated before the trace started, or its event was dropped */
+            e->size = map.sizes[s];
+            map_remove(&map, s);
+            requested[e->pool] -= e->size;
+            counters = true;
+        }
+        if (e->reserved != NO_SAMPLE) {
+            reserved[e->pool] = e->reserved;
+            counters = true;
+        }
+        if (counters && e->status == SP_OK && e->kind <= EV_FREE) {
+            fprintf(csv, "%ld,%llu.%06llu,%s,0x%llx,%llu,0x%llx,", tid,
+                    (unsigned long long)(e->t_ns / 1000000000u),
+                    (unsigned long long)(e->t_ns / 1000 % 1000000),
+                    e->kind == EV_ALLOC ? "allocate" : "free", (unsigned long long)e->ptr,
+                    (unsigned long long)e->size, (unsigned long long)e->stream);
+            /* the pool column is quoted CSV: a name may hold commas and quotes */
+            fputc('"', csv);
+            for (const char *c = pool; *c; c++)
+                fputs(*c == '"' ? "\"\"" : (char[2]){*c, 0}, csv);
+            fprintf(csv, "\",%zu,%s\n", sp_size_class(e->size),
+                    e->kind == EV_ALLOC ? outcome_name[e->outcome] : "free");
+        }
+        /* the call on its thread's track */
+        fprintf(json, ",\n{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"%s\",\"pid\":%d,\"tid\":%ld,",
+                e->kind == EV_ALLOC && e->status != SP_OK ? "alloc failed"
+                : e->kind == EV_FREE && e->status != SP_OK ? "bad free"
+                                                         : instant_name[e->kind],
+                e->kind <= EV_FREE ? "t" : "p", pid, tid);
+        json_ts(json, e->t_ns);
+        fputs(",\"args\":{\"pool\":", json);
+        json_name(json, pool);
+        fprintf(json, ",\"ptr\":\"0x%llx\",\"size\":%llu,\"stream\":\"0x%llx\",\"outcome\":\"%s\","
+                      "\"status\":\"%s\"}}",
+                (unsigned long long)e->ptr, (unsigned long long)e->size,
+                (unsigned long long)e->stream,
+                e->kind == EV_FREE ? "free" : outcome_name[e->outcome], sp_status_name(e->status));
+        if (counters || e->kind > EV_FREE) { /* the pool's counter track */
+            fprintf(json, ",\n{\"name\":\"pool ");
+            char quoted[8 * (SP_POOL_NAME_MAX + 1) + 4];
+            size_t used = 0;
+            sp__append_json_string(quoted, sizeof quoted, &used, pool);
+            quoted[used - 1] = '\0'; /* drop the closing quote: the name continues */
+            fprintf(json, "%s\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,", quoted + 1, pid);
+            json_ts(json, e->t_ns);
+            fprintf(json, ",\"args\":{\"requested\":%llu,\"held\":%llu,\"reserved\":%llu}}",
+                    (unsigned long long)requested[e->pool], (unsigned long long)e->held,
+                    (unsigned long long)reserved[e->pool]);
+        }
+    }
+    if (rc == SP_OK) {
+        fputs("\n]}\n", json);
+        if (ferror(csv) || ferror(json))
+            rc = SP_ERR_IO;
+    }
+    if (csv && fclose(csv) != 0 && rc == SP_OK)
+        rc = SP_ERR_IO;
+    if (json && fclose(json) != 0 && rc == SP_OK)
+        rc = SP_ERR_IO;
+    free(map.keys);
+    free(map.sizes);
+    free(requested);
+    free(reserved);
+    return rc;
+}
+
+int sp_runtime_trace_stop(sp_runtime *rt)
+{
+    if (!rt)
+        return SP_ERR_INVALID;
+    sp__cuda_error_clear();
+    struct sp_trace *t = atomic_load(&rt->trace);
+    if (!t)
+        return SP_ERR_INVALID;
+    pthread_mutex_lock(&t->lock);
+    if (!atomic_load(&t->on)) {
+        pthread_mutex_unlock(&t->lock);
+        return SP_ERR_INVALID;
+    }
+    atomic_store(&t->on, false);
+    atomic_fetch_sub(&sp__tracing, 1);
+    /* every buffer's lock once: after it, no thread writes into it any more */
+    size_t n = 0, dropped = 0;
+    for (thread_buf *b = t->threads; b; b = b->next) {
+        sp_spin_lock(&b->lock);
+        sp_spin_unlock(&b->lock);
+        n += b->count;
+        dropped += b->dropped;
+    }
+    merged *ev = malloc((n ? n : 1) * sizeof *ev);
+    long *tids = calloc(t->nthreads ? t->nthreads : 1, sizeof *tids);
+    int rc = ev && tids ? SP_OK : SP_ERR_NO_HOST_MEMORY;
+    size_t k = 0;
+    for (thread_buf *b = t->threads; b && rc == SP_OK; b = b->next) {
+        tids[b->order] = b->tid;
+        for (size_t i = 0; i < b->count; i++)
+            ev[k++] = (merged){b->chunks[i / CHUNK_EVENTS][i % CHUNK_EVENTS], b->order, i};
+    }
+    if (rc == SP_OK) {
+        qsort(ev, n, sizeof *ev, by_time);
+        rc = write_files(t, ev, n, tids, rt->device, dropped);
+    }
+    if (dropped)
+        fprintf(stderr, "streampool: warning: the trace %s dropped %zu events (more than %zu in a "
+                        "thread)\n", t->path, dropped, (size_t)SP_TRACE_THREAD_EVENTS);
+    pthread_mutex_unlock(&t->lock);
+    free(ev);
+    free(tids);
+    return rc;
+}
+
+void sp__trace_autostart(sp_runtime *rt)
+{
+    char path[4096];
+    if (!sp__config_trace_path(rt, path, sizeof path - 16))
+        return;
+    int n = atomic_fetch_add(&autostarts, 1) + 1;
+    if (n > 1)
+        snprintf(path + strlen(path), 16, "-%d", n);
+    FILE *probe = fopen(path, "w"); /* fail now, where the operator sees it, not at the end */
+    int rc = probe ? sp_runtime_trace_start(rt, path) : SP_ERR_IO;
+    if (probe)
+        fclose(probe);
+    if (rc != SP_OK)
+        fprintf(stderr, "streampool: warning: cannot trace to %s: %s\n", path, sp_strerror(rc));
+}
+
+void sp__trace_destroy(sp_runtime *rt)
+{
+    struct sp_trace *t = atomic_load(&rt->trace);
+    if (!t)
+        return;
+    if (atomic_load(&t->on)) {
+        int rc = sp_runtime_trace_stop(rt);
+        if (rc != SP_OK)
+            fprintf(stderr, "streampool: warning: the trace %s was not written: %s\n", t->path,
+                    sp_strerror(rc));
+    }
+    while (t->threads) {
+        thread_buf *b = t->threads;
+        t->threads = b->next;
+        for (size_t c = 0; c < MAX_CHUNKS && b->chunks[c]; c++)
+            free(b->chunks[c]);
+        free(b);
+    }
+    free(t->pools);
+    free(t->path);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+    atomic_store(&rt->trace, NULL);
+}

@@ -1,0 +1,290 @@
+/* The allocation trace from C: exact CSV rows and outcomes (fresh, hit, steal, fail) for a known
+ * sequence, instants for limit and trim, per-thread buffers from several threads, start/stop
+ * errors, and trace:FILE in SP_ALLOC_CONF. Portable. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "support/sp_test_support.h"
+
+static char dir[] = "/tmp/sp-trace-XXXXXX";
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* The CSV's rows without the Thread and Time columns, one per line. */
+static char *rows_without_thread_and_time(const char *csv)
+{
+    char *out = calloc(1, strlen(csv) + 1), *o = out;
+    const char *line = strchr(csv, '\n') + 1; /* after the header */
+    while (*line) {
+        const char *end = strchr(line, '\n');
+        const char *third = strchr(strchr(line, ',') + 1, ',') + 1;
+        memcpy(o, third, (size_t)(end - third + 1));
+        o += end - third + 1;
+        line = end + 1;
+    }
+    return out;
+}
+
+static void trace_records_outcomes(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 8 << 20;
+    SP(sp_pool_create(rt, "p,1", &cfg, &pool));
+    cudaStream_t s1 = new_stream(), s2 = new_stream();
+    char path[64];
+    snprintf(path, sizeof path, "%s/a.csv", dir);
+    assert_int_equal(sp_runtime_trace_stop(rt), SP_ERR_INVALID); /* none started */
+    SP(sp_runtime_trace_start(rt, path));
+    assert_int_equal(sp_runtime_trace_start(rt, path), SP_ERR_BUSY);
+    void *a, *b, *c, *big = NULL;
+    SP(sp_alloc(pool, &a, 5000, s1));       /* fresh */
+    SP(sp_free(pool, a, s1));
+    SP(sp_alloc(pool, &b, 4900, s1));       /* hit: the same 5120-byte block */
+    assert_ptr_equal(a, b);
+    SP(sp_free(pool, b, s1));
+    CK(cudaStreamSynchronize(s1));
+    SP(sp_alloc(pool, &c, 5000, s2));       /* steal: s1's block behind a completed fence */
+    assert_ptr_equal(c, a);
+    assert_int_equal(sp_alloc(pool, &big, 16 << 20, s2), SP_ERR_LIMIT); /* fail */
+    SP(sp_free(pool, c, s2));
+    SP(sp_pool_trim(pool, 0));
+    SP(sp_runtime_trace_stop(rt));
+    assert_int_equal(sp_runtime_trace_stop(rt), SP_ERR_INVALID);
+    assert_int_equal(stats_of(pool).cross_stream_reuses, 1);
+
+    char *csv = slurp(path);
+    assert_non_null(strstr(csv, "Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome\n"));
+    char expect[1024];
+    snprintf(expect, sizeof expect,
+             "allocate,%p,5000,%p,\"p,1\",5120,fresh\n"
+             "free,%p,5000,%p,\"p,1\",5120,free\n"
+             "allocate,%p,4900,%p,\"p,1\",5120,hit\n"
+             "free,%p,4900,%p,\"p,1\",5120,free\n"
+             "allocate,%p,5000,%p,\"p,1\",5120,steal\n"
+             "free,%p,5000,%p,\"p,1\",5120,free\n",
+             a, (void *)s1, a, (void *)s1, a, (void *)s1, a, (void *)s1, a, (void *)s2, a,
+             (void *)s2);
+    char *rows = rows_without_thread_and_time(csv);
+    assert_string_equal(rows, expect);
+    free(rows);
+    free(csv);
+    char jpath[80];
+    snprintf(jpath, sizeof jpath, "%s.json", path);
+    char *json = slurp(jpath);
+    assert_non_null(strstr(json, "{\"name\":\"limit\",\"ph\":\"i\",\"s\":\"p\""));
+    assert_non_null(strstr(json, "{\"name\":\"alloc failed\",\"ph\":\"i\",\"s\":\"t\""));
+    assert_non_null(strstr(json, "\"status\":\"SP_ERR_LIMIT\""));
+    assert_non_null(strstr(json, "{\"name\":\"trim\",\"ph\":\"i\",\"s\":\"p\""));
+    assert_non_null(strstr(json, "{\"name\":\"pool p,1\",\"ph\":\"C\""));
+    free(json);
+
+    /* off again: nothing more is recorded, and a new trace starts empty */
+    SP(sp_alloc(pool, &a, 100, s1));
+    SP(sp_runtime_trace_start(rt, path));
+    SP(sp_free(pool, a, s1)); /* its allocation is not in this trace: left out */
+    SP(sp_runtime_trace_stop(rt));
+    csv = slurp(path);
+    assert_string_equal(csv, "Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome\n");
+    free(csv);
+    drop_stream(rt, s1);
+    drop_stream(rt, s2);
+    SP(sp_pool_destroy(pool));
+    SP(sp_runtime_destroy(rt));
+    assert_int_equal(sp_runtime_trace_start(NULL, path), SP_ERR_INVALID);
+}
+
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t stream;
+} worker;
+
+enum { PAIRS = 500, THREADS = 4 };
+
+static void *pairs(void *arg)
+{
+    worker *w = arg;
+    for (int i = 0; i < PAIRS; i++) {
+        void *p;
+        if (sp_alloc(w->pool, &p, 1000 + (size_t)i, w->stream) != SP_OK ||
+            sp_free(w->pool, p, w->stream) != SP_OK)
+            return arg;
+    }
+    return NULL;
+}
+
+static void trace_keeps_a_buffer_per_thread(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    char path[64];
+    snprintf(path, sizeof path, "%s/threads.csv", dir);
+    SP(sp_runtime_trace_start(rt, path));
+    pthread_t t[THREADS];
+    worker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){pool, new_stream()};
+        assert_int_equal(pthread_create(&t[i], NULL, pairs, &w[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        void *res;
+        pthread_join(t[i], &res);
+        assert_null(res);
+    }
+    SP(sp_runtime_trace_stop(rt));
+    char *csv = slurp(path);
+    /* per thread: PAIRS allocations and frees, on its own stream, in its own order */
+    char *threads[THREADS] = {0};
+    int rows = 0, per_thread[THREADS] = {0};
+    for (char *line = strchr(csv, '\n') + 1; *line; line = strchr(line, '\n') + 1, rows++) {
+        int k = 0;
+        while (k < THREADS && threads[k] && strncmp(threads[k], line, (size_t)(strchr(line, ',') - line + 1)) != 0)
+            k++;
+        assert_true(k < THREADS);
+        if (!threads[k])
+            threads[k] = line;
+        per_thread[k]++;
+    }
+    assert_int_equal(rows, 2 * PAIRS * THREADS);
+    for (int k = 0; k < THREADS; k++)
+        assert_int_equal(per_thread[k], 2 * PAIRS);
+    free(csv);
+    for (int i = 0; i < THREADS; i++)
+        drop_stream(rt, w[i].stream);
+    SP(sp_runtime_destroy(rt));
+}
+
+static void trace_from_alloc_conf(void **state)
+{
+    (void)state;
+    char path[64], conf[96];
+    snprintf(path, sizeof path, "%s/conf.csv", dir);
+    snprintf(conf, sizeof conf, "cache_limit:max, trace:%s", path);
+    setenv("SP_ALLOC_CONF", conf, 1);
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    void *p;
+    SP(sp_alloc(pool, &p, 3000, 0));
+    SP(sp_free(pool, p, 0));
+    assert_int_equal(sp_runtime_trace_start(rt, path), SP_ERR_BUSY); /* already on */
+    SP(sp_runtime_destroy(rt)); /* writes the files */
+    char *csv = slurp(path);
+    char *rows = rows_without_thread_and_time(csv);
+    char expect[256];
+    snprintf(expect, sizeof expect,
+             "allocate,%p,3000,0x0,\"default\",3072,fresh\nfree,%p,3000,0x0,\"default\",3072,free\n",
+             p, p);
+    assert_string_equal(rows, expect);
+    free(rows);
+    free(csv);
+    setenv("SP_ALLOC_CONF", "llama.trace:/tmp/x", 1);
+    assert_int_equal(sp_runtime_create(0, NULL, &rt), SP_ERR_CONFIG);
+    assert_non_null(strstr(sp_config_error(), "trace is set for the runtime"));
+    setenv("SP_ALLOC_CONF", "trace:", 1);
+    assert_int_equal(sp_runtime_create(0, NULL, &rt), SP_ERR_CONFIG);
+    unsetenv("SP_ALLOC_CONF");
+}
+
+#ifdef SP_CUDASIM
+typedef struct {
+    sp_pool *pool;
+    void *victim;
+    cudaStream_t stream;
+} oom_help;
+
+static int free_victim(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user)
+{
+    (void)pool, (void)bytes, (void)stream;
+    oom_help *h = user;
+    return sp_free(h->pool, h->victim, h->stream) == SP_OK;
+}
+
+/* A free the OOM callback makes inside a traced allocation is in the trace too: without it the
+ * CSV would allocate that address again while it is still live. */
+static void trace_records_calls_made_by_the_oom_callback(void **state)
+{
+    (void)state;
+    CK(cudasimSetDeviceMemory(0, 64 << 20));
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream();
+    oom_help h = {pool, NULL, s};
+    SP(sp_runtime_set_oom_callback(rt, free_victim, &h));
+    char path[64];
+    snprintf(path, sizeof path, "%s/oom.csv", dir);
+    SP(sp_runtime_trace_start(rt, path));
+    void *big;
+    SP(sp_alloc(pool, &h.victim, 40 << 20, s));
+    SP(sp_alloc(pool, &big, 40 << 20, s)); /* out of memory until the callback frees victim */
+    SP(sp_free(pool, big, s));
+    SP(sp_runtime_trace_stop(rt));
+    char *csv = slurp(path);
+    char *rows = rows_without_thread_and_time(csv);
+    char expect[512];
+    snprintf(expect, sizeof expect,
+             "allocate,%p,41943040,%p,\"default\",41943040,fresh\n"
+             "free,%p,41943040,%p,\"default\",41943040,free\n"
+             "allocate,%p,41943040,%p,\"default\",41943040,fresh\n"
+             "free,%p,41943040,%p,\"default\",41943040,free\n",
+             h.victim, (void *)s, h.victim, (void *)s, big, (void *)s, big, (void *)s);
+    assert_string_equal(rows, expect);
+    free(rows);
+    free(csv);
+    char jpath[80];
+    snprintf(jpath, sizeof jpath, "%s.json", path);
+    char *json = slurp(jpath);
+    assert_null(strstr(json, "\"name\":\"oom\"")); /* the retry succeeded */
+    free(json);
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+}
+#endif
+
+static int cleanup(void **state)
+{
+    (void)state;
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    if (!mkdtemp(dir))
+        return 1;
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
+        T(trace_records_outcomes),
+        T(trace_keeps_a_buffer_per_thread),
+        T(trace_from_alloc_conf),
+#ifdef SP_CUDASIM
+        T(trace_records_calls_made_by_the_oom_callback),
+#endif
+#undef T
+    };
+    return cmocka_run_group_tests(tests, NULL, cleanup);
+}

@@ -1,0 +1,68 @@
+/* Helper of test_trace.py: a fixed pseudo-random workload on three pools and four streams from
+ * one thread, traced to argv[1] (sp_runtime_trace_start); prints the runtime's requested.peak
+ * (exact: stats_flush_bytes 0) for the test to compare with a replay of the trace. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "streampool.h"
+
+#define CHECK(call)                                                                            \
+    do {                                                                                       \
+        int rc_ = (call);                                                                      \
+        if (rc_ != 0) {                                                                        \
+            fprintf(stderr, "%s:%d: %s: %d\n", __FILE__, __LINE__, #call, rc_);                \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+enum { SLOTS = 64, STEPS = 3000 };
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: trace_workload TRACE_FILE\n");
+        return 2;
+    }
+    sp_runtime_config rc = SP_RUNTIME_CONFIG_INIT;
+    rc.stats_flush_bytes = 0;
+    sp_runtime *rt;
+    sp_pool *pools[3];
+    CHECK(sp_runtime_create(0, &rc, &rt));
+    CHECK(sp_runtime_default_pool(rt, &pools[0]));
+    CHECK(sp_pool_create(rt, "kv, \"cache\"", NULL, &pools[1]));
+    CHECK(sp_pool_create(rt, "weights", NULL, &pools[2]));
+    cudaStream_t s[4];
+    for (int i = 0; i < 4; i++)
+        CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+    CHECK(sp_runtime_trace_start(rt, argv[1]));
+    void *ptr[SLOTS] = {0};
+    int where[SLOTS];
+    unsigned x = 12345;
+    for (int step = 0; step < STEPS; step++) {
+        x = x * 1103515245u + 12345u;
+        int slot = (int)((x >> 8) % SLOTS), si = (int)((x >> 20) % 4);
+        if (ptr[slot]) {
+            CHECK(sp_free(pools[where[slot]], ptr[slot], s[si]));
+            ptr[slot] = NULL;
+        } else {
+            where[slot] = (int)((x >> 4) % 3);
+            size_t size = 256 + (size_t)((x >> 12) % 4096) * ((x >> 28) % 2 ? 1024 : 16);
+            CHECK(sp_alloc(pools[where[slot]], &ptr[slot], size, s[si]));
+        }
+    }
+    for (int slot = 0; slot < SLOTS; slot++)
+        if (ptr[slot])
+            CHECK(sp_free(pools[where[slot]], ptr[slot], s[0]));
+    CHECK(sp_runtime_trace_stop(rt));
+    sp_stats st = {.size = sizeof st};
+    CHECK(sp_runtime_stats(rt, &st));
+    printf("%llu\n", (unsigned long long)st.requested.peak);
+    for (int i = 0; i < 4; i++) {
+        CHECK(sp_stream_release(rt, s[i]));
+        CHECK(cudaStreamDestroy(s[i]));
+    }
+    CHECK(sp_pool_destroy(pools[1]));
+    CHECK(sp_pool_destroy(pools[2]));
+    CHECK(sp_runtime_destroy(rt));
+    return 0;
+}
