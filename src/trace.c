@@ -139,8 +139,9 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
     return i;
 }
 
-static void record(struct sp_trace *t, sp_pool *pool, int kind, int outcome, int status,
-                   const void *ptr, uint64_t size, cudaStream_t stream)
+/* at_ns: when the event happened (now_ns()), or 0 for now. */
+static void record_at(struct sp_trace *t, sp_pool *pool, int kind, int outcome, int status,
+                      const void *ptr, uint64_t size, cudaStream_t stream, uint64_t at_ns)
 {
     thread_buf *b = my_buf(t);
     if (!b)
@@ -171,7 +172,9 @@ static void record(struct sp_trace *t, sp_pool *pool, int kind, int outcome, int
         sp_spin_unlock(&b->lock);
         return;
     }
-    e.t_ns = now_ns() - t->t0_ns;
+    if (!at_ns || at_ns < t->t0_ns)
+        at_ns = now_ns();
+    e.t_ns = at_ns - t->t0_ns;
     size_t chunk = b->count / CHUNK_EVENTS;
     if (chunk >= MAX_CHUNKS ||
         (!b->chunks[chunk] && !(b->chunks[chunk] = malloc(CHUNK_EVENTS * sizeof(trace_event))))) {
@@ -181,6 +184,12 @@ static void record(struct sp_trace *t, sp_pool *pool, int kind, int outcome, int
         b->count++;
     }
     sp_spin_unlock(&b->lock);
+}
+
+static void record(struct sp_trace *t, sp_pool *pool, int kind, int outcome, int status,
+                   const void *ptr, uint64_t size, cudaStream_t stream)
+{
+    record_at(t, pool, kind, outcome, status, ptr, size, stream, 0);
 }
 
 static struct sp_trace *active(const sp_pool *pool)
@@ -222,12 +231,15 @@ int sp__trace_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
     struct sp_trace *t = active(pool);
     uint64_t trims = t ? pool_counter(pool, SP_COUNT_trims) : 0;
+    /* The free's time is taken before the block can go to another thread: an allocation that
+     * gets the same pointer then always sorts after this free, never before it. */
+    uint64_t at = t ? now_ns() : 0;
     sp__trace_inside = true;
     int rc = sp_free(pool, ptr, stream);
     sp__trace_inside = false;
     if (!t || !ptr)
         return rc;
-    record(t, pool, EV_FREE, rc == SP_OK ? OUT_HIT : OUT_FAIL, rc, ptr, 0, stream);
+    record_at(t, pool, EV_FREE, rc == SP_OK ? OUT_HIT : OUT_FAIL, rc, ptr, 0, stream, at);
     if (pool_counter(pool, SP_COUNT_trims) != trims) /* the cache limit gave blocks back */
         record(t, pool, EV_TRIM, OUT_HIT, SP_OK, NULL, 0, stream);
     return rc;
