@@ -403,8 +403,8 @@ SP_API int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, 
  * fresh: from the driver; fail), in a buffer per thread (at most SP_TRACE_THREAD_EVENTS events
  * each; later ones are dropped and counted). When the trace stops, two files are written:
  *   PATH       RMM's CSV (logging_resource_adaptor): Thread,Time,Action,Pointer,Size,Stream,
- *              then Pool,ClassSize,Outcome; successful calls only, so that RMM's tools and
- *              `sp-bench replay PATH` replay it;
+ *              then Pool,ClassSize,Outcome,StreamName (the stream's label, if any);
+ *              successful calls only, so that RMM's tools and `sp-bench replay PATH` replay it;
  *   PATH.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or chrome://tracing: a
  *              counter track per pool (requested, held, reserved bytes), an instant event per
  *              call on its thread's track, and process-wide instants for oom, limit, reclaim
