@@ -455,8 +455,9 @@ SP_API size_t sp_stream_name(sp_runtime *rt, cudaStream_t stream, char *buf, siz
  * by other streams without a fence: its bins, and free ranges of slabs and segments still
  * tagged with it. allocs = hits (its own cache, no other stream involved) + the rest;
  * steals_taken: its allocations served from memory another stream freed; steals_given: its
- * freed memory that another stream took. Peaks move back to the current figure at
- * sp_pool_reset_peaks. */
+ * freed memory that another stream took. Peaks are kept like the pool's (exact with
+ * stats_flush_bytes 0, else they may miss by up to that much) and move back to the current
+ * figure at sp_pool_reset_peaks. */
 typedef struct sp_stream_usage {
     uint32_t size;                        /* set by the caller: sizeof(sp_stream_usage) */
     uint32_t version;                     /* set by the library: SP_STREAM_STATS_VERSION */

@@ -26,7 +26,7 @@ static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t by
     c->active_total += b->size;
     c->requested_delta += (int64_t)bytes;
     c->active_delta += (int64_t)b->size;
-    sp__note_alloc_locked(c, b, bytes);
+    sp__note_alloc_locked(c, b);
     if (sp_unlikely((uint64_t)(c->requested_delta < 0 ? -c->requested_delta : c->requested_delta) >
                     pool->stats_flush ||
                     (uint64_t)(c->active_delta < 0 ? -c->active_delta : c->active_delta) >
@@ -308,7 +308,7 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
     if (rc != SP_OK)
         return rc;
     b->requested = bytes;
-    b->alloc_stream = stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
+    b->bypass_stream = stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
     sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
     atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);

@@ -122,8 +122,10 @@ typedef struct sp_block {
      * lock, read under the ptrmap shard's lock while the block is live) */
     sp_stream_cache *owner;    /* the allocating stream's cache; NULL for a capture bypass */
     sp_stream_cache *freed_by; /* the cache of its latest free: a steal when another takes it */
-    cudaStream_t alloc_stream;
-    uint64_t alloc_seq;        /* the owner's allocation count when it was allocated */
+    union {                    /* within the second cache line, which the hot path touches */
+        uint64_t alloc_seq;    /* owner set: its allocation count when this was allocated */
+        cudaStream_t bypass_stream; /* owner NULL: the capturing stream it was allocated on */
+    };
 } sp_block;
 
 /* ---- fences (fence.c) ----

@@ -28,7 +28,10 @@ void sp__note_miss(sp_stream_cache *c, sp_block *b, size_t bytes)
     sp_stream_cache *from = b->freed_by; /* b is ours alone until it is marked live */
     bool steal = from != NULL && from != c;
     sp_spin_lock(&c->lock);
-    sp__note_alloc_locked(c, b, bytes);
+    sp__note_alloc_locked(c, b);
+    c->live_requested += bytes;
+    c->live_active += b->size;
+    sp__note_peaks_locked(c);
     c->steals_taken += steal;
     sp_spin_unlock(&c->lock);
     if (steal) {
@@ -176,9 +179,10 @@ static void cache_stats(sp_pool *pool, sp_stream_cache *c, sp_stream_usage *st)
     st->size = sizeof *st;
     st->version = SP_STREAM_STATS_VERSION;
     sp_spin_lock(&c->lock);
-    st->requested = c->live_requested;
+    sp__note_peaks_locked(c);
+    st->requested = sp__live_requested(c);
     st->requested_peak = c->peak_requested;
-    st->active = c->live_active;
+    st->active = sp__live_active(c);
     st->active_peak = c->peak_active;
     st->cached = c->cached_bytes;
     st->allocs = c->allocs;
@@ -253,8 +257,8 @@ static void pool_reset(sp_pool *pool)
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             sp_spin_lock(&c->lock);
-            c->peak_requested = c->live_requested;
-            c->peak_active = c->live_active;
+            c->peak_requested = sp__live_requested(c);
+            c->peak_active = sp__live_active(c);
             sp_spin_unlock(&c->lock);
         }
     pthread_mutex_unlock(&pool->lock);
@@ -302,7 +306,7 @@ static void read_block(sp_block *b, void *arg)
         l->info.state = SP_POINTER_LIVE;
         l->info.requested = b->requested;
         l->info.usable = b->size;
-        l->info.stream = b->alloc_stream;
+        l->info.stream = b->owner ? b->owner->key.stream : b->bypass_stream;
         l->owner = b->owner;
     } else {
         l->info.state = SP_POINTER_CACHED; /* its fields may change under another lock */
@@ -373,9 +377,10 @@ static void collect_live(sp_block *b, void *arg)
         l->missed++;
         return;
     }
-    l->rows[l->n] = (sp_live_alloc){b->ptr, b->requested, b->size, b->alloc_stream, "", 0};
+    cudaStream_t stream = b->owner ? b->owner->key.stream : b->bypass_stream;
+    l->rows[l->n] = (sp_live_alloc){b->ptr, b->requested, b->size, stream, "", 0};
     l->owners[l->n] = b->owner;
-    l->seqs[l->n] = b->alloc_seq;
+    l->seqs[l->n] = b->owner ? b->alloc_seq : 0;
     l->n++;
 }
 
