@@ -3,6 +3,7 @@
  * byte counts: small requests are held at their 256-byte class, a fresh slab is 2 MiB and a
  * 3 MiB request gets a segment of its own size. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,6 +426,101 @@ static void dump_live_lists_outstanding_allocations(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* Threads allocate on their own streams and free each other's blocks: every stream's figures
+ * return to zero, and the steals each stream took are the ones others gave. */
+#define MIX_THREADS 4
+#define MIX_ROUNDS 2000
+
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t streams[MIX_THREADS];
+    pthread_mutex_t lock;
+    void *handoff[MIX_THREADS * 8];
+    int n;
+    atomic_int failures;
+} mix_ctx;
+
+typedef struct {
+    mix_ctx *x;
+    int id;
+} mix_arg;
+
+static void *mix_thread(void *arg)
+{
+    mix_arg *a = arg;
+    mix_ctx *x = a->x;
+    cudaStream_t mine = x->streams[a->id];
+    for (int r = 0; r < MIX_ROUNDS; r++) {
+        void *p = NULL, *other = NULL;
+        size_t bytes = (size_t)(r % 7 + 1) * 700 + (r % 50 == 0 ? 2 * MiB : 0);
+        if (sp_alloc(x->pool, &p, bytes, mine) != SP_OK)
+            atomic_fetch_add(&x->failures, 1);
+        pthread_mutex_lock(&x->lock);
+        if (x->n > 0 && (x->n == (int)(sizeof x->handoff / sizeof x->handoff[0]) || (r & 1))) {
+            other = x->handoff[0]; /* one handed off, most often by another thread */
+            x->handoff[0] = x->handoff[--x->n];
+        }
+        if (p)
+            x->handoff[x->n++] = p;
+        pthread_mutex_unlock(&x->lock);
+        if (other && sp_free_any(x->pool, other) != SP_OK) /* on its allocation stream */
+            atomic_fetch_add(&x->failures, 1);
+        if (r % 3 == 0) { /* and one freed on this thread's stream, whoever allocated it */
+            pthread_mutex_lock(&x->lock);
+            other = x->n ? x->handoff[--x->n] : NULL;
+            pthread_mutex_unlock(&x->lock);
+            if (other && sp_free(x->pool, other, mine) != SP_OK)
+                atomic_fetch_add(&x->failures, 1);
+        }
+    }
+    return NULL;
+}
+
+static void stream_figures_balance_across_threads(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    SP(sp_runtime_create(0, NULL, &rt)); /* default flush: figures batch per stream */
+    mix_ctx x = {.n = 0};
+    SP(sp_pool_create(rt, "mix", NULL, &x.pool));
+    pthread_mutex_init(&x.lock, NULL);
+    for (int i = 0; i < MIX_THREADS; i++)
+        x.streams[i] = new_stream();
+    pthread_t t[MIX_THREADS];
+    mix_arg args[MIX_THREADS];
+    for (int i = 0; i < MIX_THREADS; i++) {
+        args[i] = (mix_arg){&x, i};
+        assert_int_equal(pthread_create(&t[i], NULL, mix_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < MIX_THREADS; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(atomic_load(&x.failures), 0);
+    for (int i = 0; i < x.n; i++)
+        SP(sp_free(x.pool, x.handoff[i], x.streams[0]));
+    uint64_t allocs = 0, frees = 0, taken = 0, given = 0;
+    for (int i = 0; i < MIX_THREADS; i++) {
+        sp_stream_usage u = usage_of(x.pool, x.streams[i]);
+        assert_int_equal(u.requested, 0);
+        assert_int_equal(u.active, 0);
+        assert_true(u.requested_peak > 0);
+        allocs += u.allocs;
+        frees += u.frees;
+        taken += u.steals_taken;
+        given += u.steals_given;
+    }
+    sp_stats st = stats_of(x.pool);
+    assert_int_equal(allocs, MIX_THREADS * MIX_ROUNDS);
+    assert_int_equal(allocs, st.allocs);
+    assert_int_equal(frees, st.frees);
+    assert_int_equal(taken, given);
+    assert_int_equal(st.requested.current, 0);
+    for (int i = 0; i < MIX_THREADS; i++)
+        drop_stream(rt, x.streams[i]);
+    pthread_mutex_destroy(&x.lock);
+    SP(sp_pool_destroy(x.pool));
+    SP(sp_runtime_destroy(rt));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -434,6 +530,7 @@ int main(void)
         cmocka_unit_test_teardown(free_any_refuses_another_threads_stream, reset_device),
         cmocka_unit_test_teardown(stream_labels_in_reports, reset_device),
         cmocka_unit_test_teardown(dump_live_lists_outstanding_allocations, reset_device),
+        cmocka_unit_test_teardown(stream_figures_balance_across_threads, reset_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
