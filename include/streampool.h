@@ -266,6 +266,7 @@ typedef struct sp_oom_report {
     uint64_t device_free, device_total;   /* cudaMemGetInfo at the failure */
     uint32_t npools, pools_omitted;
     sp_oom_pool pools[SP_OOM_REPORT_POOLS];
+    char stream_name[64];                 /* the stream's label (sp_stream_set_name), or "" */
 } sp_oom_report;
 
 SP_API int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out);
@@ -402,8 +403,8 @@ SP_API int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, 
  * fresh: from the driver; fail), in a buffer per thread (at most SP_TRACE_THREAD_EVENTS events
  * each; later ones are dropped and counted). When the trace stops, two files are written:
  *   PATH       RMM's CSV (logging_resource_adaptor): Thread,Time,Action,Pointer,Size,Stream,
- *              then Pool,ClassSize,Outcome; successful calls only, so that RMM's tools and
- *              `sp-bench replay PATH` replay it;
+ *              then Pool,ClassSize,Outcome,StreamName (the stream's label, if any);
+ *              successful calls only, so that RMM's tools and `sp-bench replay PATH` replay it;
  *   PATH.json  Chrome trace-event JSON for Perfetto (ui.perfetto.dev) or chrome://tracing: a
  *              counter track per pool (requested, held, reserved bytes), an instant event per
  *              call on its thread's track, and process-wide instants for oom, limit, reclaim
@@ -433,6 +434,90 @@ SP_API int sp_runtime_trace_stop(sp_runtime *rt);
 SP_API size_t sp_stats_summary(const sp_stats *st, char *buf, size_t len);
 SP_API int sp_pool_summary(sp_pool *pool, char *buf, size_t len, size_t *needed);
 SP_API int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed);
+
+/* ---- per-stream figures, peaks, pointers, labels, live allocations ---- */
+
+/* Labels a stream for people: shown in the OOM report (stream_name), the trace (the CSV's
+ * StreamName column, the JSON's stream_name argument: labels as they are when the trace is
+ * written), sp_pool_summary's stream table, sp_stream_stats and sp_pool_dump_live. Checked like
+ * pool names (1..SP_STREAM_NAME_MAX bytes of UTF-8 without control characters, else
+ * SP_ERR_INVALID); NULL removes the label. sp_stream_release forgets it. A label set for
+ * cudaStreamPerThread names the calling thread's per-thread stream only. */
+#define SP_STREAM_NAME_MAX 63
+SP_API int sp_stream_set_name(sp_runtime *rt, cudaStream_t stream, const char *name);
+/* The label into buf (NUL-terminated when len > 0; "" if none); returns its length. */
+SP_API size_t sp_stream_name(sp_runtime *rt, cudaStream_t stream, char *buf, size_t len);
+
+#define SP_STREAM_STATS_VERSION 1
+
+/* One stream's share of a pool. requested and active count live allocations made on the stream
+ * (wherever they are freed later); cached counts what was freed on it and is not yet usable
+ * by other streams without a fence: its bins, and free ranges of slabs and segments still
+ * tagged with it. allocs = hits (its own cache, no other stream involved) + the rest;
+ * steals_taken: its allocations served from memory another stream freed; steals_given: its
+ * freed memory that another stream took. Peaks are kept like the pool's (exact with
+ * stats_flush_bytes 0, else they may miss by up to that much) and move back to the current
+ * figure at sp_pool_reset_peaks. */
+typedef struct sp_stream_usage {
+    uint32_t size;                        /* set by the caller: sizeof(sp_stream_usage) */
+    uint32_t version;                     /* set by the library: SP_STREAM_STATS_VERSION */
+    uint64_t requested, requested_peak, active, active_peak, cached;
+    uint64_t allocs, hits, frees, steals_taken, steals_given;
+    char name[SP_STREAM_NAME_MAX + 1];    /* its label, or "" */
+} sp_stream_usage;
+
+/* SP_ERR_NOT_FOUND if the pool has not seen the stream (or it was released). */
+SP_API int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out);
+
+/* Like PyTorch's reset_peak_memory_stats: every peak (requested, active, cached, held, and each
+ * stream's) becomes its current value, so that the next peak is the high-water mark of what
+ * follows. Totals and counters are left alone. sp_runtime_reset_peaks resets the runtime's
+ * figures and every pool's. */
+SP_API int sp_pool_reset_peaks(sp_pool *pool);
+SP_API int sp_runtime_reset_peaks(sp_runtime *rt);
+
+typedef enum {
+    SP_POINTER_UNKNOWN = 0,               /* not a pointer streampool handed out (or inside one) */
+    SP_POINTER_LIVE = 1,                  /* allocated and not freed */
+    SP_POINTER_CACHED = 2,                /* freed: held in a cache or a free range */
+} sp_pointer_state;
+
+typedef struct sp_ptr_info {
+    uint32_t size;                        /* set by the caller: sizeof(sp_ptr_info) */
+    sp_pointer_state state;
+    sp_pool *pool;                        /* LIVE and CACHED */
+    size_t requested, usable;             /* LIVE only: asked for, and what the block holds */
+    cudaStream_t stream;                  /* LIVE only: the stream it was allocated on */
+} sp_ptr_info;
+
+/* What ptr (the exact pointer sp_alloc returned) is; SP_OK with state UNKNOWN for a pointer
+ * streampool does not know. A snapshot: another thread may free it right after. */
+SP_API int sp_pointer_info(sp_runtime *rt, const void *ptr, sp_ptr_info *out);
+
+/* Frees ptr on the stream it was allocated on, for a caller that has no stream (ONNX Runtime's
+ * IAllocator::Free): stream order stays correct as long as every use of ptr was enqueued on
+ * that stream or ordered before its end (rule 3 of docs/cuda-semantics.md). Errors as
+ * sp_free's; SP_ERR_NOT_SUPPORTED if it was allocated on another thread's
+ * cudaStreamPerThread, which this thread cannot name. */
+SP_API int sp_free_any(sp_pool *pool, void *ptr);
+
+/* One outstanding allocation, for leak hunting. age_allocs: allocations its stream made since
+ * (0: the newest; a figure that keeps growing while the server runs is a leak); no clock is read
+ * on the hot path, so there is no age in seconds (the trace has times). */
+typedef struct sp_live_alloc {
+    const void *ptr;
+    size_t requested, usable;
+    cudaStream_t stream;
+    const char *stream_name;              /* its label, or "" */
+    uint64_t age_allocs;
+} sp_live_alloc;
+
+/* Return non-zero to stop the dump. Called with no streampool lock held. */
+typedef int (*sp_live_callback)(const sp_live_alloc *a, void *user);
+
+/* Calls cb for every live allocation of the pool, oldest first (largest age_allocs; then by
+ * pointer). Returns how many it reported, or a negative status. */
+SP_API int sp_pool_dump_live(sp_pool *pool, sp_live_callback cb, void *user);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
  * segments under the heap's mutex, also without a driver call when free memory fits. A miss
  * climbs one ladder, top to bottom: steal -> fresh -> give back -> reclaim -> callback -> fail. */
 #include "internal.h"
+#include "introspect.h"
 
 static bool capture_possible(const sp_runtime *rt)
 {
@@ -25,6 +26,7 @@ static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t by
     c->active_total += b->size;
     c->requested_delta += (int64_t)bytes;
     c->active_delta += (int64_t)b->size;
+    sp__note_alloc_locked(c, b);
     if (sp_unlikely((uint64_t)(c->requested_delta < 0 ? -c->requested_delta : c->requested_delta) >
                     pool->stats_flush ||
                     (uint64_t)(c->active_delta < 0 ? -c->active_delta : c->active_delta) >
@@ -152,6 +154,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     c->freed_bytes += b->size;
     c->requested_delta -= (int64_t)b->requested;
     c->active_delta -= (int64_t)b->size;
+    sp_free_note note = sp__note_free_locked(c, b);
     bool small = b->cls < SP_CLASS_COUNT;
     sp_heap *h = small ? &pool->slabs : &pool->segments;
     bool to_bin = small && !capturing;
@@ -165,6 +168,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     else if (sp_unlikely((uint64_t)-c->active_delta > pool->stats_flush))
         sp__cache_flush_locked(pool, c);
     sp_spin_unlock(&c->lock);
+    if (sp_unlikely(note.owner != NULL)) /* allocated on another stream */
+        sp__note_foreign_free(note);
     if (!to_bin) { /* back into its segment or slab, tagged, merged with free neighbours */
         pthread_mutex_lock(&h->lock);
         sp__heap_put(h, b, c, b->epoch);
@@ -285,6 +290,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
+    sp__note_miss(c, b, bytes);
     atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
     *ptr = b->ptr;
     return SP_OK;
@@ -302,6 +308,7 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
     if (rc != SP_OK)
         return rc;
     b->requested = bytes;
+    b->bypass_stream = stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
     sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
     atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);

@@ -118,6 +118,14 @@ typedef struct sp_block {
     struct sp_block *addr_prev, *addr_next; /* neighbours in the segment, by address */
     bool is_free;              /* a free range in its segment's heap (under the heap's lock) */
     struct sp_block *prev, *next; /* in a stream bin or a heap's free bin */
+    /* introspect.c: who allocated a live block, and who last freed it (set under that cache's
+     * lock, read under the ptrmap shard's lock while the block is live) */
+    sp_stream_cache *owner;    /* the allocating stream's cache; NULL for a capture bypass */
+    sp_stream_cache *freed_by; /* the cache of its latest free: a steal when another takes it */
+    union {                    /* within the second cache line, which the hot path touches */
+        uint64_t alloc_seq;    /* owner set: its allocation count when this was allocated */
+        cudaStream_t bypass_stream; /* owner NULL: the capturing stream it was allocated on */
+    };
 } sp_block;
 
 /* ---- fences (fence.c) ----
@@ -258,6 +266,9 @@ struct sp_stream_cache {
      * runtime's stats_flush_bytes, on the slow path and on a stats read, so that threads on
      * different streams do not bounce one cache line on every call */
     int64_t requested_delta, active_delta;
+    /* per-stream figures (introspect.h), under `lock` like the counters above */
+    uint64_t allocs, live_requested, live_active, peak_requested, peak_active;
+    uint64_t steals_taken, steals_given;
     sp_stream_cache *next_in_pool;
     sp_stream_cache *next_in_bucket;
 };
@@ -307,6 +318,10 @@ void sp__ptrmap_remove(sp_ptrmap *m, const void *ptr);
  * removed from the map). */
 int sp__ptrmap_take_for_free(sp_ptrmap *m, const void *ptr, const sp_pool *pool, sp_block **out);
 void sp__ptrmap_free(sp_ptrmap *m);
+/* Calls fn with ptr's block (NULL if unknown), or with every block, under the shard's lock:
+ * fn takes no lock and allocates nothing (introspect.c). */
+void sp__ptrmap_visit(sp_ptrmap *m, const void *ptr, void (*fn)(sp_block *, void *), void *arg);
+void sp__ptrmap_each(sp_ptrmap *m, void (*fn)(sp_block *, void *), void *arg);
 
 /* ---- pools (pool.c) ---- */
 
@@ -508,6 +523,18 @@ void sp__trace_trim(sp_pool *pool);
 void sp__trace_autostart(sp_runtime *rt);
 /* Stops a trace still on (writing its files) and frees the trace's memory. */
 void sp__trace_destroy(sp_runtime *rt);
+
+/* ---- introspect.c: stream labels, per-stream figures (hot-path part in introspect.h) ---- */
+
+/* The label of a stream (exact key), or of any thread's stream with that handle, into out
+ * ("" if none). Takes the label table's mutex: after runtime->lock, before nothing. */
+void sp__stream_label(const sp_runtime *rt, sp_stream_key key, char *out, size_t len);
+void sp__stream_label_any_thread(const sp_runtime *rt, cudaStream_t stream, char *out, size_t len);
+/* Forgets the runtime's label of *stream, or all its labels when stream is NULL. */
+void sp__stream_labels_forget(const sp_runtime *rt, const cudaStream_t *stream);
+/* The pool's table of streams for sp_pool_summary (takes pool->lock). */
+void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
+                       const char *(*human)(uint64_t, char[16]));
 
 /* ---- status.c ---- */
 

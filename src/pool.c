@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "introspect.h"
 
 static atomic_uint_least64_t next_pool_id = 1;
 
@@ -57,6 +58,7 @@ void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t hel
 
 void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
 {
+    sp__note_flush_locked(c); /* the stream's own figures move with the shared ones */
     if (c->requested_delta || c->active_delta) {
         sp__usage_add(pool, c->requested_delta, c->active_delta, 0);
         c->requested_delta = c->active_delta = 0;

@@ -131,3 +131,27 @@ void sp__ptrmap_free(sp_ptrmap *m)
         m->shards[i].cap = m->shards[i].len = 0;
     }
 }
+
+/* introspect.c's reads: fn sees each block under its shard's lock, so that a live block cannot
+ * be freed meanwhile; fn must take no lock and allocate nothing. */
+void sp__ptrmap_visit(sp_ptrmap *m, const void *ptr, void (*fn)(sp_block *, void *), void *arg)
+{
+    uint64_t h = hash_ptr(ptr);
+    sp_ptrmap_shard *s = shard_of(m, h);
+    sp_spin_lock(&s->lock);
+    size_t i = s->cap ? find_slot(s, ptr, h) : 0;
+    fn(s->cap && s->slots[i].key ? s->slots[i].block : NULL, arg);
+    sp_spin_unlock(&s->lock);
+}
+
+void sp__ptrmap_each(sp_ptrmap *m, void (*fn)(sp_block *, void *), void *arg)
+{
+    for (int k = 0; k < SP_PTRMAP_SHARDS; k++) {
+        sp_ptrmap_shard *s = &m->shards[k];
+        sp_spin_lock(&s->lock);
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->slots[i].key)
+                fn(s->slots[i].block, arg);
+        sp_spin_unlock(&s->lock);
+    }
+}

@@ -101,6 +101,7 @@ void sp__oom_record(sp_pool *pool, size_t bytes, cudaStream_t stream)
     snprintf(r->pool, sizeof r->pool, "%s", pool->name);
     r->bytes = bytes;
     r->stream = stream;
+    sp__stream_label(rt, sp__stream_key(stream), r->stream_name, sizeof r->stream_name);
     r->device_free = free_b;
     r->device_total = total;
     for (sp_pool *p = rt->pools; p; p = p->next) {
@@ -149,6 +150,14 @@ size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len)
                     (unsigned long long)p->cached, (unsigned long long)p->reserved,
                     (unsigned long long)p->limit, (unsigned long long)p->reservation, p->priority);
     }
-    sp__appendf(buf, len, &used, "],\"pools_omitted\":%u}", r->pools_omitted);
+    sp__appendf(buf, len, &used, "],\"pools_omitted\":%u", r->pools_omitted);
+    if (r->size >= offsetof(sp_oom_report, stream_name) + sizeof r->stream_name) {
+        char name[sizeof r->stream_name + 1]; /* a caller's struct may lack the NUL */
+        memcpy(name, r->stream_name, sizeof r->stream_name);
+        name[sizeof r->stream_name] = '\0';
+        sp__appendf(buf, len, &used, ",\"stream_name\":");
+        sp__append_json_string(buf, len, &used, name);
+    }
+    sp__appendf(buf, len, &used, "}");
     return used;
 }

@@ -90,6 +90,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     }
     sp__config_warn_unused(rt);
     sp__trace_destroy(rt);
+    sp__stream_labels_forget(rt, NULL);
     int err = SP_OK;
     while (rt->pools) {
         sp_pool *p = rt->pools;
@@ -224,6 +225,7 @@ int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
         }
     }
     pthread_mutex_unlock(&rt->lock);
+    sp__stream_labels_forget(rt, &stream);
     return rc;
 }
 

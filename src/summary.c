@@ -98,6 +98,7 @@ int sp_pool_summary(sp_pool *pool, char *buf, size_t len, size_t *needed)
     sp__appendf(buf, len, &t.used, "streampool pool \"%s\" on device %d\n", pool->name,
                 pool->rt->device);
     stats_block(&t, &st);
+    sp__streams_table(pool, buf, len, &t.used, human); /* each stream's share, with its label */
     *needed = t.used;
     return rc;
 }

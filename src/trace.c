@@ -361,9 +361,14 @@ static void json_ts(FILE *f, uint64_t ns)
     fprintf(f, "\"ts\":%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
 }
 
-static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tids, int device,
-                       size_t dropped)
+static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tids,
+                       const sp_runtime *rt, size_t dropped)
 {
+    int device = rt->device;
+    /* stream labels as they are now; the last one is remembered, streams come in runs */
+    uint64_t label_stream = 0;
+    char label[SP_STREAM_NAME_MAX + 1] = "";
+    bool label_known = false;
     int pid = device + 1; /* trace viewers treat pid 0 as the kernel's */
     size_t plen = strlen(t->path);
     char *jpath = malloc(plen + 6);
@@ -386,7 +391,7 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
     else if (!map.keys || !map.sizes || !requested || !reserved)
         rc = SP_ERR_NO_HOST_MEMORY;
     if (rc == SP_OK) {
-        fputs("Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome\n", csv);
+        fputs("Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome,StreamName\n", csv);
         fprintf(json, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"streampool %s\","
                       "\"device\":%d,\"dropped_events\":%zu},\"traceEvents\":[\n",
                 sp_version_string(), device, dropped);
@@ -403,6 +408,12 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
         const char *pool = t->pools[e->pool].name;
         long tid = tids[ev[i].thread];
         bool counters = false;
+        if (!label_known || label_stream != (uint64_t)e->stream) {
+            sp__stream_label_any_thread(rt, (cudaStream_t)(uintptr_t)e->stream, label,
+                                        sizeof label);
+            label_stream = (uint64_t)e->stream;
+            label_known = true;
+        }
         if (e->kind == EV_ALLOC && e->status == SP_OK) {
             size_t s = map_slot(&map, e->ptr);
             map.keys[s] = e->ptr;
@@ -432,8 +443,15 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
             fputc('"', csv);
             for (const char *c = pool; *c; c++)
                 fputs(*c == '"' ? "\"\"" : (char[2]){*c, 0}, csv);
-            fprintf(csv, "\",%zu,%s\n", sp_size_class(e->size),
+            fprintf(csv, "\",%zu,%s,", sp_size_class(e->size),
                     e->kind == EV_ALLOC ? outcome_name[e->outcome] : "free");
+            if (label[0]) { /* quoted like the pool; empty for a stream without a label */
+                fputc('"', csv);
+                for (const char *c = label; *c; c++)
+                    fputs(*c == '"' ? "\"\"" : (char[2]){*c, 0}, csv);
+                fputc('"', csv);
+            }
+            fputc('\n', csv);
         }
         /* the call on its thread's track */
         fprintf(json, ",\n{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"%s\",\"pid\":%d,\"tid\":%ld,",
@@ -445,10 +463,15 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
         fputs(",\"args\":{\"pool\":", json);
         json_name(json, pool);
         fprintf(json, ",\"ptr\":\"0x%llx\",\"size\":%llu,\"stream\":\"0x%llx\",\"outcome\":\"%s\","
-                      "\"status\":\"%s\"}}",
+                      "\"status\":\"%s\"",
                 (unsigned long long)e->ptr, (unsigned long long)e->size,
                 (unsigned long long)e->stream,
                 e->kind == EV_FREE ? "free" : outcome_name[e->outcome], sp_status_name(e->status));
+        if (label[0]) {
+            fputs(",\"stream_name\":", json);
+            json_name(json, label);
+        }
+        fputs("}}", json);
         if (counters || e->kind > EV_FREE) { /* the pool's counter track */
             fprintf(json, ",\n{\"name\":\"pool ");
             char quoted[8 * (SP_POOL_NAME_MAX + 1) + 4];
@@ -512,7 +535,7 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     }
     if (rc == SP_OK) {
         qsort(ev, n, sizeof *ev, by_time);
-        rc = write_files(t, ev, n, tids, rt->device, dropped);
+        rc = write_files(t, ev, n, tids, rt, dropped);
     }
     if (dropped)
         fprintf(stderr, "streampool: warning: the trace %s dropped %zu events (more than %zu in a "

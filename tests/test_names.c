@@ -61,7 +61,8 @@ static void oom_report_json_escapes_every_byte(void **state)
         "{\"failures\":1,\"pool\":\"a\\\"b\\\\c\\td\\ne\\u0001\\u007f\\u0085\\ufffd\xe6\xa8\xa1\","
         "\"bytes\":1000,\"stream\":\"(nil)\",\"device_free\":0,\"device_total\":0,\"pools\":["
         "{\"name\":\"x\\ry\\u0008\",\"requested\":0,\"active\":0,\"cached\":0,\"reserved\":0,"
-        "\"limit\":0,\"reservation\":0,\"priority\":0}],\"pools_omitted\":0}");
+        "\"limit\":0,\"reservation\":0,\"priority\":0}],\"pools_omitted\":0,"
+        "\"stream_name\":\"\"}");
     assert_int_equal(sp_oom_report_json(&r, json, 10), n); /* truncated: the full length */
     assert_int_equal(strlen(json), 9);
 }

@@ -27,13 +27,20 @@ static void summaries_show_the_stats(void **state)
     SP(sp_alloc(def, &p[2], 100 * KiB, s));
     assert_int_equal(sp_alloc(llama, &p[3], 65 * MiB, s), SP_ERR_LIMIT);
     CK(cudaStreamSynchronize(s));
+    SP(sp_stream_set_name(rt, s, "decode"));
 
     char buf[8192];
     size_t needed = 0;
     SP(sp_pool_summary(llama, buf, sizeof buf, &needed));
     assert_int_equal(needed, strlen(buf));
 
-    assert_string_equal(buf,
+    /* one row per stream: the 1000-byte block came back to the same stream (a hit); the rest of
+     * the fresh slab is still tagged with the stream that allocated it: its cached bytes */
+    char streams[512], expect[8192];
+    snprintf(streams, sizeof streams,
+             "%s%-18p%s", "stream             label             requested     active     cached   allocs     hits    taken    given\n", (void *)s,
+             " decode              3.0 MiB    3.0 MiB    2.0 MiB        3        1        0        0\n");
+    snprintf(expect, sizeof expect,
         "streampool pool \"llama \xe6\xa8\xa1\xe5\x9e\x8b\" on device 0\n"
         "bytes           current         peak        total\n"
         "requested       3.0 MiB      3.0 MiB      3.0 MiB\n"
@@ -41,7 +48,7 @@ static void summaries_show_the_stats(void **state)
         "cached          2.0 MiB      2.0 MiB      1.0 KiB\n" /* the slab's free space */
         "held            5.0 MiB      5.0 MiB      5.0 MiB\n" /* a 2 MiB slab, a 3 MiB segment */
         "driver: 6.0 MiB reserved, 5.0 MiB used by 1 pool\n"   /* in 2 MiB pages */
-        "allocations: 3, 33.3% from a cache (33.3% same stream), 2 from the driver\n"
+        "allocations: 3, 33.3%% from a cache (33.3%% same stream), 2 from the driver\n"
         "layout: 1 slab (2.0 MiB), 1 segment (3.0 MiB), 2.0 MiB free inside them, largest free "
         "range 2.0 MiB\n"
         "counters:\n"
@@ -62,7 +69,9 @@ static void summaries_show_the_stats(void **state)
         "  reclaimed_bytes                 0  cached bytes given back to the driver: trim, limits, out-of-memory\n"
         "  trims                           0  sp_pool_trim calls and cache-limit releases\n"
         "  skipped_steps                   0  best-effort steps skipped after a CUDA error (probe, fence, give-back)\n"
-        "  give_back_failures              0  segments the driver refused to take back (kept, counted as held)\n");
+        "  give_back_failures              0  segments the driver refused to take back (kept, counted as held)\n"
+        "%s", streams);
+    assert_string_equal(buf, expect);
     assert_int_equal(sp_pool_summary(llama, buf, 20, &needed), SP_OK); /* truncated */
     assert_int_equal(strlen(buf), 19);
     assert_true(needed > 1000);

@@ -87,7 +87,7 @@ header, rows = read_csv(serve_csv)
 check("serve CSV: RMM's six columns first",
       header[:6] == ["Thread", "Time", "Action", "Pointer", "Size", "Stream"], header)
 check("serve CSV: pool, class size and outcome after them",
-      header[6:] == ["Pool", "ClassSize", "Outcome"], header)
+      header[6:] == ["Pool", "ClassSize", "Outcome", "StreamName"], header)
 allocs = sum(1 for x in rows if x[2] == "allocate")
 frees = sum(1 for x in rows if x[2] == "free")
 check("serve CSV: every allocation freed", allocs == frees > 0, f"{allocs} {frees}")

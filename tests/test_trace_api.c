@@ -71,15 +71,15 @@ static void trace_records_outcomes(void **state)
     assert_int_equal(stats_of(pool).cross_stream_reuses, 1);
 
     char *csv = slurp(path);
-    assert_non_null(strstr(csv, "Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome\n"));
+    assert_non_null(strstr(csv, "Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome,StreamName\n"));
     char expect[1024];
     snprintf(expect, sizeof expect,
-             "allocate,%p,5000,%p,\"p,1\",5120,fresh\n"
-             "free,%p,5000,%p,\"p,1\",5120,free\n"
-             "allocate,%p,4900,%p,\"p,1\",5120,hit\n"
-             "free,%p,4900,%p,\"p,1\",5120,free\n"
-             "allocate,%p,5000,%p,\"p,1\",5120,steal\n"
-             "free,%p,5000,%p,\"p,1\",5120,free\n",
+             "allocate,%p,5000,%p,\"p,1\",5120,fresh,\n"
+             "free,%p,5000,%p,\"p,1\",5120,free,\n"
+             "allocate,%p,4900,%p,\"p,1\",5120,hit,\n"
+             "free,%p,4900,%p,\"p,1\",5120,free,\n"
+             "allocate,%p,5000,%p,\"p,1\",5120,steal,\n"
+             "free,%p,5000,%p,\"p,1\",5120,free,\n",
              a, (void *)s1, a, (void *)s1, a, (void *)s1, a, (void *)s1, a, (void *)s2, a,
              (void *)s2);
     char *rows = rows_without_thread_and_time(csv);
@@ -102,7 +102,7 @@ static void trace_records_outcomes(void **state)
     SP(sp_free(pool, a, s1)); /* its allocation is not in this trace: left out */
     SP(sp_runtime_trace_stop(rt));
     csv = slurp(path);
-    assert_string_equal(csv, "Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome\n");
+    assert_string_equal(csv, "Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome,StreamName\n");
     free(csv);
     drop_stream(rt, s1);
     drop_stream(rt, s2);
@@ -194,7 +194,7 @@ static void trace_from_alloc_conf(void **state)
     char *rows = rows_without_thread_and_time(csv);
     char expect[256];
     snprintf(expect, sizeof expect,
-             "allocate,%p,3000,0x0,\"default\",3072,fresh\nfree,%p,3000,0x0,\"default\",3072,free\n",
+             "allocate,%p,3000,0x0,\"default\",3072,fresh,\nfree,%p,3000,0x0,\"default\",3072,free,\n",
              p, p);
     assert_string_equal(rows, expect);
     free(rows);
@@ -246,10 +246,10 @@ static void trace_records_calls_made_by_the_oom_callback(void **state)
     char *rows = rows_without_thread_and_time(csv);
     char expect[512];
     snprintf(expect, sizeof expect,
-             "allocate,%p,41943040,%p,\"default\",41943040,fresh\n"
-             "free,%p,41943040,%p,\"default\",41943040,free\n"
-             "allocate,%p,41943040,%p,\"default\",41943040,fresh\n"
-             "free,%p,41943040,%p,\"default\",41943040,free\n",
+             "allocate,%p,41943040,%p,\"default\",41943040,fresh,\n"
+             "free,%p,41943040,%p,\"default\",41943040,free,\n"
+             "allocate,%p,41943040,%p,\"default\",41943040,fresh,\n"
+             "free,%p,41943040,%p,\"default\",41943040,free,\n",
              h.victim, (void *)s, h.victim, (void *)s, big, (void *)s, big, (void *)s);
     assert_string_equal(rows, expect);
     free(rows);
