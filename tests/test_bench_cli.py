@@ -176,7 +176,9 @@ def _():
         base = [y for y in d["serve"] if y["streams"] == x["streams"] and
                 y["allocator"] == "cudaMallocAsync (threshold max)"][0]
         want = x["requests_per_s"]["median"] / base["requests_per_s"]["median"]
-        check(f"{tag}: multiple against the fair baseline", abs(x["vs_async_threshold_max"] - want) < 1e-3 * want, x)
+        # the JSON keeps 4 decimals of the multiple and 1 of each median: allow both roundings
+        check(f"{tag}: multiple against the fair baseline",
+              abs(x["vs_async_threshold_max"] - want) <= 1e-3 * want + 5e-5, x)
         if d["runtime"] == "cudasim" and x["allocator"] != "streampool":
             check(f"{tag}: 4 driver allocations per request", x["driver_allocs_per_request"] == 4, x)
     check("table printed with the multiples", "x async" in r.stdout and "x cuda" in r.stdout, r.stdout)
