@@ -137,7 +137,12 @@ SP_API int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out);
 SP_API int sp_stream_release(sp_runtime *rt, cudaStream_t stream);
 
 /* Declares that `stream` is about to be / is no longer captured into a CUDA graph. Between the
- * two, allocations and frees on it go straight to the driver (graph nodes), never to a cache. */
+ * two, allocations and frees on it go straight to the driver (graph nodes), never to a cache.
+ * A block allocated before the capture and freed on the stream during it is kept aside (rule 24:
+ * no cudaFreeAsync inside the capture) and returns to the stream's cache at capture end (with
+ * SP_CAPTURE_ALWAYS: at the stream's next sp_alloc/sp_free after the capture). streampool never
+ * queries, fences or synchronizes a capturing stream; other streams go on as usual, their hot
+ * path without a lock. */
 SP_API int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream);
 SP_API int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream);
 

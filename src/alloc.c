@@ -48,8 +48,13 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
         return SP_ERR_TOO_LARGE;
     sp_stream_key key = sp__stream_key(stream);
     if (sp_unlikely(capture_possible(pool->rt))) {
+        /* the stream's own cache says whether it is declared capturing: no lock, so that other
+         * streams' hot path stays as it is while a capture is under way */
+        sp_stream_cache *c = sp__cache_get(pool, key);
+        if (sp_unlikely(!c))
+            return SP_ERR_NO_HOST_MEMORY;
         bool capturing = false;
-        int rc = sp__stream_capturing(pool->rt, key, &capturing);
+        int rc = sp__cache_capturing(c, &capturing);
         if (rc != SP_OK)
             return rc;
         if (capturing)
@@ -117,15 +122,11 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         sp__pool_bypass_free(pool, b, stream);
         return SP_OK;
     }
-    /* Anything else, even freed during a capture, stays cached tagged with its stream: never
-     * handed to a capture (captures bypass the caches), and to other streams only behind a
-     * fence, which is not recorded while a capture is declared. A small block freed during a
-     * capture is kept aside in its slab rather than in the stream's bin. */
+    /* Anything else stays cached, tagged with its stream. Freed during a capture of its stream
+     * (rule 24), it was allocated before the capture: no cudaFreeAsync, no bin; it is kept aside
+     * in the stream's cache and goes back to its slab or segment when the capture ends. */
     sp_stream_key key = sp__stream_key(stream);
     bool capturing = false;
-    if (sp_unlikely(capture_possible(pool->rt)) &&
-        sp__stream_capturing(pool->rt, key, &capturing) != SP_OK)
-        capturing = true; /* unknown: the careful choice */
     sp_stream_cache *c;
     for (;;) {
         c = sp__cache_get(pool, key);
@@ -133,6 +134,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
             atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
             return SP_ERR_NO_HOST_MEMORY;
         }
+        if (sp_unlikely(capture_possible(pool->rt)) && sp__cache_capturing(c, &capturing) != SP_OK)
+            capturing = true; /* unknown: the careful choice */
         sp_spin_lock(&c->lock);
         if (sp_likely(!c->released))
             break;
@@ -152,6 +155,10 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     if (to_bin) {
         sp__bin_push(&c->bins[b->cls], b);
         c->cached_bytes += b->size;
+    } else if (capturing) {
+        b->prev = NULL;
+        b->next = c->aside;
+        c->aside = b;
     }
     uint64_t cache_limit = atomic_load_explicit(&pool->cache_limit, memory_order_relaxed);
     if (sp_unlikely(cache_limit != UINT64_MAX || !to_bin))
@@ -159,7 +166,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     else if (sp_unlikely((uint64_t)-c->active_delta > pool->stats_flush))
         sp__cache_flush_locked(pool, c);
     sp_spin_unlock(&c->lock);
-    if (!to_bin) { /* back into its segment or slab, tagged, merged with free neighbours */
+    if (!to_bin && !capturing) { /* back into its segment, tagged, merged with free neighbours */
         pthread_mutex_lock(&h->lock);
         sp__heap_put(h, b, c, b->epoch);
         pthread_mutex_unlock(&h->lock);

@@ -23,8 +23,12 @@
  *    fails, that stream is synchronized instead; if that fails too, the memory stays cached.
  *  - sp_pool_trim and sp_pool_destroy return the first CUDA error instead of SP_OK.
  *  - Graph capture (CUDA-SEMANTICS 24-26): a capturing stream's allocations go straight to the
- *    driver; while any capture is declared nothing queries, records a fence on or synchronizes
- *    a stream (fences recorded before are still queried).
+ *    driver; a block allocated before the capture and freed during it is kept aside in its
+ *    stream's cache (never cudaFreeAsync inside the capture) and goes back to its slab or
+ *    segment when the capture ends. Nothing queries, records a fence on, waits on or
+ *    synchronizes a capturing stream (declared: its caches' `capturing` flag; ALWAYS: asked of
+ *    cudaStreamIsCapturing first), nor the legacy stream while any capture is declared;
+ *    fences recorded before the capture are still queried.
  *
  * LOCK ORDER (take only in this order; never the other way round):
  *    runtime->lock  >  pool->lock (stream table)  >  heap->lock (slabs, then segments)
@@ -244,6 +248,12 @@ struct sp_stream_cache {
     sp_stream_key key;
     sp_pool *pool;
     bool released;             /* forgotten: callers holding it must look again */
+    /* declared capture in progress on this stream (set and cleared under runtime->lock, read
+     * without a lock by the hot path) */
+    atomic_bool capturing;
+    /* blocks allocated before a capture and freed during it, under `lock`: kept aside until the
+     * capture ends (rule 24) */
+    sp_block *aside;
     atomic_uint_least64_t free_epoch;  /* frees on this stream so far; written under `lock` */
     /* fence state, under fence_lock (a mutex: fences mean driver calls) */
     pthread_mutex_t fence_lock;
@@ -281,6 +291,11 @@ void sp__small_flush_bins(sp_pool *pool);
 /* The pool's cache for `stream`, created if missing; NULL if host memory ran out. Fast when
  * this thread used the same (pool, stream) recently. */
 sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key);
+/* The pool's cache for key, created if missing, without the per-thread memo or the capture
+ * check of sp__cache_get: for sp_stream_capture_begin, under runtime->lock. */
+sp_stream_cache *sp__cache_get_locked_rt(sp_pool *pool, sp_stream_key key);
+/* The pool's cache for key if it exists (NULL otherwise). */
+sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key);
 /* Detaches the pool's cache for key (NULL if none); the caller empties it. */
 sp_stream_cache *sp__cache_detach(sp_pool *pool, sp_stream_key key);
 void sp__cache_table_free(sp_pool *pool);
@@ -421,8 +436,19 @@ struct sp_runtime {
     size_t capturing_len, capturing_cap;
 };
 
-/* Is `key` being captured into a graph (declared, or asked of CUDA per the config)? */
-int sp__stream_capturing(sp_runtime *rt, sp_stream_key key, bool *capturing);
+/* Is the stream of cache c being captured into a graph (declared: c's flag, no lock; ALWAYS:
+ * asked of CUDA)? In ALWAYS mode, a stream found no longer capturing gets its kept-aside blocks
+ * back. */
+int sp__cache_capturing(sp_stream_cache *c, bool *capturing);
+/* A cache just created while captures are declared: flagged if its stream is one of them. */
+void sp__capture_adopt(sp_stream_cache *c);
+/* Returns the blocks kept aside during a capture to their slabs and segments, tagged with a
+ * free on c's stream now. */
+void sp__cache_release_aside(sp_stream_cache *c);
+/* May the library name c's stream to the driver now (query, fence, wait, synchronize)? Not if it
+ * is another thread's per-thread stream, capturing (rule 25), or the legacy stream while a
+ * capture is declared. (Whether it was released is the caller's question.) */
+bool sp__may_touch_stream(sp_stream_cache *c);
 
 /* ---- cuda.c: the only file that calls CUDA ---- */
 

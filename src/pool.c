@@ -371,6 +371,10 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
 int sp__pool_free(sp_pool *pool)
 {
     int err = SP_OK;
+    /* blocks kept aside by a capture that was never declared over */
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+        for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
+            sp__cache_release_aside(c);
     sp__small_flush_bins(pool);
     settle_all(pool, &err);
     bool unsettled = false;
@@ -420,6 +424,7 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
     sp__cache_flush_locked(pool, c);
     sp_block *list = sp__small_take_all(c);
     sp_spin_unlock(&c->lock);
+    sp__cache_release_aside(c);
     /* the released stream is named one last time: a fence covering all its frees (or, failing
      * that, a synchronize); its blocks and ranges keep their tags behind it */
     int rc = sp__cache_final_fence(c);

@@ -226,6 +226,23 @@ static size_t capture_find(const sp_runtime *rt, sp_stream_key key)
     return SIZE_MAX;
 }
 
+/* Sets or clears the capturing flag of key's cache in every pool (created for `on`, so that the
+ * hot path reads one flag and no lock); runtime->lock held. */
+static int capture_flag_all(sp_runtime *rt, sp_stream_key key, bool on)
+{
+    for (sp_pool *p = rt->pools; p; p = p->next) {
+        sp_stream_cache *c = on ? sp__cache_get_locked_rt(p, key) : sp__cache_find(p, key);
+        if (!c && on)
+            return SP_ERR_NO_HOST_MEMORY;
+        if (!c)
+            continue;
+        atomic_store_explicit(&c->capturing, on, memory_order_release);
+        if (!on)
+            sp__cache_release_aside(c);
+    }
+    return SP_OK;
+}
+
 int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
 {
     if (!rt)
@@ -247,6 +264,12 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
         if (rc == SP_OK) {
             rt->capturing[rt->capturing_len++] = key;
             atomic_fetch_add(&rt->captures, 1);
+            rc = capture_flag_all(rt, key, true);
+            if (rc != SP_OK) { /* undone: the stream is not declared */
+                (void)capture_flag_all(rt, key, false);
+                rt->capturing_len--;
+                atomic_fetch_sub(&rt->captures, 1);
+            }
         }
     }
     pthread_mutex_unlock(&rt->lock);
@@ -262,18 +285,73 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
     size_t i = capture_find(rt, key);
     if (i != SIZE_MAX) {
         rt->capturing[i] = rt->capturing[--rt->capturing_len];
+        /* the blocks freed during the capture go back to their slabs and segments now */
+        (void)capture_flag_all(rt, key, false);
         atomic_fetch_sub(&rt->captures, 1);
     }
     pthread_mutex_unlock(&rt->lock);
     return i == SIZE_MAX ? SP_ERR_INVALID : SP_OK;
 }
 
-int sp__stream_capturing(sp_runtime *rt, sp_stream_key key, bool *capturing)
+void sp__capture_adopt(sp_stream_cache *c)
 {
-    if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS)
-        return sp__cuda_stream_is_capturing(key.stream, capturing);
+    sp_runtime *rt = c->pool->rt;
     pthread_mutex_lock(&rt->lock);
-    *capturing = capture_find(rt, key) != SIZE_MAX;
+    if (capture_find(rt, c->key) != SIZE_MAX)
+        atomic_store_explicit(&c->capturing, true, memory_order_release);
     pthread_mutex_unlock(&rt->lock);
+}
+
+int sp__cache_capturing(sp_stream_cache *c, bool *capturing)
+{
+    if (c->pool->rt->cfg.capture_check != SP_CAPTURE_ALWAYS) {
+        *capturing = atomic_load_explicit(&c->capturing, memory_order_acquire);
+        return SP_OK;
+    }
+    int rc = sp__cuda_stream_is_capturing(c->key.stream, capturing);
+    if (rc != SP_OK)
+        return rc;
+    /* ALWAYS: the flag remembers what was last seen, so that a capture's end is noticed here
+     * and its kept-aside blocks come back */
+    if (*capturing)
+        atomic_store_explicit(&c->capturing, true, memory_order_relaxed);
+    else if (atomic_exchange_explicit(&c->capturing, false, memory_order_relaxed))
+        sp__cache_release_aside(c);
     return SP_OK;
+}
+
+void sp__cache_release_aside(sp_stream_cache *c)
+{
+    sp_pool *pool = c->pool;
+    sp_spin_lock(&c->lock);
+    sp_block *list = c->aside;
+    c->aside = NULL;
+    uint64_t epoch = 0;
+    if (list) { /* tagged as freed on the stream now, after the capture */
+        epoch = atomic_load_explicit(&c->free_epoch, memory_order_relaxed) + 1;
+        atomic_store_explicit(&c->free_epoch, epoch, memory_order_release);
+    }
+    sp_spin_unlock(&c->lock);
+    for (sp_block *b = list, *next; b; b = next) {
+        next = b->next;
+        sp_heap *h = b->cls < SP_CLASS_COUNT ? &pool->slabs : &pool->segments;
+        pthread_mutex_lock(&h->lock);
+        sp__heap_put(h, b, c, epoch);
+        pthread_mutex_unlock(&h->lock);
+    }
+}
+
+bool sp__may_touch_stream(sp_stream_cache *c)
+{
+    if (!sp__this_threads_stream(c->key) ||
+        atomic_load_explicit(&c->capturing, memory_order_acquire))
+        return false;
+    sp_runtime *rt = c->pool->rt;
+    if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS) {
+        bool capturing = true;
+        return sp__cuda_stream_is_capturing(c->key.stream, &capturing) == SP_OK && !capturing;
+    }
+    /* the legacy stream depends on every blocking stream, a capturing one too (rule 25) */
+    return atomic_load_explicit(&rt->captures, memory_order_acquire) == 0 ||
+           (c->key.stream != NULL && c->key.stream != cudaStreamLegacy);
 }

@@ -116,12 +116,37 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
         return m->cache;
     pthread_mutex_lock(&pool->lock);
     sp_stream_cache *c = table_find(pool, key, h);
+    bool created = false;
     if (!c)
-        c = table_insert(pool, key);
+        created = (c = table_insert(pool, key)) != NULL;
     gen = atomic_load_explicit(&pool->stream_gen, memory_order_relaxed);
     pthread_mutex_unlock(&pool->lock);
+    /* a stream declared capturing before its cache existed (or before it was released and
+     * seen again) */
+    if (created && atomic_load_explicit(&pool->rt->captures, memory_order_acquire) != 0)
+        sp__capture_adopt(c);
     if (c)
         *m = (memo_entry){pool->id, gen, key, c};
+    return c;
+}
+
+sp_stream_cache *sp__cache_get_locked_rt(sp_pool *pool, sp_stream_key key)
+{
+    size_t h = key_hash(pool->id, key);
+    pthread_mutex_lock(&pool->lock);
+    sp_stream_cache *c = table_find(pool, key, h);
+    if (!c)
+        c = table_insert(pool, key);
+    pthread_mutex_unlock(&pool->lock);
+    return c;
+}
+
+sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key)
+{
+    size_t h = key_hash(pool->id, key);
+    pthread_mutex_lock(&pool->lock);
+    sp_stream_cache *c = table_find(pool, key, h);
+    pthread_mutex_unlock(&pool->lock);
     return c;
 }
 
