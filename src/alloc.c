@@ -173,6 +173,9 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     }
     if (sp_unlikely(cache_limit != UINT64_MAX))
         sp__pool_enforce_cache_limit(pool, cache_limit);
+    /* another thread wants to reuse what this thread freed on its per-thread stream */
+    if (sp_unlikely(atomic_load_explicit(&c->fence_wanted, memory_order_relaxed)))
+        sp__cache_offer_fence(c);
     return SP_OK;
 }
 
@@ -231,6 +234,9 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     sp_cross_stream_policy policy = pool->cfg.cross_stream;
     uint64_t limit = pool->cfg.limit;
     sp_ask_budget asks = {0}, waits = {0};
+    /* pending frees may have settled since the cache limit last gave up on them */
+    if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
+        atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
     sp_block *b = take_freed(pool, c, stream, bytes, SP_TAKE_SETTLED, &asks);
     if (!b && policy == SP_CROSS_STREAM_WAIT)
         b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits);

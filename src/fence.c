@@ -100,6 +100,8 @@ static sp_fence *covering_fence(sp_stream_cache *c, uint64_t epoch, bool ask)
     sp_fence *f = NULL;
     for (sp_fence *x = c->fences; x && x->epoch >= epoch; x = x->next)
         f = x;
+    if (!f && ask && !c->released && !sp__this_threads_stream(c->key))
+        atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
     if (f || !ask || !may_touch_stream(c) || c->fence_count >= 8)
         return f;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
@@ -258,4 +260,13 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
         return false;
     ab->asked[ab->asks++] = c;
     return sp__tag_settled(c, epoch, true);
+}
+
+void sp__cache_offer_fence(sp_stream_cache *c)
+{
+    if (!atomic_exchange_explicit(&c->fence_wanted, false, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&c->fence_lock);
+    (void)covering_fence(c, atomic_load_explicit(&c->free_epoch, memory_order_acquire), true);
+    pthread_mutex_unlock(&c->fence_lock);
 }

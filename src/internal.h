@@ -171,6 +171,9 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch);
 /* A released stream's final fence covering all its frees; on failure, synchronizes it. */
 int sp__cache_final_fence(sp_stream_cache *c);
 void sp__cache_drop_fences(sp_stream_cache *c);
+/* The owner thread of a cudaStreamPerThread cache records the fence another thread asked for
+ * (fence_wanted); best effort. */
+void sp__cache_offer_fence(sp_stream_cache *c);
 
 /* ---- segments and slabs (segment.c) ----
  * A heap holds a pool's segments of one tier (slabs for small blocks, segments for large
@@ -254,6 +257,9 @@ struct sp_stream_cache {
     /* blocks allocated before a capture and freed during it, under `lock`: kept aside until the
      * capture ends (rule 24) */
     sp_block *aside;
+    /* another thread could not fence this cudaStreamPerThread cache (it cannot name the
+     * stream): the owner records a fence at its next free */
+    atomic_bool fence_wanted;
     atomic_uint_least64_t free_epoch;  /* frees on this stream so far; written under `lock` */
     /* fence state, under fence_lock (a mutex: fences mean driver calls) */
     pthread_mutex_t fence_lock;
@@ -363,6 +369,10 @@ struct sp_pool {
     sp_usage usage;
     atomic_uint_least64_t count[SP_COUNT_N]; /* slow-path counters (hot ones live in caches) */
     atomic_uint_least64_t miss_allocs, miss_requested_total, miss_active_total;
+    /* the cache limit: one thread gives back at a time, and a pass that left the cache over the
+     * limit (pending frees) is not repeated until the cache grew by a slab or a miss came */
+    atomic_flag limit_busy;
+    atomic_uint_least64_t limit_stuck;
     sp_pool *next;
 };
 
@@ -434,7 +444,12 @@ struct sp_runtime {
     sp_oom_report last_oom;              /* under `lock` */
     sp_stream_key *capturing;
     size_t capturing_len, capturing_cap;
+    sp_runtime *next_runtime;            /* in the process's list, for threads that exit */
 };
+
+/* A thread that made a cudaStreamPerThread cache: at its exit, its caches in every runtime are
+ * released from that thread, behind a final fence it can still record. */
+void sp__thread_watch(void);
 
 /* Is the stream of cache c being captured into a graph (declared: c's flag, no lock; ALWAYS:
  * asked of CUDA)? In ALWAYS mode, a stream found no longer capturing gets its kept-aside blocks

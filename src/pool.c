@@ -181,6 +181,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     pool->rt = rt;
     pool->cfg = merged;
     atomic_init(&pool->cache_limit, merged.cache_limit);
+    atomic_flag_clear(&pool->limit_busy);
     pool->stats_flush = rt->cfg.stats_flush_bytes;
     pool->id = atomic_fetch_add(&next_pool_id, 1);
     if (sp__heap_init(&pool->slabs, pool, true) != SP_OK ||
@@ -310,22 +311,63 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
 
 /* ---- giving cached memory back ---- */
 
+/* Every stream's frees made before now are complete once the device is synchronized. */
+static void settle_by_device_sync(sp_pool *pool, int *err)
+{
+    pthread_mutex_lock(&pool->lock);
+    size_t n = 0;
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+        for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
+            n++;
+    uint64_t *snap = calloc(n ? n : 1, sizeof *snap);
+    size_t i = 0;
+    if (snap)
+        for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+            for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
+                snap[i++] = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    int rc = snap ? sp__cuda_device_sync(pool->rt->device) : SP_ERR_NO_HOST_MEMORY;
+    if (rc == SP_OK) {
+        i = 0;
+        for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+            for (sp_stream_cache *c = *l; c; c = c->next_in_pool, i++) {
+                pthread_mutex_lock(&c->fence_lock);
+                if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < snap[i])
+                    atomic_store_explicit(&c->done_epoch, snap[i], memory_order_release);
+                pthread_mutex_unlock(&c->fence_lock);
+            }
+    } else {
+        count(pool, SP_COUNT_skipped_steps);
+        if (err && *err == SP_OK)
+            *err = rc;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    free(snap);
+}
+
 /* Settles, by host waits, every stream's frees (trim and out of memory only): a covering fence
  * or a stream synchronize (rule 13: a free not yet observed complete cannot be released). */
 static void settle_all(sp_pool *pool, int *err)
 {
+    bool unsettled = false;
     pthread_mutex_lock(&pool->lock);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
             int rc = sp__tag_sync(c, now);
             if (rc != SP_OK) {
+                unsettled = true;
                 count(pool, SP_COUNT_skipped_steps);
                 if (err && *err == SP_OK && rc != SP_ERR_CUDA)
                     *err = rc;
             }
         }
     pthread_mutex_unlock(&pool->lock);
+    /* Frees this thread cannot order one by one (another live thread's cudaStreamPerThread, a
+     * released stream whose final fence failed): a device synchronize settles them all, unless
+     * a capture may be under way (rule 25: it would fail and invalidate the capture). */
+    if (unsettled && pool->rt->cfg.capture_check == SP_CAPTURE_DECLARED &&
+        atomic_load_explicit(&pool->rt->captures, memory_order_acquire) == 0)
+        settle_by_device_sync(pool, err);
 }
 
 uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
@@ -358,14 +400,42 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     return held_before > held ? held_before - held : 0;
 }
 
-void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
+static uint64_t cached_now(sp_pool *pool)
 {
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     uint64_t active = atomic_load_explicit(&pool->usage.active.current, memory_order_relaxed);
-    if (held <= active || held - active <= cache_limit)
+    return held > active ? held - active : 0;
+}
+
+void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
+{
+    uint64_t cached = cached_now(pool);
+    if (cached <= cache_limit)
         return;
+    /* not on every free: a pass that could not get under the limit (frees still pending) is
+     * retried once the cache grew by a slab, or after a miss */
+    uint64_t stuck = atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed);
+    if (stuck && cached < stuck + SP_SLAB_BYTES)
+        return;
+    if (atomic_flag_test_and_set_explicit(&pool->limit_busy, memory_order_acquire))
+        return; /* another thread is at it */
     count(pool, SP_COUNT_trims);
-    (void)sp__pool_give_back(pool, active + cache_limit, false, NULL);
+    uint64_t active = atomic_load_explicit(&pool->usage.active.current, memory_order_relaxed);
+    uint64_t released = sp__pool_give_back(pool, active + cache_limit, false, NULL);
+    if (released) {
+        /* rule 13: the cudaMemPool releases only frees the host has seen complete */
+        if (sp__cuda_stream_sync(pool->rt->service) == SP_OK) {
+            uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+            (void)sp__cuda_pool_trim(pool->cuda_pool, held > pool->cfg.reserve ? held
+                                                                               : pool->cfg.reserve);
+        } else {
+            count(pool, SP_COUNT_skipped_steps);
+        }
+    }
+    cached = cached_now(pool);
+    atomic_store_explicit(&pool->limit_stuck, cached > cache_limit ? cached : 0,
+                          memory_order_relaxed);
+    atomic_flag_clear_explicit(&pool->limit_busy, memory_order_release);
 }
 
 int sp__pool_free(sp_pool *pool)
@@ -456,6 +526,7 @@ int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
     pool->cfg.cache_limit = bytes;
     atomic_store_explicit(&pool->cache_limit, bytes, memory_order_relaxed);
     pthread_mutex_unlock(&pool->lock);
+    atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
     if (bytes != UINT64_MAX) {
         (void)sp__pool_active_bytes(pool); /* flush every cache: the figures must be current */
         sp__pool_enforce_cache_limit(pool, bytes);

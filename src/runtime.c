@@ -6,6 +6,59 @@
 
 #include "internal.h"
 
+/* ---- the process's runtimes, for threads that exit ---- */
+
+static pthread_mutex_t runtimes_lock = PTHREAD_MUTEX_INITIALIZER;
+static sp_runtime *runtimes;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static pthread_key_t exit_key;
+static bool exit_key_ok;
+static _Thread_local bool watched;
+
+/* A thread's exit: its cudaStreamPerThread caches go to their pools behind a final fence that
+ * this thread, the only one that can name its per-thread stream, records now. */
+static void thread_exit(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&runtimes_lock);
+    for (sp_runtime *rt = runtimes; rt; rt = rt->next_runtime)
+        (void)sp_stream_release(rt, cudaStreamPerThread);
+    pthread_mutex_unlock(&runtimes_lock);
+}
+
+static void exit_key_create(void)
+{
+    exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0;
+}
+
+void sp__thread_watch(void)
+{
+    if (watched)
+        return;
+    (void)pthread_once(&exit_once, exit_key_create);
+    /* best effort: without the key the caches stay until stream release or pool destroy */
+    watched = exit_key_ok && pthread_setspecific(exit_key, &watched) == 0;
+}
+
+static void runtime_register(sp_runtime *rt)
+{
+    pthread_mutex_lock(&runtimes_lock);
+    rt->next_runtime = runtimes;
+    runtimes = rt;
+    pthread_mutex_unlock(&runtimes_lock);
+}
+
+static void runtime_unregister(sp_runtime *rt)
+{
+    pthread_mutex_lock(&runtimes_lock);
+    sp_runtime **p = &runtimes;
+    while (*p && *p != rt)
+        p = &(*p)->next_runtime;
+    if (*p)
+        *p = rt->next_runtime;
+    pthread_mutex_unlock(&runtimes_lock);
+}
+
 int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out)
 {
     sp_runtime_config config = SP_RUNTIME_CONFIG_INIT;
@@ -55,6 +108,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
             if (rc == SP_OK) {
                 rt->default_pool->is_default = true;
                 rt->pools = rt->default_pool;
+                runtime_register(rt);
                 *out = rt;
                 return SP_OK;
             }
@@ -85,6 +139,10 @@ int sp_runtime_destroy(sp_runtime *rt)
             return SP_ERR_BUSY;
         }
     }
+    pthread_mutex_unlock(&rt->lock);
+    /* no exiting thread may reach it from here on (lock order: runtimes_lock > rt->lock) */
+    runtime_unregister(rt);
+    pthread_mutex_lock(&rt->lock);
     int err = SP_OK;
     while (rt->pools) {
         sp_pool *p = rt->pools;

@@ -98,6 +98,8 @@ static sp_stream_cache *table_insert(sp_pool *pool, sp_stream_key key)
     }
     c->key = key;
     c->pool = pool;
+    if (key.thread)
+        sp__thread_watch();
     size_t i = key_hash(pool->id, key) & (pool->bucket_count - 1);
     c->next_in_bucket = pool->buckets[i];
     pool->buckets[i] = c;
