@@ -229,7 +229,12 @@ SP_API const char *sp_config_error(void);
 /* Called when an allocation fails after streampool has given back the pool's own cached memory
  * and reclaimed other pools' (no streampool lock is held: it may free memory with sp_free).
  * Return non-zero to have the allocation retried once, 0 to fail it. Not called again while it
- * runs on this thread. */
+ * runs on this thread. Before the retry, every pool's cached memory (what the callback freed
+ * into any pool) goes back to the device.
+ * Also called when the pool's own limit refuses a request (SP_ERR_LIMIT), after the pool's own
+ * cache went back: then no other pool is reclaimed, before or after, and only memory the
+ * callback frees in this pool can make the retry succeed. A request larger than the limit on
+ * its own, or than the device, fails without the callback. */
 typedef int (*sp_oom_callback)(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user);
 
 SP_API int sp_runtime_set_oom_callback(sp_runtime *rt, sp_oom_callback cb, void *user);
@@ -244,7 +249,8 @@ typedef struct {
     int priority;
 } sp_oom_pool;
 
-/* What the runtime looked like when an allocation last failed with SP_ERR_OUT_OF_MEMORY. */
+/* What the runtime looked like when an allocation last failed with SP_ERR_OUT_OF_MEMORY or
+ * SP_ERR_LIMIT (`status` tells which; `failures` counts both). */
 typedef struct sp_oom_report {
     uint32_t size;                        /* set by the caller: sizeof(sp_oom_report) */
     uint32_t failures;                    /* out-of-memory failures so far; 0: no report */
@@ -254,6 +260,10 @@ typedef struct sp_oom_report {
     uint64_t device_free, device_total;   /* cudaMemGetInfo at the failure */
     uint32_t npools, pools_omitted;
     sp_oom_pool pools[SP_OOM_REPORT_POOLS];
+    int32_t status;                       /* SP_ERR_OUT_OF_MEMORY or SP_ERR_LIMIT */
+    uint32_t reserved_;                   /* 0 */
+    uint64_t rounded;                     /* the request as the pool would hold it (its size
+                                           * class, or rounded to 512 bytes) */
 } sp_oom_report;
 
 SP_API int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out);

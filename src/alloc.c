@@ -232,7 +232,12 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     sp_heap *h = small ? &pool->slabs : &pool->segments;
     size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
     sp_cross_stream_policy policy = pool->cfg.cross_stream;
-    uint64_t limit = pool->cfg.limit;
+    uint64_t limit = pool->limit_bytes;
+    if (limit && size > limit) { /* over the limit on its own: nothing can help */
+        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
+        sp__oom_record(pool, bytes, size, stream, SP_ERR_LIMIT);
+        return SP_ERR_LIMIT;
+    }
     sp_ask_budget asks = {0}, waits = {0};
     /* pending frees may have settled since the cache limit last gave up on them */
     if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
@@ -272,15 +277,21 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         rc = sp__pool_grow(pool, h, size, c, stream, &b);
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__oom_callback(pool, bytes, stream)) {
-        (void)sp__pool_give_back(pool, 0, true, NULL); /* what the callback freed into our cache */
+        /* what the callback freed, into any pool's cache, reaches the device */
+        (void)sp__pool_give_back(pool, 0, true, NULL);
+        (void)sp__reclaim_others(pool, size);
+        sp__pool_count(pool, SP_COUNT_oom_retries, 1);
+        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+    } else if (rc == SP_ERR_LIMIT && sp__oom_callback(pool, bytes, stream)) {
+        /* a limit rejection: only what the callback freed in this pool can help; no other
+         * pool is touched */
+        (void)sp__pool_give_back(pool, limit - size, true, NULL);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
         rc = sp__pool_grow(pool, h, size, c, stream, &b);
     }
-    if (rc == SP_ERR_LIMIT)
-        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
-    if (rc == SP_ERR_OUT_OF_MEMORY) {
-        sp__pool_count(pool, SP_COUNT_ooms, 1);
-        sp__oom_record(pool, bytes, stream);
+    if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) {
+        sp__pool_count(pool, rc == SP_ERR_LIMIT ? SP_COUNT_limit_rejections : SP_COUNT_ooms, 1);
+        sp__oom_record(pool, bytes, size, stream, rc);
     }
     if (rc != SP_OK)
         return rc;

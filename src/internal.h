@@ -74,6 +74,8 @@ static inline void sp_spin_unlock(sp_spin *l)
 #define SP_SMALL_MAX ((size_t)1 << 20)
 #define SP_SLAB_BYTES ((size_t)2 << 20)
 #define SP_LARGE_ALIGN ((size_t)512)
+/* The driver reserves pool memory in pages of this size (2 MiB on every current GPU). */
+#define SP_DRIVER_GRANULARITY ((uint64_t)2 << 20)
 /* Medium requests (up to SP_MEDIUM_MAX) share segments of at least SP_SEGMENT_MIN; huge ones
  * get segments of their own size (rounded to SP_SEGMENT_ROUND) and only huge requests split
  * them, so that a few medium blocks never pin the space a huge request needs. */
@@ -356,6 +358,10 @@ struct sp_pool {
     cudaMemPool_t cuda_pool;
     bool owns_cuda_pool, is_default;
     sp_pool_config cfg;                  /* changed at run time under `lock` */
+    /* cfg.limit at streampool's granularity (SP_LARGE_ALIGN), what held bytes are held to, so
+     * that any request of at most the limit less what is held fits; the cudaMemPool's maxSize
+     * is the limit at the driver's granularity (SP_DRIVER_GRANULARITY). 0: none. */
+    uint64_t limit_bytes;
     atomic_uint_least64_t cache_limit;   /* cfg.cache_limit, read on the hot path */
     uint64_t stats_flush;                /* the runtime's stats_flush_bytes */
     pthread_mutex_t lock;                /* the stream table and the cache list */
@@ -421,8 +427,9 @@ int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
 bool sp__reclaim_others(sp_pool *pool, size_t bytes);
 /* Calls the user's out-of-memory callback (not from inside itself); true: retry. */
 bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream);
-/* Records the out-of-memory report for sp_runtime_last_oom. */
-void sp__oom_record(sp_pool *pool, size_t bytes, cudaStream_t stream);
+/* Records the report for sp_runtime_last_oom of a failure with `status` (SP_ERR_OUT_OF_MEMORY
+ * or SP_ERR_LIMIT) of a request of `bytes` (`rounded` as the pool would have held it). */
+void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t stream, int status);
 
 /* ---- runtime (runtime.c) ---- */
 

@@ -8,6 +8,11 @@
 
 static atomic_uint_least64_t next_pool_id = 1;
 
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
 /* ---- usage counters (pool and runtime) ---- */
 
 static void peak_raise(atomic_uint_least64_t *peak, uint64_t now)
@@ -85,7 +90,7 @@ static void count(sp_pool *pool, int counter)
  * allocations can never together pass it. */
 static bool held_claim(sp_pool *pool, uint64_t size)
 {
-    uint64_t limit = pool->cfg.limit;
+    uint64_t limit = pool->limit_bytes;
     uint64_t cur = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     do {
         if (limit && (size > limit || cur > limit - size))
@@ -181,6 +186,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     pool->rt = rt;
     pool->cfg = merged;
     atomic_init(&pool->cache_limit, merged.cache_limit);
+    pool->limit_bytes = merged.limit ? round_up(merged.limit, SP_LARGE_ALIGN) : 0;
     atomic_flag_clear(&pool->limit_busy);
     pool->stats_flush = rt->cfg.stats_flush_bytes;
     pool->id = atomic_fetch_add(&next_pool_id, 1);
@@ -196,7 +202,11 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         if (rc == SP_OK && (cfg || merged.reserve || merged.limit))
             rc = sp__cuda_pool_set_threshold(adopt, effective_threshold(&merged));
     } else {
-        rc = sp__cuda_pool_create(rt->device, merged.limit, &pool->cuda_pool);
+        /* the driver holds the pool to whole pages: a maxSize between two would refuse a
+         * request of exactly the limit */
+        rc = sp__cuda_pool_create(rt->device,
+                                  merged.limit ? round_up(merged.limit, SP_DRIVER_GRANULARITY) : 0,
+                                  &pool->cuda_pool);
         pool->owns_cuda_pool = rc == SP_OK;
         if (rc == SP_OK)
             rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&merged));
@@ -219,10 +229,6 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
 
 /* ---- taking memory from the driver ---- */
 
-static size_t round_up(size_t n, size_t to)
-{
-    return (n + to - 1) / to * to;
-}
 
 /* The driver allocation for a request of `size`: a slab for a small block; for a large one a
  * segment of at least SP_SEGMENT_MIN (medium requests share it), the request rounded to
@@ -232,7 +238,7 @@ static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
     size_t want = h->small ? SP_SLAB_BYTES : round_up(size, SP_SEGMENT_ROUND);
     if (want < SP_SEGMENT_MIN && !h->small && size <= SP_MEDIUM_MAX)
         want = SP_SEGMENT_MIN;
-    uint64_t limit = pool->cfg.limit;
+    uint64_t limit = pool->limit_bytes;
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     if (limit && held < limit && want > limit - held && size <= limit - held)
         want = limit - held >= round_up(size, SP_SEGMENT_ROUND) ? round_up(size, SP_SEGMENT_ROUND)

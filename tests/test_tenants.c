@@ -3,6 +3,7 @@
  * figures are printed as TAP comments ("# ..."). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "support/sp_test_support.h"
 
@@ -433,6 +434,101 @@ static void larger_than_device_fails_fast(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* A limit that is not a multiple of the driver's 2 MiB pages: a request of exactly the limit
+ * succeeds; one more byte is SP_ERR_LIMIT, with a report and the callback, and no other pool is
+ * reclaimed for it. */
+static void limit_between_driver_pages(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 10 * MiB + 12345;
+    sp_pool *a, *bystander;
+    SP(sp_pool_create(rt, "A", &cfg, &a));
+    SP(sp_pool_create(rt, "B", NULL, &bystander));
+    SP(sp_runtime_set_oom_callback(rt, count_callback, NULL));
+    callback_calls = 0;
+    cudaStream_t s = new_stream();
+    void *big, *p, *q = (void *)0x7;
+    SP(sp_alloc(bystander, &big, 1000 * MiB, s)); /* the device is nearly B's */
+    SP(sp_free(bystander, big, s));
+    SP(sp_alloc(a, &p, 10 * MiB + 12345, s));
+    assert_int_equal(sp_alloc(a, &q, 1, s), SP_ERR_LIMIT);
+    assert_ptr_equal(q, (void *)0x7);
+    assert_int_equal(callback_calls, 1); /* called, and its retry refused again */
+    sp_stats sa = stats_of(a), sb = stats_of(bystander);
+    assert_int_equal(sa.limit_rejections, 1);
+    assert_int_equal(sa.ooms, 0);
+    assert_int_equal(sa.held.current, 10 * MiB + 12800);
+    assert_int_equal(sb.reclaims, 0);
+    assert_int_equal(sb.cached.current, 1000 * MiB);
+    sp_oom_report r = {.size = sizeof r};
+    SP(sp_runtime_last_oom(rt, &r));
+    assert_int_equal(r.failures, 1);
+    assert_int_equal(r.status, SP_ERR_LIMIT);
+    assert_string_equal(r.pool, "A");
+    assert_int_equal(r.bytes, 1);
+    assert_int_equal(r.rounded, 256);
+    char json[8192];
+    assert_true(sp_oom_report_json(&r, json, sizeof json) < sizeof json);
+    assert_non_null(strstr(json, "\"status\":\"SP_ERR_LIMIT\",\"rounded\":256}"));
+    SP(sp_free(a, p, s));
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+}
+
+typedef struct {
+    sp_pool *other;
+    void *block;
+    cudaStream_t stream;
+    int calls;
+} free_other_ctx;
+
+static int free_other_pool(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user)
+{
+    free_other_ctx *c = user;
+    (void)pool, (void)bytes, (void)stream;
+    c->calls++;
+    if (!c->block)
+        return 0;
+    int rc = sp_free(c->other, c->block, c->stream); /* cached in the other pool */
+    c->block = NULL;
+    return rc == SP_OK;
+}
+
+/* The callback frees another pool's block: after its "retry", that pool's freshly cached memory
+ * goes back to the device too, and the retry succeeds. The report keeps the request's own size
+ * beside its rounding. */
+static void oom_callback_retry_reclaims_every_pool(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool *x, *y;
+    SP(sp_pool_create(rt, "X", NULL, &x));
+    SP(sp_pool_create(rt, "Y", NULL, &y));
+    cudaStream_t s = new_stream();
+    free_other_ctx ctx = {x, NULL, s, 0};
+    SP(sp_alloc(x, &ctx.block, 600 * MiB, s));
+    SP(sp_runtime_set_oom_callback(rt, free_other_pool, &ctx));
+    void *p;
+    SP(sp_alloc(y, &p, 700 * MiB, s));
+    assert_int_equal(ctx.calls, 1);
+    sp_stats sx = stats_of(x), sy = stats_of(y);
+    assert_int_equal(sx.held.current, 0);
+    assert_int_equal(sy.held.current, 700 * MiB);
+    assert_int_equal(sy.ooms, 0);
+    void *q = NULL;
+    assert_int_equal(sp_alloc(y, &q, 400 * MiB + 1, s), SP_ERR_OUT_OF_MEMORY);
+    sp_oom_report r = {.size = sizeof r};
+    SP(sp_runtime_last_oom(rt, &r));
+    assert_int_equal(r.status, SP_ERR_OUT_OF_MEMORY);
+    assert_int_equal(r.bytes, 400 * MiB + 1);
+    assert_int_equal(r.rounded, 400 * MiB + 512);
+    SP(sp_free(y, p, s));
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -445,6 +541,8 @@ int main(void)
         T(random_driver_failures),
         T(random_faults_everywhere_lose_nothing),
         T(larger_than_device_fails_fast),
+        T(limit_between_driver_pages),
+        T(oom_callback_retry_reclaims_every_pool),
 #undef T
     };
     return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);
