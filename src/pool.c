@@ -87,8 +87,10 @@ static void count(sp_pool *pool, int counter)
 }
 
 /* Claims `size` bytes of the pool's limit before the driver is asked, so that concurrent
- * allocations can never together pass it. */
-static bool held_claim(sp_pool *pool, uint64_t size)
+ * allocations can never together pass it. Only the current figures move: peaks and totals follow
+ * when the driver said yes (held_commit), so that a refused request changes nothing. *level gets
+ * the pool's held bytes with the claim. */
+static bool held_claim(sp_pool *pool, uint64_t size, uint64_t *level)
 {
     uint64_t limit = pool->limit_bytes;
     uint64_t cur = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
@@ -97,20 +99,25 @@ static bool held_claim(sp_pool *pool, uint64_t size)
             return false;
     } while (!atomic_compare_exchange_weak_explicit(&pool->usage.held.current, &cur, cur + size,
                                                     memory_order_relaxed, memory_order_relaxed));
-    /* the claim is in the pool's current figure; its peaks, total and the runtime follow */
-    sp_usage *u = &pool->usage;
-    peak_raise(&u->held.peak, cur + size);
-    atomic_fetch_add_explicit(&u->held.total, size, memory_order_relaxed);
-    usage_apply(&pool->rt->usage, 0, 0, (int64_t)size);
+    *level = cur + size;
+    atomic_fetch_add_explicit(&pool->rt->usage.held.current, size, memory_order_relaxed);
     return true;
 }
 
-/* Undoes a claim the driver refused: a refused request changes no figure but the peak. */
+static void held_commit(sp_pool *pool, uint64_t size, uint64_t level)
+{
+    sp_usage *u = &pool->usage, *r = &pool->rt->usage;
+    peak_raise(&u->held.peak, level);
+    peak_raise(&r->held.peak, atomic_load_explicit(&r->held.current, memory_order_relaxed));
+    atomic_fetch_add_explicit(&u->held.total, size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->held.total, size, memory_order_relaxed);
+}
+
+/* Undoes a claim the driver refused. */
 static void held_unclaim(sp_pool *pool, uint64_t size)
 {
-    sp__usage_add(pool, 0, 0, -(int64_t)size);
-    atomic_fetch_sub_explicit(&pool->usage.held.total, size, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&pool->rt->usage.held.total, size, memory_order_relaxed);
+    (void)current_add(&pool->usage.held.current, -(int64_t)size);
+    (void)current_add(&pool->rt->usage.held.current, -(int64_t)size);
 }
 
 void sp__pool_count(sp_pool *pool, int counter, uint64_t n)
@@ -250,7 +257,8 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
                   cudaStream_t stream, sp_block **out)
 {
     size_t bytes = grow_size(pool, h, size);
-    if (!held_claim(pool, bytes))
+    uint64_t level;
+    if (!held_claim(pool, bytes, &level))
         return SP_ERR_LIMIT;
     void *ptr;
     int rc = sp__cuda_malloc(pool->cuda_pool, &ptr, bytes, stream);
@@ -258,6 +266,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
         held_unclaim(pool, bytes);
         return rc;
     }
+    held_commit(pool, bytes, level);
     count(pool, SP_COUNT_driver_allocs);
     /* the allocation is ordered on `stream` only: tag it like a free there, so another stream
      * uses what is left of the segment only behind a fence recorded after it */
@@ -282,7 +291,8 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
 int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_block **out)
 {
     size_t size = round_up(bytes, 256);
-    if (!held_claim(pool, size))
+    uint64_t level;
+    if (!held_claim(pool, size, &level))
         return SP_ERR_LIMIT;
     sp_block *b = calloc(1, sizeof *b);
     int rc = b ? sp__cuda_malloc(pool->cuda_pool, &b->ptr, size, stream) : SP_ERR_NO_HOST_MEMORY;
@@ -299,6 +309,7 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_b
         held_unclaim(pool, size);
         return rc;
     }
+    held_commit(pool, size, level);
     count(pool, SP_COUNT_driver_allocs);
     *out = b;
     return SP_OK;

@@ -52,20 +52,30 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     return rc;
 }
 
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* The invariants every read keeps, even while other threads move the figures (a current is
+ * updated before its peak): held == active + cached, every peak >= its current, cached.peak <=
+ * held.peak. Live memory is part of what is held, so active never exceeds held. */
 static void fill_usage(const sp_usage *u, sp_stats *st)
 {
-    st->requested.current = load(&u->requested.current);
-    st->requested.peak = load(&u->requested.peak);
-    st->active.current = load(&u->active.current);
-    st->active.peak = load(&u->active.peak);
     uint64_t held = load(&u->held.current);
+    st->requested.current = load(&u->requested.current);
+    st->active.current = load(&u->active.current);
+    if (st->active.current > held) /* a block's held bytes landed after its live bytes */
+        held = st->active.current;
     st->held.current = held;
-    st->held.peak = load(&u->held.peak);
+    st->cached.current = held - st->active.current;
+    st->requested.peak = max_u64(load(&u->requested.peak), st->requested.current);
+    st->active.peak = max_u64(load(&u->active.peak), st->active.current);
+    st->held.peak = max_u64(load(&u->held.peak), held);
     st->held.total = load(&u->held.total);
-    st->cached.current = held > st->active.current ? held - st->active.current : 0;
-    st->cached.peak = load(&u->cached_peak);
-    if (st->cached.peak < st->cached.current)
-        st->cached.peak = st->cached.current;
+    st->cached.peak = max_u64(load(&u->cached_peak), st->cached.current);
+    if (st->cached.peak > st->held.peak)
+        st->cached.peak = st->held.peak;
 }
 
 static int begin(sp_stats *out, sp_stats *st)

@@ -529,6 +529,228 @@ static void oom_callback_retry_reclaims_every_pool(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* A request the driver refuses changes no figure: no peak, no total, in the pool or the
+ * runtime (before, a refused claim left held.peak above the device's size). */
+static void refused_request_changes_no_figure(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "P", NULL, &pool));
+    cudaStream_t s = new_stream();
+    void *p, *q = NULL;
+    SP(sp_alloc(pool, &p, 200 * MiB, s));
+    sp_stats before = stats_of(pool), rt_before = {.size = sizeof rt_before};
+    SP(sp_runtime_stats(rt, &rt_before));
+    assert_int_equal(sp_alloc(pool, &q, 900 * MiB, s), SP_ERR_OUT_OF_MEMORY);
+    sp_stats after = stats_of(pool), rt_after = {.size = sizeof rt_after};
+    SP(sp_runtime_stats(rt, &rt_after));
+    assert_int_equal(after.held.current, 200 * MiB);
+    assert_int_equal(after.held.peak, before.held.peak);
+    assert_int_equal(after.held.total, before.held.total);
+    assert_int_equal(after.cached.peak, before.cached.peak);
+    assert_int_equal(after.requested.peak, before.requested.peak);
+    assert_int_equal(rt_after.held.peak, rt_before.held.peak);
+    assert_int_equal(rt_after.held.total, rt_before.held.total);
+    assert_int_equal(rt_after.held.current, rt_before.held.current);
+    SP(sp_free(pool, p, s));
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+}
+
+/* ---- a long randomized run under faults at every CUDA call, at 0.5%, 2% and 5% ---- */
+
+static bool usage_invariants_hold(const sp_stats *st)
+{
+    return st->held.current == st->active.current + st->cached.current &&
+           st->held.peak >= st->held.current && st->active.peak >= st->active.current &&
+           st->requested.peak >= st->requested.current &&
+           st->cached.peak >= st->cached.current && st->cached.peak <= st->held.peak;
+}
+
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pools[2];
+    unsigned seed;
+    bool per_thread; /* on cudaStreamPerThread of short-lived threads of its own */
+    long ooms, failures, ops;
+} long_worker;
+
+/* One stretch of random work on one stream: allocations of 256 B .. 6 MiB in two pools, frees
+ * (some on a second stream), trims; everything freed at the end. */
+static void long_stretch(long_worker *w, cudaStream_t s, cudaStream_t other, unsigned *x, int n)
+{
+    enum { K = 24 };
+    void *held[K] = {0};
+    int owner[K] = {0};
+    for (int i = 0; i < n; i++) {
+        *x = *x * 1103515245u + 12345u;
+        int k = (int)((*x >> 8) % K), which = (int)((*x >> 20) & 1);
+        w->ops++;
+        if (held[k]) {
+            if (sp_free(w->pools[owner[k]], held[k], (*x >> 21) % 4 == 0 ? other : s) != SP_OK)
+                w->failures++;
+            held[k] = NULL;
+        } else if ((*x >> 24) % 64 == 0) {
+            int rc = sp_pool_trim(w->pools[which], 0);
+            if (rc != SP_OK && rc != SP_ERR_CUDA) /* a CUDA error is reported, nothing more */
+                w->failures++;
+        } else {
+            size_t size = (*x >> 12) % 3 ? 256 + (*x >> 10) % (512 * 1024) : 1 + (*x >> 9) % (6 * MiB);
+            int rc = sp_alloc(w->pools[which], &held[k], size, s);
+            owner[k] = which;
+            if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT)
+                w->ooms++, held[k] = NULL;
+            else if (rc != SP_OK)
+                w->failures++, held[k] = NULL;
+        }
+    }
+    for (int k = 0; k < K; k++)
+        if (held[k] && sp_free(w->pools[owner[k]], held[k], s) != SP_OK)
+            w->failures++;
+}
+
+static void *long_per_thread(void *arg)
+{
+    long_worker *w = arg;
+    unsigned x = w->seed;
+    long_stretch(w, cudaStreamPerThread, cudaStreamPerThread, &x, 400);
+    w->seed = x;
+    return NULL; /* its cache goes to the pools at exit */
+}
+
+static void *long_worker_main(void *arg)
+{
+    long_worker *w = arg;
+    unsigned x = w->seed;
+    for (int round = 0; round < 6; round++) {
+        if (w->per_thread) {
+            pthread_t t;
+            w->seed = x;
+            if (pthread_create(&t, NULL, long_per_thread, w) != 0) {
+                w->failures++;
+                continue;
+            }
+            pthread_join(t, NULL);
+            x = w->seed;
+            continue;
+        }
+        cudaStream_t s, other;
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) != cudaSuccess) {
+            w->failures++;
+            break;
+        }
+        long_stretch(w, s, other, &x, 400);
+        /* the streams go; their frees stay behind final fences (or are settled later) */
+        int rc1 = sp_stream_release(w->rt, s), rc2 = sp_stream_release(w->rt, other);
+        if ((rc1 != SP_OK && rc1 != SP_ERR_CUDA) || (rc2 != SP_OK && rc2 != SP_ERR_CUDA))
+            w->failures++;
+        (void)cudaStreamDestroy(s);
+        (void)cudaStreamDestroy(other);
+    }
+    return NULL;
+}
+
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pools[2];
+    atomic_bool stop;
+    long reads, violations;
+} stats_reader;
+
+static void *read_stats(void *arg)
+{
+    stats_reader *r = arg;
+    while (!atomic_load(&r->stop)) {
+        sp_stats st = {.size = sizeof st};
+        for (int i = 0; i < 3; i++) {
+            int rc = i < 2 ? sp_pool_stats(r->pools[i], &st) : sp_runtime_stats(r->rt, &st);
+            if (rc != SP_OK && rc != SP_ERR_CUDA)
+                r->violations++;
+            else if (!usage_invariants_hold(&st))
+                r->violations++;
+            r->reads++;
+        }
+    }
+    return NULL;
+}
+
+static void long_random_faults_at_every_rate(void **state)
+{
+    (void)state;
+    static const char *apis[] = {"cudaFreeAsync", "cudaEventRecord", "cudaEventQuery",
+                                 "cudaEventCreate", "cudaEventSynchronize", "cudaStreamQuery",
+                                 "cudaStreamWaitEvent", "cudaStreamSynchronize",
+                                 "cudaDeviceSynchronize", "cudaMemPoolTrimTo",
+                                 "cudaMemPoolGetAttribute", "cudaMemGetInfo"};
+    static const unsigned rates[] = {5000, 20000, 50000}; /* per million: 0.5%, 2%, 5% */
+    for (unsigned r = 0; r < 3; r++) {
+        sp_runtime *rt = runtime_on_device_of(512 * MiB);
+        sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+        cfg.cross_stream = r == 1 ? SP_CROSS_STREAM_WAIT : SP_CROSS_STREAM_BALANCED;
+        cfg.cache_limit = r == 2 ? 8 * MiB : UINT64_MAX;
+        cfg.limit = 300 * MiB;
+        sp_pool *pools[2];
+        SP(sp_pool_create(rt, "a", &cfg, &pools[0]));
+        SP(sp_pool_create(rt, "b", NULL, &pools[1]));
+        CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", rates[r], cudaErrorMemoryAllocation,
+                                  100 + r));
+        for (unsigned i = 0; i < sizeof apis / sizeof apis[0]; i++)
+            CK(cudasimInjectFaultRate(apis[i], rates[r], cudaErrorLaunchFailure, 200 + 10 * r + i));
+        enum { T = 3 };
+        pthread_t t[T], reader;
+        long_worker w[T];
+        stats_reader sr = {rt, {pools[0], pools[1]}, false, 0, 0};
+        assert_int_equal(pthread_create(&reader, NULL, read_stats, &sr), 0);
+        for (int i = 0; i < T; i++) {
+            w[i] = (long_worker){rt, {pools[0], pools[1]}, 31u * (unsigned)(i + 1) + r, i == 0,
+                                 0, 0, 0};
+            assert_int_equal(pthread_create(&t[i], NULL, long_worker_main, &w[i]), 0);
+        }
+        long ooms = 0;
+        for (int i = 0; i < T; i++) {
+            pthread_join(t[i], NULL);
+            assert_int_equal(w[i].failures, 0); /* only allocations the device refused fail */
+            ooms += w[i].ooms;
+        }
+        atomic_store(&sr.stop, true);
+        pthread_join(reader, NULL);
+        cudasimClearFaults();
+        assert_int_equal(sr.violations, 0);
+        assert_true(sr.reads > 0);
+        sp_stats total = {.size = sizeof total}, sum = {0};
+        for (int i = 0; i < 2; i++) {
+            sp_stats st = stats_of(pools[i]);
+            assert_true(usage_invariants_hold(&st));
+            assert_int_equal(st.requested.current, 0);
+            assert_int_equal(st.active.current, 0);
+            assert_int_equal(st.allocs, st.frees);
+            assert_int_equal(st.held.current, st.segment_bytes + st.slab_bytes);
+            assert_true(st.held.peak <= 512 * MiB);
+            sum.held.current += st.held.current;
+            sum.ooms += st.ooms + st.limit_rejections;
+            sum.allocs += st.allocs;
+        }
+        SP(sp_runtime_stats(rt, &total));
+        assert_true(usage_invariants_hold(&total));
+        sp_pool *dflt;
+        SP(sp_runtime_default_pool(rt, &dflt));
+        sum.held.current += stats_of(dflt).held.current;
+        assert_int_equal(total.held.current, sum.held.current); /* the runtime: its pools' sum */
+        assert_int_equal(sum.ooms, ooms);
+        print_message("# long random faults at %.1f%%: %ld ops, %llu allocations, %ld refused, "
+                      "%llu skipped steps, %ld stats reads\n", rates[r] / 10000.0,
+                      w[0].ops + w[1].ops + w[2].ops, (unsigned long long)sum.allocs, ooms,
+                      (unsigned long long)total.skipped_steps, sr.reads);
+        SP(sp_runtime_destroy(rt));
+        CK(cudaDeviceSynchronize());
+        size_t free_b, total_b;
+        CK(cudaMemGetInfo(&free_b, &total_b));
+        assert_int_equal(free_b, total_b); /* no driver memory lost */
+    }
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -543,6 +765,8 @@ int main(void)
         T(larger_than_device_fails_fast),
         T(limit_between_driver_pages),
         T(oom_callback_retry_reclaims_every_pool),
+        T(refused_request_changes_no_figure),
+        T(long_random_faults_at_every_rate),
 #undef T
     };
     return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);
