@@ -292,7 +292,7 @@ SP_API size_t sp_size_class(size_t bytes);
 
 /* ---- stats ---- */
 
-#define SP_STATS_VERSION 2
+#define SP_STATS_VERSION 3
 
 typedef struct {
     uint64_t current, peak, total;
@@ -341,6 +341,10 @@ typedef struct sp_stats {
     uint64_t largest_free;     /* the largest free range in any segment or slab */
     uint64_t segments, segment_bytes; /* large-tier driver allocations held */
     uint64_t slabs, slab_bytes;       /* small-tier driver allocations held */
+    /* version 3: streams. A read costs O(streams); a released stream leaves only a tombstone
+     * of a few hundred bytes (its frees' tags may still be in use) that reads never visit. */
+    uint64_t streams;          /* stream caches in use (a stream per pool it was used with) */
+    uint64_t released_streams; /* stream caches released so far (sp_stream_release, exits) */
 } sp_stats;
 
 /* Fills *out (out->size must be set) for one pool, or for all pools of a runtime. */

@@ -268,7 +268,9 @@ struct sp_stream_cache {
     atomic_uint_least64_t done_epoch;  /* frees known complete */
     sp_fence *fences;          /* outstanding fences, newest first */
     unsigned fence_count;
-    sp_bin bins[SP_CLASS_COUNT];
+    /* SP_CLASS_COUNT bins, under `lock`; freed when the stream is released (NULL after), so
+     * that a released stream's cache is a small tombstone kept only for its tags */
+    sp_bin *bins;
     uint64_t cached_bytes;     /* in bins, under `lock` */
     /* counters of the hot path, under `lock`, merged by stats */
     uint64_t hits, frees, freed_bytes, requested_total, active_total;
@@ -368,7 +370,10 @@ struct sp_pool {
     sp_stream_cache **buckets;
     size_t bucket_count, cache_count;
     sp_stream_cache *caches;             /* live caches */
-    sp_stream_cache *retired;            /* released caches: kept, their tags may still be in use */
+    sp_stream_cache *retired;            /* released caches: tombstones, their tags may still be
+                                          * in use; their counters are in retired_* */
+    atomic_uint_least64_t retired_count, retired_hits, retired_frees, retired_freed_bytes,
+        retired_requested_total, retired_active_total;
     atomic_uint_least64_t stream_gen;    /* bumped when a cache is detached */
     sp_heap slabs;                       /* small blocks */
     sp_heap segments;                    /* large ranges */

@@ -70,13 +70,12 @@ void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
 
 uint64_t sp__pool_active_bytes(sp_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock);
-    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
-        for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
-            sp_spin_lock(&c->lock);
-            sp__cache_flush_locked(pool, c);
-            sp_spin_unlock(&c->lock);
-        }
+    pthread_mutex_lock(&pool->lock); /* released caches were flushed at their release */
+    for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool) {
+        sp_spin_lock(&c->lock);
+        sp__cache_flush_locked(pool, c);
+        sp_spin_unlock(&c->lock);
+    }
     pthread_mutex_unlock(&pool->lock);
     return atomic_load(&pool->usage.active.current);
 }
@@ -510,7 +509,20 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
     c->released = true;
     sp__cache_flush_locked(pool, c);
     sp_block *list = sp__small_take_all(c);
+    /* what is left is a tombstone: its counters move to the pool, its bins go (a thread
+     * still holding it sees `released` under the lock before touching either) */
+    atomic_fetch_add_explicit(&pool->retired_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_hits, c->hits, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_frees, c->frees, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_freed_bytes, c->freed_bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_requested_total, c->requested_total,
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_active_total, c->active_total, memory_order_relaxed);
+    c->hits = c->frees = c->freed_bytes = c->requested_total = c->active_total = 0;
+    sp_bin *bins = c->bins;
+    c->bins = NULL;
     sp_spin_unlock(&c->lock);
+    free(bins);
     sp__cache_release_aside(c);
     /* the released stream is named one last time: a fence covering all its frees (or, failing
      * that, a synchronize); its blocks and ranges keep their tags behind it */

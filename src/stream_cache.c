@@ -92,7 +92,9 @@ static sp_stream_cache *table_insert(sp_pool *pool, sp_stream_key key)
     sp_stream_cache *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    if (pthread_mutex_init(&c->fence_lock, NULL) != 0) {
+    if (!(c->bins = calloc(SP_CLASS_COUNT, sizeof *c->bins)) ||
+        pthread_mutex_init(&c->fence_lock, NULL) != 0) {
+        free(c->bins);
         free(c);
         return NULL;
     }
@@ -183,6 +185,7 @@ void sp__cache_table_free(sp_pool *pool)
             next = c->next_in_pool;
             sp__cache_drop_fences(c);
             pthread_mutex_destroy(&c->fence_lock);
+            free(c->bins);
             free(c);
         }
     }

@@ -1,6 +1,7 @@
 /* Robustness at the edges (issue 10): per-thread streams of live and exited threads, the cache
  * limit, limits at the driver's granularity, stats invariants, released streams. Every test's
  * runtime lives in the fixture, so teardown destroys it even after a failed assertion. */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -242,6 +243,46 @@ static void cache_limit_does_not_rescan_on_every_free(void **state)
     drop_stream(f->rt, s);
 }
 
+/* ---- released streams ---- */
+
+/* 20000 streams used and released: each leaves a tombstone of a few hundred bytes (its frees'
+ * tags), not its bins, and a stats read visits only the streams in use. */
+static void released_streams_leave_small_tombstones(void **state)
+{
+    fixture *f = *state;
+    enum { N = 20000 };
+    cudaStream_t keep = new_stream(); /* one stream in use throughout */
+    void *p;
+    SP(sp_alloc(f->pool, &p, 4 * KiB, keep));
+    size_t host_before = mallinfo2().uordblks;
+    for (int i = 0; i < N; i++) {
+        cudaStream_t s;
+        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        void *q;
+        SP(sp_alloc(f->pool, &q, 4 * KiB, s));
+        SP(sp_free(f->pool, q, s));
+        SP(sp_stream_release(f->rt, s));
+        CK(cudaStreamDestroy(s));
+    }
+    size_t host_after = mallinfo2().uordblks;
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.streams, 1);
+    assert_int_equal(st.released_streams, N);
+    assert_int_equal(st.frees, N);
+    assert_int_equal(st.allocs, N + 1);
+    assert_int_equal(st.active.current, 4 * KiB);
+    sp_stats rst = {.size = sizeof rst};
+    SP(sp_runtime_stats(f->rt, &rst));
+    assert_int_equal(rst.streams, 1);
+    assert_int_equal(rst.released_streams, N);
+    size_t per_stream = (host_after - host_before) / N;
+    print_message("# %d released streams: %zu bytes of host memory each (the emulator's "
+                  "included)\n", N, per_stream);
+    assert_true(per_stream < 1024); /* was over 8.5 KiB */
+    SP(sp_free(f->pool, p, keep));
+    drop_stream(f->rt, keep);
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -251,6 +292,7 @@ int main(void)
         T(live_threads_cache_is_stolen_behind_its_fence),
         T(cache_limit_lowers_reserved_memory),
         T(cache_limit_does_not_rescan_on_every_free),
+        T(released_streams_leave_small_tombstones),
 #undef T
     };
     return cmocka_run_group_tests_name("robust", tests, NULL, NULL);
