@@ -12,8 +12,9 @@ static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 static int teardown_tenants(void **state)
 {
     (void)state;
+    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
     reset_device(NULL);
-    return 0;
+    return busy ? -1 : 0;
 }
 
 static sp_runtime *runtime_on_device_of(uint64_t bytes)
@@ -22,7 +23,7 @@ static sp_runtime *runtime_on_device_of(uint64_t bytes)
     sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
     cfg.stats_flush_bytes = 0; /* exact peaks for the figures below */
     sp_runtime *rt;
-    SP(sp_runtime_create(0, &cfg, &rt));
+    rt = track_runtime(0, &cfg);
     return rt;
 }
 
@@ -88,7 +89,7 @@ static void noisy_neighbour(void **state)
         SP(sp_free(b, live[i], sb));
     drop_stream(rt, sa);
     drop_stream(rt, sb);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* X holds 3 GiB of idle cache on a 4 GiB device; Y's 2 GiB request succeeds by reclaiming it. */
@@ -128,7 +129,7 @@ static void reclaim_across_pools(void **state)
     SP(sp_free(y, big, sy));
     drop_stream(rt, sx);
     drop_stream(rt, sy);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 static void limit_rejects_then_recovers(void **state)
@@ -170,7 +171,7 @@ static void limit_rejects_then_recovers(void **state)
     CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent, &reserved));
     assert_true(reserved <= 64 * MiB); /* not above the limit past a synchronize */
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 typedef struct {
@@ -246,12 +247,12 @@ static void oom_callback_and_report(void **state)
     sp_runtime *fresh = runtime_on_device_of(4 * GiB);
     SP(sp_runtime_last_oom(fresh, &empty));
     assert_int_equal(empty.failures, 0);
-    SP(sp_runtime_destroy(fresh));
+    destroy_runtime(fresh);
     for (int i = 0; i < ctx.n; i++)
         SP(sp_free(pool, blocks[i], s));
     SP(sp_free(pool, big, s));
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* Random driver failures during a threaded stress run: errors are reported, nothing is lost,
@@ -336,7 +337,7 @@ static void random_driver_failures(void **state)
                   (unsigned long long)st.driver_allocs, (unsigned long long)st.oom_retries);
     for (int i = 0; i < T; i++)
         drop_stream(rt, w[i].stream);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
     size_t free_b, total;
     CK(cudaMemGetInfo(&free_b, &total));
@@ -388,7 +389,7 @@ static void random_faults_everywhere_lose_nothing(void **state)
                   (unsigned long long)st.give_back_failures);
     for (int i = 0; i < T; i++)
         drop_stream(rt, w[i].stream);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
     size_t free_b, total;
     CK(cudaMemGetInfo(&free_b, &total));
@@ -431,7 +432,7 @@ static void larger_than_device_fails_fast(void **state)
     SP(sp_runtime_last_oom(rt, &r));
     assert_int_equal(r.bytes, 5 * GiB);
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* A limit that is not a multiple of the driver's 2 MiB pages: a request of exactly the limit
@@ -474,7 +475,7 @@ static void limit_between_driver_pages(void **state)
     assert_non_null(strstr(json, "\"status\":\"SP_ERR_LIMIT\",\"rounded\":256}"));
     SP(sp_free(a, p, s));
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 typedef struct {
@@ -526,7 +527,7 @@ static void oom_callback_retry_reclaims_every_pool(void **state)
     assert_int_equal(r.rounded, 400 * MiB + 512);
     SP(sp_free(y, p, s));
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* A request the driver refuses changes no figure: no peak, no total, in the pool or the
@@ -555,7 +556,7 @@ static void refused_request_changes_no_figure(void **state)
     assert_int_equal(rt_after.held.current, rt_before.held.current);
     SP(sp_free(pool, p, s));
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* ---- a long randomized run under faults at every CUDA call, at 0.5%, 2% and 5% ---- */
@@ -743,7 +744,7 @@ static void long_random_faults_at_every_rate(void **state)
                       "%llu skipped steps, %ld stats reads\n", rates[r] / 10000.0,
                       w[0].ops + w[1].ops + w[2].ops, (unsigned long long)sum.allocs, ooms,
                       (unsigned long long)total.skipped_steps, sr.reads);
-        SP(sp_runtime_destroy(rt));
+        destroy_runtime(rt);
         CK(cudaDeviceSynchronize());
         size_t free_b, total_b;
         CK(cudaMemGetInfo(&free_b, &total_b));
