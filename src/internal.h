@@ -252,7 +252,8 @@ struct sp_stream_cache {
     sp_spin lock;
     sp_stream_key key;
     sp_pool *pool;
-    bool released;             /* forgotten: callers holding it must look again */
+    atomic_bool released;      /* forgotten: callers holding it must look again (set under
+                                * `lock`, read by fence checks without it) */
     /* declared capture in progress on this stream (set and cleared under runtime->lock, read
      * without a lock by the hot path) */
     atomic_bool capturing;
