@@ -125,7 +125,8 @@ typedef struct sp_runtime_config {
 SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out);
 
 /* Destroys every pool and the runtime. SP_ERR_BUSY (and nothing destroyed) if any pool has live
- * allocations. */
+ * allocations, or while a capture is declared (sp_stream_capture_begin without its end: the
+ * device synchronize that may be needed to settle the pools' memory would break it). */
 SP_API int sp_runtime_destroy(sp_runtime *rt);
 
 /* The runtime's default pool. */
@@ -181,7 +182,8 @@ SP_API const char *sp_pool_name(const sp_pool *pool);
 SP_API cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool);
 
 /* Returns the pool's cached memory to the device and destroys it. SP_ERR_BUSY (pool unchanged)
- * while it has live allocations. The default pool is destroyed only with its runtime. */
+ * while it has live allocations or a capture is declared in its runtime. The default pool is
+ * destroyed only with its runtime. */
 SP_API int sp_pool_destroy(sp_pool *pool);
 
 /* Changes the release threshold of the pool's cudaMemPool at run time. It is kept within

@@ -392,7 +392,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     if (held_before <= keep && !sync)
         return 0;
     sp__small_flush_bins(pool);
-    if (sync && atomic_load_explicit(&pool->rt->captures, memory_order_relaxed) == 0)
+    if (sync) /* a capturing stream is skipped (sp__may_touch_stream), the others settle */
         settle_all(pool, err);
     uint64_t held = held_before;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {

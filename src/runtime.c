@@ -133,6 +133,11 @@ int sp_runtime_destroy(sp_runtime *rt)
     if (!rt)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&rt->lock);
+    /* a declared capture forbids the device synchronize that may settle what is left */
+    if (atomic_load(&rt->captures) != 0) {
+        pthread_mutex_unlock(&rt->lock);
+        return SP_ERR_BUSY;
+    }
     for (sp_pool *p = rt->pools; p; p = p->next) {
         if (pool_has_live(p)) {
             pthread_mutex_unlock(&rt->lock);
@@ -243,7 +248,7 @@ int sp_pool_destroy(sp_pool *pool)
         return SP_ERR_INVALID;
     sp_runtime *rt = pool->rt;
     pthread_mutex_lock(&rt->lock);
-    if (pool_has_live(pool)) {
+    if (atomic_load(&rt->captures) != 0 || pool_has_live(pool)) {
         pthread_mutex_unlock(&rt->lock);
         return SP_ERR_BUSY;
     }

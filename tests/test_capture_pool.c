@@ -35,6 +35,8 @@ typedef struct {
     sp_runtime *rt;
     sp_pool *pool;
     cudaStream_t capturing; /* a stream whose capture a failed test may have left open */
+    cudaStream_t declared;  /* a stream declared capturing a failed test may have left */
+    bool is_declared;
 } fixture;
 
 static int setup_with(void **state, sp_capture_check check)
@@ -70,8 +72,9 @@ static int teardown(void **state)
         (void)cudaStreamEndCapture(f->capturing, &g);
         if (g)
             (void)cudaGraphDestroy(g);
-        (void)sp_stream_capture_end(f->rt, f->capturing);
     }
+    if (f->is_declared)
+        (void)sp_stream_capture_end(f->rt, f->declared);
     (void)cudaDeviceSynchronize();
     int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
     reset_device(NULL);
@@ -128,6 +131,7 @@ static void declared_capture_keeps_blocks_aside(void **state)
 
     atomic_int runs = 0;
     SP(sp_stream_capture_begin(f->rt, s));
+    f->declared = s, f->is_declared = true;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     f->capturing = s;
     CK(cudaMemsetAsync(small, 3, 64 * KiB, s)); /* captured uses of pre-capture blocks */
@@ -153,6 +157,7 @@ static void declared_capture_keeps_blocks_aside(void **state)
     SP(sp_free(pool, a, t));
     SP(sp_free(pool, b, t));
     SP(sp_pool_trim(pool, 0));
+    assert_int_equal(stats_of(pool).segments, 1); /* t's went back; s's is kept aside */
     SP(sp_stream_release(f->rt, u)); /* a fence on u: legal, u is not capturing */
     CK(cudaStreamSynchronize(u));
     CK(cudaStreamDestroy(u));
@@ -160,6 +165,7 @@ static void declared_capture_keeps_blocks_aside(void **state)
 
     end_and_replay(f, s, &runs);
     SP(sp_stream_capture_end(f->rt, s));
+    f->is_declared = false;
     /* back on s: the kept blocks are the stream's again */
     void *again, *again_large;
     SP(sp_alloc(pool, &again, 64 * KiB, s));
@@ -223,7 +229,13 @@ static void declared_capture_keeps_hot_path_lock_free(void **state)
     void *p;
     SP(sp_alloc(pool, &p, 4 * KiB, t)); /* warm: t's cache and this thread's memo */
     SP(sp_free(pool, p, t));
+    sp_pool *other;
+    SP(sp_pool_create(f->rt, "other", NULL, &other));
     SP(sp_stream_capture_begin(f->rt, s));
+    f->declared = s, f->is_declared = true;
+    /* destroying needs a device synchronize a capture forbids: refused until the end */
+    assert_int_equal(sp_pool_destroy(other), SP_ERR_BUSY);
+    assert_int_equal(sp_runtime_destroy(f->rt), SP_ERR_BUSY);
     mutex_locks = 0;
     counting_locks = true;
     for (int i = 0; i < 100; i++) {
@@ -234,6 +246,8 @@ static void declared_capture_keeps_hot_path_lock_free(void **state)
     assert_int_equal(mutex_locks, 0);
     assert_int_equal(stats_of(pool).same_stream_hits, 100);
     SP(sp_stream_capture_end(f->rt, s));
+    f->is_declared = false;
+    SP(sp_pool_destroy(other));
     drop_stream(f->rt, s);
     drop_stream(f->rt, t);
 }
