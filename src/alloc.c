@@ -184,9 +184,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 /* Memory other streams freed: their small blocks first (bins, at most SP_STEAL_PROBES caches),
  * then free ranges of the tier's slabs or segments. Best effort: nothing here fails. */
 static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t stream,
-                            size_t bytes, sp_take_mode mode, sp_ask_budget *ab)
+                            size_t bytes, bool small, sp_take_mode mode, sp_ask_budget *ab)
 {
-    bool small = bytes <= SP_SMALL_MAX;
     sp_heap *h = small ? &pool->slabs : &pool->segments;
     size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
     sp_block *b = NULL;
@@ -229,10 +228,20 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
                       void **ptr)
 {
     bool small = bytes <= SP_SMALL_MAX;
-    sp_heap *h = small ? &pool->slabs : &pool->segments;
     size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
     sp_cross_stream_policy policy = pool->cfg.cross_stream;
     uint64_t limit = pool->limit_bytes;
+    if (small && limit && size > large_size(bytes)) {
+        /* near the limit, a small request whose size class would not fit, though the request
+         * does, is carved from the segments at 512-byte rounding instead */
+        uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+        uint64_t room = held < limit ? limit - held : 0;
+        if (size > room && large_size(bytes) <= limit) {
+            small = false;
+            size = large_size(bytes);
+        }
+    }
+    sp_heap *h = small ? &pool->slabs : &pool->segments;
     if (limit && size > limit) { /* over the limit on its own: nothing can help */
         sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
         sp__oom_record(pool, bytes, size, stream, SP_ERR_LIMIT);
@@ -242,9 +251,9 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     /* pending frees may have settled since the cache limit last gave up on them */
     if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
         atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
-    sp_block *b = take_freed(pool, c, stream, bytes, SP_TAKE_SETTLED, &asks);
+    sp_block *b = take_freed(pool, c, stream, bytes, small, SP_TAKE_SETTLED, &asks);
     if (!b && policy == SP_CROSS_STREAM_WAIT)
-        b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits);
+        b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits);
     if (!b && !small && held_would_peak(pool, size))
         /* free segments too small for this request go back before a new one would raise the
          * pool's high-water mark; below it, they stay cached (no driver call) */
@@ -257,7 +266,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     /* more than the whole device: no rung below can help, and none may disturb other pools */
     bool hopeless = rc == SP_ERR_OUT_OF_MEMORY && larger_than_device(pool, size);
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && policy != SP_CROSS_STREAM_NO_WAIT &&
-        (b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits)))
+        (b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits)))
         rc = SP_OK;
     if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || rc == SP_ERR_LIMIT) {
         (void)sp__pool_give_back(pool, limit ? limit - (size < limit ? size : limit) : 0,

@@ -243,6 +243,32 @@ static void cache_limit_does_not_rescan_on_every_free(void **state)
     drop_stream(f->rt, s);
 }
 
+/* ---- limits ---- */
+
+/* A request within the limit succeeds even where its size class would not fit (580 KiB rounds
+ * to a 608 KiB class; the limit is 600 KiB): it is carved at 512-byte rounding instead. */
+static void small_request_within_the_limit_fits(void **state)
+{
+    fixture *f = *state;
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 600 * KiB;
+    sp_pool *pool;
+    SP(sp_pool_create(f->rt, "capped", &cfg, &pool));
+    cudaStream_t s = new_stream();
+    void *p, *q = NULL;
+    SP(sp_alloc(pool, &p, 580 * KiB, s));
+    assert_int_equal(sp_alloc(pool, &q, 21 * KiB, s), SP_ERR_LIMIT);
+    SP(sp_free(pool, p, s));
+    SP(sp_alloc(pool, &q, 600 * KiB, s)); /* exactly the limit */
+    sp_stats st = stats_of(pool);
+    assert_true(st.held.current <= 600 * KiB);
+    assert_int_equal(st.active.current, 600 * KiB);
+    assert_exact(st);
+    SP(sp_free(pool, q, s));
+    drop_stream(f->rt, s);
+    SP(sp_pool_destroy(pool));
+}
+
 /* ---- released streams ---- */
 
 /* 20000 streams used and released: each leaves a tombstone of a few hundred bytes (its frees'
@@ -292,6 +318,7 @@ int main(void)
         T(live_threads_cache_is_stolen_behind_its_fence),
         T(cache_limit_lowers_reserved_memory),
         T(cache_limit_does_not_rescan_on_every_free),
+        T(small_request_within_the_limit_fits),
         T(released_streams_leave_small_tombstones),
 #undef T
     };
