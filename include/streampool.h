@@ -131,7 +131,8 @@ typedef struct sp_runtime_config {
 SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out);
 
 /* Destroys every pool and the runtime. SP_ERR_BUSY (and nothing destroyed) if any pool has live
- * allocations. */
+ * allocations, or while a capture is declared (sp_stream_capture_begin without its end: the
+ * device synchronize that may be needed to settle the pools' memory would break it). */
 SP_API int sp_runtime_destroy(sp_runtime *rt);
 
 /* The runtime's default pool. */
@@ -143,7 +144,12 @@ SP_API int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out);
 SP_API int sp_stream_release(sp_runtime *rt, cudaStream_t stream);
 
 /* Declares that `stream` is about to be / is no longer captured into a CUDA graph. Between the
- * two, allocations and frees on it go straight to the driver (graph nodes), never to a cache. */
+ * two, allocations and frees on it go straight to the driver (graph nodes), never to a cache.
+ * A block allocated before the capture and freed on the stream during it is kept aside (rule 24:
+ * no cudaFreeAsync inside the capture) and returns to the stream's cache at capture end (with
+ * SP_CAPTURE_ALWAYS: at the stream's next sp_alloc/sp_free after the capture). streampool never
+ * queries, fences or synchronizes a capturing stream; other streams go on as usual, their hot
+ * path without a lock. */
 SP_API int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream);
 SP_API int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream);
 
@@ -184,7 +190,8 @@ SP_API const char *sp_pool_name(const sp_pool *pool);
 SP_API cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool);
 
 /* Returns the pool's cached memory to the device and destroys it. SP_ERR_BUSY (pool unchanged)
- * while it has live allocations. The default pool is destroyed only with its runtime. */
+ * while it has live allocations or a capture is declared in its runtime. The default pool is
+ * destroyed only with its runtime. */
 SP_API int sp_pool_destroy(sp_pool *pool);
 
 /* Changes the release threshold of the pool's cudaMemPool at run time. It is kept within
@@ -241,7 +248,12 @@ SP_API int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len);
 /* Called when an allocation fails after streampool has given back the pool's own cached memory
  * and reclaimed other pools' (no streampool lock is held: it may free memory with sp_free).
  * Return non-zero to have the allocation retried once, 0 to fail it. Not called again while it
- * runs on this thread. */
+ * runs on this thread. Before the retry, every pool's cached memory (what the callback freed
+ * into any pool) goes back to the device.
+ * Also called when the pool's own limit refuses a request (SP_ERR_LIMIT), after the pool's own
+ * cache went back: then no other pool is reclaimed, before or after, and only memory the
+ * callback frees in this pool can make the retry succeed. A request larger than the limit on
+ * its own, or than the device, fails without the callback. */
 typedef int (*sp_oom_callback)(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user);
 
 SP_API int sp_runtime_set_oom_callback(sp_runtime *rt, sp_oom_callback cb, void *user);
@@ -256,7 +268,8 @@ typedef struct {
     int priority;
 } sp_oom_pool;
 
-/* What the runtime looked like when an allocation last failed with SP_ERR_OUT_OF_MEMORY. */
+/* What the runtime looked like when an allocation last failed with SP_ERR_OUT_OF_MEMORY or
+ * SP_ERR_LIMIT (`status` tells which; `failures` counts both). */
 typedef struct sp_oom_report {
     uint32_t size;                        /* set by the caller: sizeof(sp_oom_report) */
     uint32_t failures;                    /* out-of-memory failures so far; 0: no report */
@@ -266,6 +279,10 @@ typedef struct sp_oom_report {
     uint64_t device_free, device_total;   /* cudaMemGetInfo at the failure */
     uint32_t npools, pools_omitted;
     sp_oom_pool pools[SP_OOM_REPORT_POOLS];
+    int32_t status;                       /* SP_ERR_OUT_OF_MEMORY or SP_ERR_LIMIT */
+    uint32_t reserved_;                   /* 0 */
+    uint64_t rounded;                     /* the request as the pool would hold it (its size
+                                           * class, or rounded to 512 bytes) */
     char stream_name[64];                 /* the stream's label (sp_stream_set_name), or "" */
 } sp_oom_report;
 
@@ -295,7 +312,7 @@ SP_API size_t sp_size_class(size_t bytes);
 
 /* ---- stats ---- */
 
-#define SP_STATS_VERSION 2
+#define SP_STATS_VERSION 3
 
 typedef struct {
     uint64_t current, peak, total;
@@ -353,6 +370,12 @@ typedef struct {
     X(slabs, "", "slabs held (small-tier driver allocations)")                                 \
     X(slab_bytes, "", "bytes of the slabs held")
 
+/* Streams (stats version 3): G(name, unit, text) for a point-in-time figure, C(...) for a count
+ * that only grows. */
+#define SP_STATS_STREAMS(G, C)                                                                 \
+    G(streams, "", "stream caches in use (a stream per pool it was used with)")                \
+    C(released_streams, "", "stream caches released (sp_stream_release, thread exits)")
+
 typedef struct sp_stats {
     uint32_t size;      /* set by the caller: sizeof(sp_stats) */
     uint32_t version;   /* set by the library: SP_STATS_VERSION */
@@ -368,6 +391,12 @@ typedef struct sp_stats {
     /* version 2: memory layout (SP_STATS_LAYOUT). */
 #define SP_STATS_GAUGE_FIELD(name, unit, text) uint64_t name;
     SP_STATS_LAYOUT(SP_STATS_GAUGE_FIELD)
+#undef SP_STATS_GAUGE_FIELD
+    /* version 3: streams (SP_STATS_STREAMS). A read costs O(streams); a released stream leaves
+     * only a tombstone of a few hundred bytes (its frees' tags may still be in use) that reads
+     * never visit. */
+#define SP_STATS_GAUGE_FIELD(name, unit, text) uint64_t name;
+    SP_STATS_STREAMS(SP_STATS_GAUGE_FIELD, SP_STATS_GAUGE_FIELD)
 #undef SP_STATS_GAUGE_FIELD
 } sp_stats;
 

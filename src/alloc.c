@@ -53,8 +53,13 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
         return SP_ERR_TOO_LARGE;
     sp_stream_key key = sp__stream_key(stream);
     if (sp_unlikely(capture_possible(pool->rt))) {
+        /* the stream's own cache says whether it is declared capturing: no lock, so that other
+         * streams' hot path stays as it is while a capture is under way */
+        sp_stream_cache *c = sp__cache_get(pool, key);
+        if (sp_unlikely(!c))
+            return SP_ERR_NO_HOST_MEMORY;
         bool capturing = false;
-        int rc = sp__stream_capturing(pool->rt, key, &capturing);
+        int rc = sp__cache_capturing(c, &capturing);
         if (rc != SP_OK)
             return rc;
         if (capturing)
@@ -125,15 +130,11 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         sp__pool_bypass_free(pool, b, stream);
         return SP_OK;
     }
-    /* Anything else, even freed during a capture, stays cached tagged with its stream: never
-     * handed to a capture (captures bypass the caches), and to other streams only behind a
-     * fence, which is not recorded while a capture is declared. A small block freed during a
-     * capture is kept aside in its slab rather than in the stream's bin. */
+    /* Anything else stays cached, tagged with its stream. Freed during a capture of its stream
+     * (rule 24), it was allocated before the capture: no cudaFreeAsync, no bin; it is kept aside
+     * in the stream's cache and goes back to its slab or segment when the capture ends. */
     sp_stream_key key = sp__stream_key(stream);
     bool capturing = false;
-    if (sp_unlikely(capture_possible(pool->rt)) &&
-        sp__stream_capturing(pool->rt, key, &capturing) != SP_OK)
-        capturing = true; /* unknown: the careful choice */
     sp_stream_cache *c;
     for (;;) {
         c = sp__cache_get(pool, key);
@@ -141,6 +142,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
             atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
             return SP_ERR_NO_HOST_MEMORY;
         }
+        if (sp_unlikely(capture_possible(pool->rt)) && sp__cache_capturing(c, &capturing) != SP_OK)
+            capturing = true; /* unknown: the careful choice */
         sp_spin_lock(&c->lock);
         if (sp_likely(!c->released))
             break;
@@ -161,6 +164,10 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     if (to_bin) {
         sp__bin_push(&c->bins[b->cls], b);
         c->cached_bytes += b->size;
+    } else if (capturing) {
+        b->prev = NULL;
+        b->next = c->aside;
+        c->aside = b;
     }
     uint64_t cache_limit = atomic_load_explicit(&pool->cache_limit, memory_order_relaxed);
     if (sp_unlikely(cache_limit != UINT64_MAX || !to_bin))
@@ -170,13 +177,16 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     sp_spin_unlock(&c->lock);
     if (sp_unlikely(note.owner != NULL)) /* allocated on another stream */
         sp__note_foreign_free(note);
-    if (!to_bin) { /* back into its segment or slab, tagged, merged with free neighbours */
+    if (!to_bin && !capturing) { /* back into its segment, tagged, merged with free neighbours */
         pthread_mutex_lock(&h->lock);
         sp__heap_put(h, b, c, b->epoch);
         pthread_mutex_unlock(&h->lock);
     }
     if (sp_unlikely(cache_limit != UINT64_MAX))
         sp__pool_enforce_cache_limit(pool, cache_limit);
+    /* another thread wants to reuse what this thread freed on its per-thread stream */
+    if (sp_unlikely(atomic_load_explicit(&c->fence_wanted, memory_order_relaxed)))
+        sp__cache_offer_fence(c);
     return SP_OK;
 }
 
@@ -185,9 +195,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 /* Memory other streams freed: their small blocks first (bins, at most SP_STEAL_PROBES caches),
  * then free ranges of the tier's slabs or segments. Best effort: nothing here fails. */
 static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t stream,
-                            size_t bytes, sp_take_mode mode, sp_ask_budget *ab)
+                            size_t bytes, bool small, sp_take_mode mode, sp_ask_budget *ab)
 {
-    bool small = bytes <= SP_SMALL_MAX;
     sp_heap *h = small ? &pool->slabs : &pool->segments;
     size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
     sp_block *b = NULL;
@@ -230,14 +239,32 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
                       void **ptr)
 {
     bool small = bytes <= SP_SMALL_MAX;
-    sp_heap *h = small ? &pool->slabs : &pool->segments;
     size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
     sp_cross_stream_policy policy = pool->cfg.cross_stream;
-    uint64_t limit = pool->cfg.limit;
+    uint64_t limit = pool->limit_bytes;
+    if (small && limit && size > large_size(bytes)) {
+        /* near the limit, a small request whose size class would not fit, though the request
+         * does, is carved from the segments at 512-byte rounding instead */
+        uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+        uint64_t room = held < limit ? limit - held : 0;
+        if (size > room && large_size(bytes) <= limit) {
+            small = false;
+            size = large_size(bytes);
+        }
+    }
+    sp_heap *h = small ? &pool->slabs : &pool->segments;
+    if (limit && size > limit) { /* over the limit on its own: nothing can help */
+        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
+        sp__oom_record(pool, bytes, size, stream, SP_ERR_LIMIT);
+        return SP_ERR_LIMIT;
+    }
     sp_ask_budget asks = {0}, waits = {0};
-    sp_block *b = take_freed(pool, c, stream, bytes, SP_TAKE_SETTLED, &asks);
+    /* pending frees may have settled since the cache limit last gave up on them */
+    if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
+        atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
+    sp_block *b = take_freed(pool, c, stream, bytes, small, SP_TAKE_SETTLED, &asks);
     if (!b && policy == SP_CROSS_STREAM_WAIT)
-        b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits);
+        b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits);
     if (!b && !small && held_would_peak(pool, size))
         /* free segments too small for this request go back before a new one would raise the
          * pool's high-water mark; below it, they stay cached (no driver call) */
@@ -250,7 +277,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     /* more than the whole device: no rung below can help, and none may disturb other pools */
     bool hopeless = rc == SP_ERR_OUT_OF_MEMORY && larger_than_device(pool, size);
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && policy != SP_CROSS_STREAM_NO_WAIT &&
-        (b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits)))
+        (b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits)))
         rc = SP_OK;
     /* a request larger than the limit itself: nothing the pool gives back can make it fit */
     if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || (rc == SP_ERR_LIMIT && size <= limit)) {
@@ -271,15 +298,21 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         rc = sp__pool_grow(pool, h, size, c, stream, &b);
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__oom_callback(pool, bytes, stream)) {
-        (void)sp__pool_give_back(pool, 0, true, NULL); /* what the callback freed into our cache */
+        /* what the callback freed, into any pool's cache, reaches the device */
+        (void)sp__pool_give_back(pool, 0, true, NULL);
+        (void)sp__reclaim_others(pool, size);
+        sp__pool_count(pool, SP_COUNT_oom_retries, 1);
+        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+    } else if (rc == SP_ERR_LIMIT && sp__oom_callback(pool, bytes, stream)) {
+        /* a limit rejection: only what the callback freed in this pool can help; no other
+         * pool is touched */
+        (void)sp__pool_give_back(pool, limit - size, true, NULL);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
         rc = sp__pool_grow(pool, h, size, c, stream, &b);
     }
-    if (rc == SP_ERR_LIMIT)
-        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
-    if (rc == SP_ERR_OUT_OF_MEMORY) {
-        sp__pool_count(pool, SP_COUNT_ooms, 1);
-        sp__oom_record(pool, bytes, stream);
+    if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) {
+        sp__pool_count(pool, rc == SP_ERR_LIMIT ? SP_COUNT_limit_rejections : SP_COUNT_ooms, 1);
+        sp__oom_record(pool, bytes, size, stream, rc);
     }
     if (rc != SP_OK)
         return rc;

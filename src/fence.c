@@ -63,11 +63,6 @@ void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f)
     pthread_mutex_unlock(&fp->lock);
 }
 
-static bool capture_declared(const sp_runtime *rt)
-{
-    return atomic_load_explicit(&rt->captures, memory_order_relaxed) != 0;
-}
-
 static void skipped(sp_stream_cache *c)
 {
     sp__pool_count(c->pool, SP_COUNT_skipped_steps, 1);
@@ -93,9 +88,9 @@ static void settle_through(sp_stream_cache *c, sp_fence *f)
 /* Can this process name the cache's stream? Another thread's cudaStreamPerThread cannot be
  * named from here, a released stream may be destroyed, and a capturing one must not be touched
  * (rule 25). */
-static bool may_touch_stream(const sp_stream_cache *c)
+static bool may_touch_stream(sp_stream_cache *c)
 {
-    return !c->released && sp__this_threads_stream(c->key) && !capture_declared(c->pool->rt);
+    return !c->released && sp__may_touch_stream(c);
 }
 
 /* The oldest pending fence covering epoch, recording one if `ask` and none exists; under
@@ -105,6 +100,8 @@ static sp_fence *covering_fence(sp_stream_cache *c, uint64_t epoch, bool ask)
     sp_fence *f = NULL;
     for (sp_fence *x = c->fences; x && x->epoch >= epoch; x = x->next)
         f = x;
+    if (!f && ask && !c->released && !sp__this_threads_stream(c->key))
+        atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
     if (f || !ask || !may_touch_stream(c) || c->fence_count >= 8)
         return f;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
@@ -198,15 +195,15 @@ int sp__cache_final_fence(sp_stream_cache *c)
     pthread_mutex_lock(&c->fence_lock);
     sp_fence *f = NULL;
     int rc = SP_ERR_CUDA;
-    if (!capture_declared(rt) && sp__this_threads_stream(c->key))
+    bool touch = sp__may_touch_stream(c); /* released just now: named one last time */
+    if (touch)
         rc = sp__fence_record(&rt->fences, c->key.stream, now, &f);
     if (rc == SP_OK) {
         sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
         f->next = c->fences;
         c->fences = f;
         c->fence_count++;
-    } else if (!capture_declared(rt) && sp__this_threads_stream(c->key) &&
-               (rc = sp__cuda_stream_sync(c->key.stream)) == SP_OK) {
+    } else if (touch && (rc = sp__cuda_stream_sync(c->key.stream)) == SP_OK) {
         atomic_store_explicit(&c->done_epoch, now, memory_order_release);
     }
     pthread_mutex_unlock(&c->fence_lock);
@@ -263,4 +260,13 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
         return false;
     ab->asked[ab->asks++] = c;
     return sp__tag_settled(c, epoch, true);
+}
+
+void sp__cache_offer_fence(sp_stream_cache *c)
+{
+    if (!atomic_exchange_explicit(&c->fence_wanted, false, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&c->fence_lock);
+    (void)covering_fence(c, atomic_load_explicit(&c->free_epoch, memory_order_acquire), true);
+    pthread_mutex_unlock(&c->fence_lock);
 }

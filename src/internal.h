@@ -23,8 +23,12 @@
  *    fails, that stream is synchronized instead; if that fails too, the memory stays cached.
  *  - sp_pool_trim and sp_pool_destroy return the first CUDA error instead of SP_OK.
  *  - Graph capture (CUDA-SEMANTICS 24-26): a capturing stream's allocations go straight to the
- *    driver; while any capture is declared nothing queries, records a fence on or synchronizes
- *    a stream (fences recorded before are still queried).
+ *    driver; a block allocated before the capture and freed during it is kept aside in its
+ *    stream's cache (never cudaFreeAsync inside the capture) and goes back to its slab or
+ *    segment when the capture ends. Nothing queries, records a fence on, waits on or
+ *    synchronizes a capturing stream (declared: its caches' `capturing` flag; ALWAYS: asked of
+ *    cudaStreamIsCapturing first), nor the legacy stream while any capture is declared;
+ *    fences recorded before the capture are still queried.
  *
  * LOCK ORDER (take only in this order; never the other way round):
  *    runtime->lock  >  pool->lock (stream table)  >  heap->lock (slabs, then segments)
@@ -70,6 +74,8 @@ static inline void sp_spin_unlock(sp_spin *l)
 #define SP_SMALL_MAX ((size_t)1 << 20)
 #define SP_SLAB_BYTES ((size_t)2 << 20)
 #define SP_LARGE_ALIGN ((size_t)512)
+/* The driver reserves pool memory in pages of this size (2 MiB on every current GPU). */
+#define SP_DRIVER_GRANULARITY ((uint64_t)2 << 20)
 /* Medium requests (up to SP_MEDIUM_MAX) share segments of at least SP_SEGMENT_MIN; huge ones
  * get segments of their own size (rounded to SP_SEGMENT_ROUND) and only huge requests split
  * them, so that a few medium blocks never pin the space a huge request needs. */
@@ -175,6 +181,9 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch);
 /* A released stream's final fence covering all its frees; on failure, synchronizes it. */
 int sp__cache_final_fence(sp_stream_cache *c);
 void sp__cache_drop_fences(sp_stream_cache *c);
+/* The owner thread of a cudaStreamPerThread cache records the fence another thread asked for
+ * (fence_wanted); best effort. */
+void sp__cache_offer_fence(sp_stream_cache *c);
 
 /* ---- segments and slabs (segment.c) ----
  * A heap holds a pool's segments of one tier (slabs for small blocks, segments for large
@@ -251,14 +260,26 @@ struct sp_stream_cache {
     sp_spin lock;
     sp_stream_key key;
     sp_pool *pool;
-    bool released;             /* forgotten: callers holding it must look again */
+    atomic_bool released;      /* forgotten: callers holding it must look again (set under
+                                * `lock`, read by fence checks without it) */
+    /* declared capture in progress on this stream (set and cleared under runtime->lock, read
+     * without a lock by the hot path) */
+    atomic_bool capturing;
+    /* blocks allocated before a capture and freed during it, under `lock`: kept aside until the
+     * capture ends (rule 24) */
+    sp_block *aside;
+    /* another thread could not fence this cudaStreamPerThread cache (it cannot name the
+     * stream): the owner records a fence at its next free */
+    atomic_bool fence_wanted;
     atomic_uint_least64_t free_epoch;  /* frees on this stream so far; written under `lock` */
     /* fence state, under fence_lock (a mutex: fences mean driver calls) */
     pthread_mutex_t fence_lock;
     atomic_uint_least64_t done_epoch;  /* frees known complete */
     sp_fence *fences;          /* outstanding fences, newest first */
     unsigned fence_count;
-    sp_bin bins[SP_CLASS_COUNT];
+    /* SP_CLASS_COUNT bins, under `lock`; freed when the stream is released (NULL after), so
+     * that a released stream's cache is a small tombstone kept only for its tags */
+    sp_bin *bins;
     uint64_t cached_bytes;     /* in bins, under `lock` */
     /* counters of the hot path, under `lock`, merged by stats */
     uint64_t hits, frees, freed_bytes, requested_total, active_total;
@@ -292,6 +313,11 @@ void sp__small_flush_bins(sp_pool *pool);
 /* The pool's cache for `stream`, created if missing; NULL if host memory ran out. Fast when
  * this thread used the same (pool, stream) recently. */
 sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key);
+/* The pool's cache for key, created if missing, without the per-thread memo or the capture
+ * check of sp__cache_get: for sp_stream_capture_begin, under runtime->lock. */
+sp_stream_cache *sp__cache_get_locked_rt(sp_pool *pool, sp_stream_key key);
+/* The pool's cache for key if it exists (NULL otherwise). */
+sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key);
 /* Detaches the pool's cache for key (NULL if none); the caller empties it. */
 sp_stream_cache *sp__cache_detach(sp_pool *pool, sp_stream_key key);
 void sp__cache_table_free(sp_pool *pool);
@@ -350,19 +376,30 @@ struct sp_pool {
     cudaMemPool_t cuda_pool;
     bool owns_cuda_pool, is_default;
     sp_pool_config cfg;                  /* changed at run time under `lock` */
+    /* cfg.limit at streampool's granularity (SP_LARGE_ALIGN), what held bytes are held to, so
+     * that any request of at most the limit less what is held fits; the cudaMemPool's maxSize
+     * is the limit at the driver's granularity (SP_DRIVER_GRANULARITY). 0: none. */
+    uint64_t limit_bytes;
     atomic_uint_least64_t cache_limit;   /* cfg.cache_limit, read on the hot path */
     uint64_t stats_flush;                /* the runtime's stats_flush_bytes */
     pthread_mutex_t lock;                /* the stream table and the cache list */
     sp_stream_cache **buckets;
     size_t bucket_count, cache_count;
     sp_stream_cache *caches;             /* live caches */
-    sp_stream_cache *retired;            /* released caches: kept, their tags may still be in use */
+    sp_stream_cache *retired;            /* released caches: tombstones, their tags may still be
+                                          * in use; their counters are in retired_* */
+    atomic_uint_least64_t retired_count, retired_hits, retired_frees, retired_freed_bytes,
+        retired_requested_total, retired_active_total;
     atomic_uint_least64_t stream_gen;    /* bumped when a cache is detached */
     sp_heap slabs;                       /* small blocks */
     sp_heap segments;                    /* large ranges */
     sp_usage usage;
     atomic_uint_least64_t count[SP_COUNT_N]; /* slow-path counters (hot ones live in caches) */
     atomic_uint_least64_t miss_allocs, miss_requested_total, miss_active_total;
+    /* the cache limit: one thread gives back at a time, and a pass that left the cache over the
+     * limit (pending frees) is not repeated until the cache grew by a slab or a miss came */
+    atomic_flag limit_busy;
+    atomic_uint_least64_t limit_stuck;
     sp_pool *next;
 };
 
@@ -418,8 +455,9 @@ bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len);
 bool sp__reclaim_others(sp_pool *pool, size_t bytes);
 /* Calls the user's out-of-memory callback (not from inside itself); true: retry. */
 bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream);
-/* Records the out-of-memory report for sp_runtime_last_oom. */
-void sp__oom_record(sp_pool *pool, size_t bytes, cudaStream_t stream);
+/* Records the report for sp_runtime_last_oom of a failure with `status` (SP_ERR_OUT_OF_MEMORY
+ * or SP_ERR_LIMIT) of a request of `bytes` (`rounded` as the pool would have held it). */
+void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t stream, int status);
 
 /* ---- runtime (runtime.c) ---- */
 
@@ -444,10 +482,26 @@ struct sp_runtime {
     _Atomic(struct sp_trace *) trace;    /* trace.c: NULL until a trace is first started */
     uint64_t conf_pools_seen;            /* config.c, under `lock`: bit i set once a pool named
                                             by the i-th pool-prefixed conf key has existed */
+    sp_runtime *next_runtime;            /* in the process's list, for threads that exit */
 };
 
-/* Is `key` being captured into a graph (declared, or asked of CUDA per the config)? */
-int sp__stream_capturing(sp_runtime *rt, sp_stream_key key, bool *capturing);
+/* A thread that made a cudaStreamPerThread cache: at its exit, its caches in every runtime are
+ * released from that thread, behind a final fence it can still record. */
+void sp__thread_watch(void);
+
+/* Is the stream of cache c being captured into a graph (declared: c's flag, no lock; ALWAYS:
+ * asked of CUDA)? In ALWAYS mode, a stream found no longer capturing gets its kept-aside blocks
+ * back. */
+int sp__cache_capturing(sp_stream_cache *c, bool *capturing);
+/* A cache just created while captures are declared: flagged if its stream is one of them. */
+void sp__capture_adopt(sp_stream_cache *c);
+/* Returns the blocks kept aside during a capture to their slabs and segments, tagged with a
+ * free on c's stream now. */
+void sp__cache_release_aside(sp_stream_cache *c);
+/* May the library name c's stream to the driver now (query, fence, wait, synchronize)? Not if it
+ * is another thread's per-thread stream, capturing (rule 25), or the legacy stream while a
+ * capture is declared. (Whether it was released is the caller's question.) */
+bool sp__may_touch_stream(sp_stream_cache *c);
 
 /* ---- cuda.c: the only file that calls CUDA ---- */
 

@@ -55,6 +55,10 @@ static void render(out *o, size_t npools_total)
     }
     SP_STATS_GAUGES(SP_METRIC_GAUGE)
     SP_STATS_LAYOUT(SP_METRIC_GAUGE)
+#define SP_METRIC_STREAM_COUNTER(f, unit, text)                                               \
+    family(o, "streampool_" #f "_total", "counter", text, offsetof(sp_stats, f));
+    SP_STATS_STREAMS(SP_METRIC_GAUGE, SP_METRIC_STREAM_COUNTER)
+#undef SP_METRIC_STREAM_COUNTER
 #undef SP_METRIC_GAUGE
 #define SP_METRIC_COUNTER(f, text)                                                            \
     family(o, "streampool_" #f "_total", "counter", text, offsetof(sp_stats, f));

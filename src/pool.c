@@ -9,6 +9,11 @@
 
 static atomic_uint_least64_t next_pool_id = 1;
 
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
 /* ---- usage counters (pool and runtime) ---- */
 
 static void peak_raise(atomic_uint_least64_t *peak, uint64_t now)
@@ -67,13 +72,12 @@ void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
 
 uint64_t sp__pool_active_bytes(sp_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock);
-    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
-        for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
-            sp_spin_lock(&c->lock);
-            sp__cache_flush_locked(pool, c);
-            sp_spin_unlock(&c->lock);
-        }
+    pthread_mutex_lock(&pool->lock); /* released caches were flushed at their release */
+    for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool) {
+        sp_spin_lock(&c->lock);
+        sp__cache_flush_locked(pool, c);
+        sp_spin_unlock(&c->lock);
+    }
     pthread_mutex_unlock(&pool->lock);
     return atomic_load(&pool->usage.active.current);
 }
@@ -84,30 +88,37 @@ static void count(sp_pool *pool, int counter)
 }
 
 /* Claims `size` bytes of the pool's limit before the driver is asked, so that concurrent
- * allocations can never together pass it. */
-static bool held_claim(sp_pool *pool, uint64_t size)
+ * allocations can never together pass it. Only the current figures move: peaks and totals follow
+ * when the driver said yes (held_commit), so that a refused request changes nothing. *level gets
+ * the pool's held bytes with the claim. */
+static bool held_claim(sp_pool *pool, uint64_t size, uint64_t *level)
 {
-    uint64_t limit = pool->cfg.limit;
+    uint64_t limit = pool->limit_bytes;
     uint64_t cur = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     do {
         if (limit && (size > limit || cur > limit - size))
             return false;
     } while (!atomic_compare_exchange_weak_explicit(&pool->usage.held.current, &cur, cur + size,
                                                     memory_order_relaxed, memory_order_relaxed));
-    /* the claim is in the pool's current figure; its peaks, total and the runtime follow */
-    sp_usage *u = &pool->usage;
-    peak_raise(&u->held.peak, cur + size);
-    atomic_fetch_add_explicit(&u->held.total, size, memory_order_relaxed);
-    usage_apply(&pool->rt->usage, 0, 0, (int64_t)size);
+    *level = cur + size;
+    atomic_fetch_add_explicit(&pool->rt->usage.held.current, size, memory_order_relaxed);
     return true;
 }
 
-/* Undoes a claim the driver refused: a refused request changes no figure but the peak. */
+static void held_commit(sp_pool *pool, uint64_t size, uint64_t level)
+{
+    sp_usage *u = &pool->usage, *r = &pool->rt->usage;
+    peak_raise(&u->held.peak, level);
+    peak_raise(&r->held.peak, atomic_load_explicit(&r->held.current, memory_order_relaxed));
+    atomic_fetch_add_explicit(&u->held.total, size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->held.total, size, memory_order_relaxed);
+}
+
+/* Undoes a claim the driver refused. */
 static void held_unclaim(sp_pool *pool, uint64_t size)
 {
-    sp__usage_add(pool, 0, 0, -(int64_t)size);
-    atomic_fetch_sub_explicit(&pool->usage.held.total, size, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&pool->rt->usage.held.total, size, memory_order_relaxed);
+    (void)current_add(&pool->usage.held.current, -(int64_t)size);
+    (void)current_add(&pool->rt->usage.held.current, -(int64_t)size);
 }
 
 void sp__pool_count(sp_pool *pool, int counter, uint64_t n)
@@ -183,6 +194,8 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     pool->rt = rt;
     pool->cfg = merged;
     atomic_init(&pool->cache_limit, merged.cache_limit);
+    pool->limit_bytes = merged.limit ? round_up(merged.limit, SP_LARGE_ALIGN) : 0;
+    atomic_flag_clear(&pool->limit_busy);
     pool->stats_flush = rt->cfg.stats_flush_bytes;
     pool->id = atomic_fetch_add(&next_pool_id, 1);
     if (sp__heap_init(&pool->slabs, pool, true) != SP_OK ||
@@ -197,7 +210,11 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         if (rc == SP_OK && (cfg || merged.reserve || merged.limit))
             rc = sp__cuda_pool_set_threshold(adopt, effective_threshold(&merged));
     } else {
-        rc = sp__cuda_pool_create(rt->device, merged.limit, &pool->cuda_pool);
+        /* the driver holds the pool to whole pages: a maxSize between two would refuse a
+         * request of exactly the limit */
+        rc = sp__cuda_pool_create(rt->device,
+                                  merged.limit ? round_up(merged.limit, SP_DRIVER_GRANULARITY) : 0,
+                                  &pool->cuda_pool);
         pool->owns_cuda_pool = rc == SP_OK;
         if (rc == SP_OK)
             rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&merged));
@@ -220,10 +237,6 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
 
 /* ---- taking memory from the driver ---- */
 
-static size_t round_up(size_t n, size_t to)
-{
-    return (n + to - 1) / to * to;
-}
 
 /* The driver allocation for a request of `size`: a slab for a small block; for a large one a
  * segment of at least SP_SEGMENT_MIN (medium requests share it), the request rounded to
@@ -233,7 +246,7 @@ static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
     size_t want = h->small ? SP_SLAB_BYTES : round_up(size, SP_SEGMENT_ROUND);
     if (want < SP_SEGMENT_MIN && !h->small && size <= SP_MEDIUM_MAX)
         want = SP_SEGMENT_MIN;
-    uint64_t limit = pool->cfg.limit;
+    uint64_t limit = pool->limit_bytes;
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     if (limit && held < limit && want > limit - held && size <= limit - held)
         want = limit - held >= round_up(size, SP_SEGMENT_ROUND) ? round_up(size, SP_SEGMENT_ROUND)
@@ -245,7 +258,8 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
                   cudaStream_t stream, sp_block **out)
 {
     size_t bytes = grow_size(pool, h, size);
-    if (!held_claim(pool, bytes))
+    uint64_t level;
+    if (!held_claim(pool, bytes, &level))
         return SP_ERR_LIMIT;
     void *ptr;
     int rc = sp__cuda_malloc(pool->cuda_pool, &ptr, bytes, stream);
@@ -253,6 +267,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
         held_unclaim(pool, bytes);
         return rc;
     }
+    held_commit(pool, bytes, level);
     count(pool, SP_COUNT_driver_allocs);
     /* the allocation is ordered on `stream` only: tag it like a free there, so another stream
      * uses what is left of the segment only behind a fence recorded after it */
@@ -277,7 +292,8 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
 int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_block **out)
 {
     size_t size = round_up(bytes, 256);
-    if (!held_claim(pool, size))
+    uint64_t level;
+    if (!held_claim(pool, size, &level))
         return SP_ERR_LIMIT;
     sp_block *b = calloc(1, sizeof *b);
     int rc = b ? sp__cuda_malloc(pool->cuda_pool, &b->ptr, size, stream) : SP_ERR_NO_HOST_MEMORY;
@@ -294,6 +310,7 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_b
         held_unclaim(pool, size);
         return rc;
     }
+    held_commit(pool, size, level);
     count(pool, SP_COUNT_driver_allocs);
     *out = b;
     return SP_OK;
@@ -312,22 +329,63 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
 
 /* ---- giving cached memory back ---- */
 
+/* Every stream's frees made before now are complete once the device is synchronized. */
+static void settle_by_device_sync(sp_pool *pool, int *err)
+{
+    pthread_mutex_lock(&pool->lock);
+    size_t n = 0;
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+        for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
+            n++;
+    uint64_t *snap = calloc(n ? n : 1, sizeof *snap);
+    size_t i = 0;
+    if (snap)
+        for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+            for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
+                snap[i++] = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    int rc = snap ? sp__cuda_device_sync(pool->rt->device) : SP_ERR_NO_HOST_MEMORY;
+    if (rc == SP_OK) {
+        i = 0;
+        for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+            for (sp_stream_cache *c = *l; c; c = c->next_in_pool, i++) {
+                pthread_mutex_lock(&c->fence_lock);
+                if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < snap[i])
+                    atomic_store_explicit(&c->done_epoch, snap[i], memory_order_release);
+                pthread_mutex_unlock(&c->fence_lock);
+            }
+    } else {
+        count(pool, SP_COUNT_skipped_steps);
+        if (err && *err == SP_OK)
+            *err = rc;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    free(snap);
+}
+
 /* Settles, by host waits, every stream's frees (trim and out of memory only): a covering fence
  * or a stream synchronize (rule 13: a free not yet observed complete cannot be released). */
 static void settle_all(sp_pool *pool, int *err)
 {
+    bool unsettled = false;
     pthread_mutex_lock(&pool->lock);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
             int rc = sp__tag_sync(c, now);
             if (rc != SP_OK) {
+                unsettled = true;
                 count(pool, SP_COUNT_skipped_steps);
                 if (err && *err == SP_OK && rc != SP_ERR_CUDA)
                     *err = rc;
             }
         }
     pthread_mutex_unlock(&pool->lock);
+    /* Frees this thread cannot order one by one (another live thread's cudaStreamPerThread, a
+     * released stream whose final fence failed): a device synchronize settles them all, unless
+     * a capture may be under way (rule 25: it would fail and invalidate the capture). */
+    if (unsettled && pool->rt->cfg.capture_check == SP_CAPTURE_DECLARED &&
+        atomic_load_explicit(&pool->rt->captures, memory_order_acquire) == 0)
+        settle_by_device_sync(pool, err);
 }
 
 uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
@@ -336,7 +394,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     if (held_before <= keep && !sync)
         return 0;
     sp__small_flush_bins(pool);
-    if (sync && atomic_load_explicit(&pool->rt->captures, memory_order_relaxed) == 0)
+    if (sync) /* a capturing stream is skipped (sp__may_touch_stream), the others settle */
         settle_all(pool, err);
     uint64_t held = held_before;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
@@ -360,19 +418,51 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     return held_before > held ? held_before - held : 0;
 }
 
-void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
+static uint64_t cached_now(sp_pool *pool)
 {
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     uint64_t active = atomic_load_explicit(&pool->usage.active.current, memory_order_relaxed);
-    if (held <= active || held - active <= cache_limit)
+    return held > active ? held - active : 0;
+}
+
+void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
+{
+    uint64_t cached = cached_now(pool);
+    if (cached <= cache_limit)
         return;
+    /* not on every free: a pass that could not get under the limit (frees still pending) is
+     * retried once the cache grew by a slab, or after a miss */
+    uint64_t stuck = atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed);
+    if (stuck && cached < stuck + SP_SLAB_BYTES)
+        return;
+    if (atomic_flag_test_and_set_explicit(&pool->limit_busy, memory_order_acquire))
+        return; /* another thread is at it */
     count(pool, SP_COUNT_trims);
-    (void)sp__pool_give_back(pool, active + cache_limit, false, NULL);
+    uint64_t active = atomic_load_explicit(&pool->usage.active.current, memory_order_relaxed);
+    uint64_t released = sp__pool_give_back(pool, active + cache_limit, false, NULL);
+    if (released) {
+        /* rule 13: the cudaMemPool releases only frees the host has seen complete */
+        if (sp__cuda_stream_sync(pool->rt->service) == SP_OK) {
+            uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+            (void)sp__cuda_pool_trim(pool->cuda_pool, held > pool->cfg.reserve ? held
+                                                                               : pool->cfg.reserve);
+        } else {
+            count(pool, SP_COUNT_skipped_steps);
+        }
+    }
+    cached = cached_now(pool);
+    atomic_store_explicit(&pool->limit_stuck, cached > cache_limit ? cached : 0,
+                          memory_order_relaxed);
+    atomic_flag_clear_explicit(&pool->limit_busy, memory_order_release);
 }
 
 int sp__pool_free(sp_pool *pool)
 {
     int err = SP_OK;
+    /* blocks kept aside by a capture that was never declared over */
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+        for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
+            sp__cache_release_aside(c);
     sp__small_flush_bins(pool);
     settle_all(pool, &err);
     bool unsettled = false;
@@ -421,7 +511,21 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
     c->released = true;
     sp__cache_flush_locked(pool, c);
     sp_block *list = sp__small_take_all(c);
+    /* what is left is a tombstone: its counters move to the pool, its bins go (a thread
+     * still holding it sees `released` under the lock before touching either) */
+    atomic_fetch_add_explicit(&pool->retired_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_hits, c->hits, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_frees, c->frees, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_freed_bytes, c->freed_bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_requested_total, c->requested_total,
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->retired_active_total, c->active_total, memory_order_relaxed);
+    c->hits = c->frees = c->freed_bytes = c->requested_total = c->active_total = 0;
+    sp_bin *bins = c->bins;
+    c->bins = NULL;
     sp_spin_unlock(&c->lock);
+    free(bins);
+    sp__cache_release_aside(c);
     /* the released stream is named one last time: a fence covering all its frees (or, failing
      * that, a synchronize); its blocks and ranges keep their tags behind it */
     int rc = sp__cache_final_fence(c);
@@ -455,6 +559,7 @@ int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
     pool->cfg.cache_limit = bytes;
     atomic_store_explicit(&pool->cache_limit, bytes, memory_order_relaxed);
     pthread_mutex_unlock(&pool->lock);
+    atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
     if (bytes != UINT64_MAX) {
         (void)sp__pool_active_bytes(pool); /* flush every cache: the figures must be current */
         sp__pool_enforce_cache_limit(pool, bytes);

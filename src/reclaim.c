@@ -2,6 +2,7 @@
  * pool. The other pools of the runtime give back their cached memory, lowest priority first and
  * never below their reservation; the user's callback may free memory for one more retry. A
  * final failure leaves a report of what every pool held. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,7 @@ static void describe_pool(sp_pool *p, sp_oom_pool *out)
     out->priority = p->cfg.priority;
 }
 
-void sp__oom_record(sp_pool *pool, size_t bytes, cudaStream_t stream)
+void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t stream, int status)
 {
     sp_runtime *rt = pool->rt;
     uint64_t free_b = 0, total = 0;
@@ -100,6 +101,8 @@ void sp__oom_record(sp_pool *pool, size_t bytes, cudaStream_t stream)
     r->failures = failures;
     snprintf(r->pool, sizeof r->pool, "%s", pool->name);
     r->bytes = bytes;
+    r->rounded = rounded;
+    r->status = status;
     r->stream = stream;
     sp__stream_label(rt, sp__stream_key(stream), r->stream_name, sizeof r->stream_name);
     r->device_free = free_b;
@@ -151,6 +154,9 @@ size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len)
                     (unsigned long long)p->limit, (unsigned long long)p->reservation, p->priority);
     }
     sp__appendf(buf, len, &used, "],\"pools_omitted\":%u", r->pools_omitted);
+    if (r->size >= offsetof(sp_oom_report, rounded) + sizeof r->rounded)
+        sp__appendf(buf, len, &used, ",\"status\":\"%s\",\"rounded\":%llu",
+                    sp_status_name(r->status), (unsigned long long)r->rounded);
     if (r->size >= offsetof(sp_oom_report, stream_name) + sizeof r->stream_name) {
         char name[sizeof r->stream_name + 1]; /* a caller's struct may lack the NUL */
         memcpy(name, r->stream_name, sizeof r->stream_name);

@@ -6,6 +6,59 @@
 
 #include "internal.h"
 
+/* ---- the process's runtimes, for threads that exit ---- */
+
+static pthread_mutex_t runtimes_lock = PTHREAD_MUTEX_INITIALIZER;
+static sp_runtime *runtimes;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static pthread_key_t exit_key;
+static bool exit_key_ok;
+static _Thread_local bool watched;
+
+/* A thread's exit: its cudaStreamPerThread caches go to their pools behind a final fence that
+ * this thread, the only one that can name its per-thread stream, records now. */
+static void thread_exit(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&runtimes_lock);
+    for (sp_runtime *rt = runtimes; rt; rt = rt->next_runtime)
+        (void)sp_stream_release(rt, cudaStreamPerThread);
+    pthread_mutex_unlock(&runtimes_lock);
+}
+
+static void exit_key_create(void)
+{
+    exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0;
+}
+
+void sp__thread_watch(void)
+{
+    if (watched)
+        return;
+    (void)pthread_once(&exit_once, exit_key_create);
+    /* best effort: without the key the caches stay until stream release or pool destroy */
+    watched = exit_key_ok && pthread_setspecific(exit_key, &watched) == 0;
+}
+
+static void runtime_register(sp_runtime *rt)
+{
+    pthread_mutex_lock(&runtimes_lock);
+    rt->next_runtime = runtimes;
+    runtimes = rt;
+    pthread_mutex_unlock(&runtimes_lock);
+}
+
+static void runtime_unregister(sp_runtime *rt)
+{
+    pthread_mutex_lock(&runtimes_lock);
+    sp_runtime **p = &runtimes;
+    while (*p && *p != rt)
+        p = &(*p)->next_runtime;
+    if (*p)
+        *p = rt->next_runtime;
+    pthread_mutex_unlock(&runtimes_lock);
+}
+
 int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out)
 {
     sp__cuda_error_clear();
@@ -57,6 +110,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
                 rt->default_pool->is_default = true;
                 rt->pools = rt->default_pool;
                 sp__trace_autostart(rt);
+                runtime_register(rt);
                 *out = rt;
                 return SP_OK;
             }
@@ -82,12 +136,21 @@ int sp_runtime_destroy(sp_runtime *rt)
     if (!rt)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&rt->lock);
+    /* a declared capture forbids the device synchronize that may settle what is left */
+    if (atomic_load(&rt->captures) != 0) {
+        pthread_mutex_unlock(&rt->lock);
+        return SP_ERR_BUSY;
+    }
     for (sp_pool *p = rt->pools; p; p = p->next) {
         if (pool_has_live(p)) {
             pthread_mutex_unlock(&rt->lock);
             return SP_ERR_BUSY;
         }
     }
+    pthread_mutex_unlock(&rt->lock);
+    /* no exiting thread may reach it from here on (lock order: runtimes_lock > rt->lock) */
+    runtime_unregister(rt);
+    pthread_mutex_lock(&rt->lock);
     sp__config_warn_unused(rt);
     sp__trace_destroy(rt);
     sp__stream_labels_forget(rt, NULL);
@@ -196,7 +259,7 @@ int sp_pool_destroy(sp_pool *pool)
         return SP_ERR_INVALID;
     sp_runtime *rt = pool->rt;
     pthread_mutex_lock(&rt->lock);
-    if (pool_has_live(pool)) {
+    if (atomic_load(&rt->captures) != 0 || pool_has_live(pool)) {
         pthread_mutex_unlock(&rt->lock);
         return SP_ERR_BUSY;
     }
@@ -239,6 +302,23 @@ static size_t capture_find(const sp_runtime *rt, sp_stream_key key)
     return SIZE_MAX;
 }
 
+/* Sets or clears the capturing flag of key's cache in every pool (created for `on`, so that the
+ * hot path reads one flag and no lock); runtime->lock held. */
+static int capture_flag_all(sp_runtime *rt, sp_stream_key key, bool on)
+{
+    for (sp_pool *p = rt->pools; p; p = p->next) {
+        sp_stream_cache *c = on ? sp__cache_get_locked_rt(p, key) : sp__cache_find(p, key);
+        if (!c && on)
+            return SP_ERR_NO_HOST_MEMORY;
+        if (!c)
+            continue;
+        atomic_store_explicit(&c->capturing, on, memory_order_release);
+        if (!on)
+            sp__cache_release_aside(c);
+    }
+    return SP_OK;
+}
+
 int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
 {
     sp__cuda_error_clear();
@@ -261,6 +341,12 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
         if (rc == SP_OK) {
             rt->capturing[rt->capturing_len++] = key;
             atomic_fetch_add(&rt->captures, 1);
+            rc = capture_flag_all(rt, key, true);
+            if (rc != SP_OK) { /* undone: the stream is not declared */
+                (void)capture_flag_all(rt, key, false);
+                rt->capturing_len--;
+                atomic_fetch_sub(&rt->captures, 1);
+            }
         }
     }
     pthread_mutex_unlock(&rt->lock);
@@ -277,18 +363,73 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
     size_t i = capture_find(rt, key);
     if (i != SIZE_MAX) {
         rt->capturing[i] = rt->capturing[--rt->capturing_len];
+        /* the blocks freed during the capture go back to their slabs and segments now */
+        (void)capture_flag_all(rt, key, false);
         atomic_fetch_sub(&rt->captures, 1);
     }
     pthread_mutex_unlock(&rt->lock);
     return i == SIZE_MAX ? SP_ERR_INVALID : SP_OK;
 }
 
-int sp__stream_capturing(sp_runtime *rt, sp_stream_key key, bool *capturing)
+void sp__capture_adopt(sp_stream_cache *c)
 {
-    if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS)
-        return sp__cuda_stream_is_capturing(key.stream, capturing);
+    sp_runtime *rt = c->pool->rt;
     pthread_mutex_lock(&rt->lock);
-    *capturing = capture_find(rt, key) != SIZE_MAX;
+    if (capture_find(rt, c->key) != SIZE_MAX)
+        atomic_store_explicit(&c->capturing, true, memory_order_release);
     pthread_mutex_unlock(&rt->lock);
+}
+
+int sp__cache_capturing(sp_stream_cache *c, bool *capturing)
+{
+    if (c->pool->rt->cfg.capture_check != SP_CAPTURE_ALWAYS) {
+        *capturing = atomic_load_explicit(&c->capturing, memory_order_acquire);
+        return SP_OK;
+    }
+    int rc = sp__cuda_stream_is_capturing(c->key.stream, capturing);
+    if (rc != SP_OK)
+        return rc;
+    /* ALWAYS: the flag remembers what was last seen, so that a capture's end is noticed here
+     * and its kept-aside blocks come back */
+    if (*capturing)
+        atomic_store_explicit(&c->capturing, true, memory_order_relaxed);
+    else if (atomic_exchange_explicit(&c->capturing, false, memory_order_relaxed))
+        sp__cache_release_aside(c);
     return SP_OK;
+}
+
+void sp__cache_release_aside(sp_stream_cache *c)
+{
+    sp_pool *pool = c->pool;
+    sp_spin_lock(&c->lock);
+    sp_block *list = c->aside;
+    c->aside = NULL;
+    uint64_t epoch = 0;
+    if (list) { /* tagged as freed on the stream now, after the capture */
+        epoch = atomic_load_explicit(&c->free_epoch, memory_order_relaxed) + 1;
+        atomic_store_explicit(&c->free_epoch, epoch, memory_order_release);
+    }
+    sp_spin_unlock(&c->lock);
+    for (sp_block *b = list, *next; b; b = next) {
+        next = b->next;
+        sp_heap *h = b->cls < SP_CLASS_COUNT ? &pool->slabs : &pool->segments;
+        pthread_mutex_lock(&h->lock);
+        sp__heap_put(h, b, c, epoch);
+        pthread_mutex_unlock(&h->lock);
+    }
+}
+
+bool sp__may_touch_stream(sp_stream_cache *c)
+{
+    if (!sp__this_threads_stream(c->key) ||
+        atomic_load_explicit(&c->capturing, memory_order_acquire))
+        return false;
+    sp_runtime *rt = c->pool->rt;
+    if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS) {
+        bool capturing = true;
+        return sp__cuda_stream_is_capturing(c->key.stream, &capturing) == SP_OK && !capturing;
+    }
+    /* the legacy stream depends on every blocking stream, a capturing one too (rule 25) */
+    return atomic_load_explicit(&rt->captures, memory_order_acquire) == 0 ||
+           (c->key.stream != NULL && c->key.stream != cudaStreamLegacy);
 }

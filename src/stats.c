@@ -2,6 +2,7 @@
  * the pool (atomics); a read merges them into the caller's versioned struct. JSON rendering
  * walks the same X-macro list as the struct, so a new counter is declared once. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,13 +30,21 @@ static void merge_cache(sp_pool *pool, sp_stream_cache *c, sp_stats *st,
 /* Adds one pool's counters to st (current/peak bytes are filled by the caller). */
 static int add_pool(sp_pool *pool, sp_stats *st)
 {
-    uint64_t requested_total = load(&pool->miss_requested_total);
-    uint64_t active_total = load(&pool->miss_active_total);
+    /* released streams' counters were merged into the pool's at release: a read costs
+     * O(live streams) however many came and went */
+    uint64_t requested_total = load(&pool->miss_requested_total) +
+                               load(&pool->retired_requested_total);
+    uint64_t active_total = load(&pool->miss_active_total) + load(&pool->retired_active_total);
+    st->same_stream_hits += load(&pool->retired_hits);
+    st->allocs += load(&pool->retired_hits);
+    st->frees += load(&pool->retired_frees);
+    st->cached.total += load(&pool->retired_freed_bytes);
     pthread_mutex_lock(&pool->lock);
-    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
-        for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
-            merge_cache(pool, c, st, &requested_total, &active_total);
+    for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
+        merge_cache(pool, c, st, &requested_total, &active_total);
+    st->streams += pool->cache_count;
     pthread_mutex_unlock(&pool->lock);
+    st->released_streams += load(&pool->retired_count);
     st->requested.total += requested_total;
     st->active.total += active_total;
 #define SP_ADD_COUNTER(name, text) st->name += load(&pool->count[SP_COUNT_##name]);
@@ -52,20 +61,30 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     return rc;
 }
 
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* The invariants every read keeps, even while other threads move the figures (a current is
+ * updated before its peak): held == active + cached, every peak >= its current, cached.peak <=
+ * held.peak. Live memory is part of what is held, so active never exceeds held. */
 static void fill_usage(const sp_usage *u, sp_stats *st)
 {
-    st->requested.current = load(&u->requested.current);
-    st->requested.peak = load(&u->requested.peak);
-    st->active.current = load(&u->active.current);
-    st->active.peak = load(&u->active.peak);
     uint64_t held = load(&u->held.current);
+    st->requested.current = load(&u->requested.current);
+    st->active.current = load(&u->active.current);
+    if (st->active.current > held) /* a block's held bytes landed after its live bytes */
+        held = st->active.current;
     st->held.current = held;
-    st->held.peak = load(&u->held.peak);
+    st->cached.current = held - st->active.current;
+    st->requested.peak = max_u64(load(&u->requested.peak), st->requested.current);
+    st->active.peak = max_u64(load(&u->active.peak), st->active.current);
+    st->held.peak = max_u64(load(&u->held.peak), held);
     st->held.total = load(&u->held.total);
-    st->cached.current = held > st->active.current ? held - st->active.current : 0;
-    st->cached.peak = load(&u->cached_peak);
-    if (st->cached.peak < st->cached.current)
-        st->cached.peak = st->cached.current;
+    st->cached.peak = max_u64(load(&u->cached_peak), st->cached.current);
+    if (st->cached.peak > st->held.peak)
+        st->cached.peak = st->held.peak;
 }
 
 static int begin(sp_stats *out, sp_stats *st)
@@ -160,6 +179,9 @@ size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)
             (unsigned long long)st->inactive_split, (unsigned long long)st->largest_free,
             (unsigned long long)st->segments, (unsigned long long)st->segment_bytes,
             (unsigned long long)st->slabs, (unsigned long long)st->slab_bytes);
+    if (st->size >= offsetof(sp_stats, released_streams) + sizeof st->released_streams)
+        SP_EMIT(",\"streams\":%llu,\"released_streams\":%llu", (unsigned long long)st->streams,
+                (unsigned long long)st->released_streams);
     SP_EMIT("}");
 #undef SP_EMIT
     return used;

@@ -92,12 +92,16 @@ static sp_stream_cache *table_insert(sp_pool *pool, sp_stream_key key)
     sp_stream_cache *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    if (pthread_mutex_init(&c->fence_lock, NULL) != 0) {
+    if (!(c->bins = calloc(SP_CLASS_COUNT, sizeof *c->bins)) ||
+        pthread_mutex_init(&c->fence_lock, NULL) != 0) {
+        free(c->bins);
         free(c);
         return NULL;
     }
     c->key = key;
     c->pool = pool;
+    if (key.thread)
+        sp__thread_watch();
     size_t i = key_hash(pool->id, key) & (pool->bucket_count - 1);
     c->next_in_bucket = pool->buckets[i];
     pool->buckets[i] = c;
@@ -116,12 +120,37 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
         return m->cache;
     pthread_mutex_lock(&pool->lock);
     sp_stream_cache *c = table_find(pool, key, h);
+    bool created = false;
     if (!c)
-        c = table_insert(pool, key);
+        created = (c = table_insert(pool, key)) != NULL;
     gen = atomic_load_explicit(&pool->stream_gen, memory_order_relaxed);
     pthread_mutex_unlock(&pool->lock);
+    /* a stream declared capturing before its cache existed (or before it was released and
+     * seen again) */
+    if (created && atomic_load_explicit(&pool->rt->captures, memory_order_acquire) != 0)
+        sp__capture_adopt(c);
     if (c)
         *m = (memo_entry){pool->id, gen, key, c};
+    return c;
+}
+
+sp_stream_cache *sp__cache_get_locked_rt(sp_pool *pool, sp_stream_key key)
+{
+    size_t h = key_hash(pool->id, key);
+    pthread_mutex_lock(&pool->lock);
+    sp_stream_cache *c = table_find(pool, key, h);
+    if (!c)
+        c = table_insert(pool, key);
+    pthread_mutex_unlock(&pool->lock);
+    return c;
+}
+
+sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key)
+{
+    size_t h = key_hash(pool->id, key);
+    pthread_mutex_lock(&pool->lock);
+    sp_stream_cache *c = table_find(pool, key, h);
+    pthread_mutex_unlock(&pool->lock);
     return c;
 }
 
@@ -156,6 +185,7 @@ void sp__cache_table_free(sp_pool *pool)
             next = c->next_in_pool;
             sp__cache_drop_fences(c);
             pthread_mutex_destroy(&c->fence_lock);
+            free(c->bins);
             free(c);
         }
     }

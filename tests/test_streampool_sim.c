@@ -10,8 +10,9 @@ static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 static int teardown_sim(void **state)
 {
     (void)state;
+    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
     reset_device(NULL);
-    return 0;
+    return busy ? -1 : 0;
 }
 
 static void steady_state_same_stream_makes_no_cuda_calls(void **state)
@@ -19,7 +20,7 @@ static void steady_state_same_stream_makes_no_cuda_calls(void **state)
     (void)state;
     sp_runtime *rt;
     sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
+    rt = track_runtime(0, NULL);
     SP(sp_runtime_default_pool(rt, &pool));
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
@@ -46,7 +47,7 @@ static void steady_state_same_stream_makes_no_cuda_calls(void **state)
     assert_int_equal(st.segment_bytes, 67 * MiB);
     SP(sp_stream_release(rt, s));
     CK(cudaStreamDestroy(s));
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* Once a stream's frees are known complete, taking its blocks costs no CUDA call: one stream
@@ -56,7 +57,7 @@ static void known_complete_steals_make_no_cuda_calls(void **state)
     (void)state;
     sp_runtime *rt;
     sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
+    rt = track_runtime(0, NULL);
     SP(sp_runtime_default_pool(rt, &pool));
     cudaStream_t a = new_stream(), b = new_stream();
     void *p[8], *q[8];
@@ -75,7 +76,7 @@ static void known_complete_steals_make_no_cuda_calls(void **state)
         SP(sp_free(pool, q[i], b));
     drop_stream(rt, a);
     drop_stream(rt, b);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* SP_CAPTURE_ALWAYS asks CUDA on every call; the default (declared captures) never does. */
@@ -86,7 +87,7 @@ static void capture_check_always_asks_cuda(void **state)
     cfg.capture_check = SP_CAPTURE_ALWAYS;
     sp_runtime *rt;
     sp_pool *pool;
-    SP(sp_runtime_create(0, &cfg, &rt));
+    rt = track_runtime(0, &cfg);
     SP(sp_runtime_default_pool(rt, &pool));
     void *p;
     SP(sp_alloc(pool, &p, 512, 0));
@@ -101,7 +102,7 @@ static void capture_check_always_asks_cuda(void **state)
     assert_int_equal(sp_runtime_create(0, &cfg, &bad), SP_ERR_CONFIG);
     assert_int_equal(sp_runtime_create(7, NULL, &bad), SP_ERR_NO_DEVICE);
     assert_null(bad);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* A miss that would grow past the device first gives the pool's own free segments of other
@@ -113,7 +114,7 @@ static void own_cache_is_released_on_out_of_memory(void **state)
     CK(cudasimSetDeviceMemory(0, 64 * MiB));
     sp_runtime *rt;
     sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
+    rt = track_runtime(0, NULL);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.cross_stream = SP_CROSS_STREAM_NO_WAIT;
     SP(sp_pool_create(rt, "tight", &cfg, &pool));
@@ -145,7 +146,7 @@ static void own_cache_is_released_on_out_of_memory(void **state)
     CK(cudaStreamDestroy(a));
     CK(cudaStreamDestroy(b));
     SP(sp_pool_destroy(pool));
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
     size_t free_b, total;
     CK(cudaMemGetInfo(&free_b, &total));
@@ -157,7 +158,7 @@ static void trim_returns_memory_to_the_device(void **state)
     (void)state;
     sp_runtime *rt;
     sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
+    rt = track_runtime(0, NULL);
     SP(sp_runtime_default_pool(rt, &pool));
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
@@ -178,7 +179,7 @@ static void trim_returns_memory_to_the_device(void **state)
     assert_int_equal(stats_of(pool).pool_reserved, 0);
     SP(sp_stream_release(rt, s));
     CK(cudaStreamDestroy(s));
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* Failing CUDA calls: errors are reported, nothing leaks, the pool keeps working. */
@@ -187,7 +188,7 @@ static void failing_driver_calls_leave_state_intact(void **state)
     (void)state;
     sp_runtime *rt;
     sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
+    rt = track_runtime(0, NULL);
     SP(sp_runtime_default_pool(rt, &pool));
     void *p = (void *)0x5, *q;
     CK(cudasimInjectFault("cudaMallocFromPoolAsync", 1, cudaErrorLaunchFailure, 0));
@@ -221,7 +222,7 @@ static void failing_driver_calls_leave_state_intact(void **state)
     assert_int_equal(st.driver_allocs, 2);
     SP(sp_stream_release(rt, other));
     CK(cudaStreamDestroy(other));
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
     cudaMemPool_t def;
     CK(cudaDeviceGetDefaultMemPool(&def, 0));
     CK(cudaDeviceSynchronize());
@@ -234,7 +235,7 @@ static void refused_give_back_keeps_the_segment(void **state)
     (void)state;
     sp_runtime *rt;
     sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
+    rt = track_runtime(0, NULL);
     SP(sp_runtime_default_pool(rt, &pool));
     cudaStream_t s = new_stream();
     void *p;
@@ -257,7 +258,7 @@ static void refused_give_back_keeps_the_segment(void **state)
     assert_int_equal(st.driver_frees, 1);
     assert_int_equal(st.driver_allocs, 1);
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
     size_t free_b, total;
     CK(cudaMemGetInfo(&free_b, &total));
     assert_int_equal(free_b, total);

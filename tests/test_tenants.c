@@ -3,6 +3,7 @@
  * figures are printed as TAP comments ("# ..."). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "support/sp_test_support.h"
 
@@ -11,8 +12,9 @@ static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 static int teardown_tenants(void **state)
 {
     (void)state;
+    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
     reset_device(NULL);
-    return 0;
+    return busy ? -1 : 0;
 }
 
 static sp_runtime *runtime_on_device_of(uint64_t bytes)
@@ -21,7 +23,7 @@ static sp_runtime *runtime_on_device_of(uint64_t bytes)
     sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
     cfg.stats_flush_bytes = 0; /* exact peaks for the figures below */
     sp_runtime *rt;
-    SP(sp_runtime_create(0, &cfg, &rt));
+    rt = track_runtime(0, &cfg);
     return rt;
 }
 
@@ -87,7 +89,7 @@ static void noisy_neighbour(void **state)
         SP(sp_free(b, live[i], sb));
     drop_stream(rt, sa);
     drop_stream(rt, sb);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* X holds 3 GiB of idle cache on a 4 GiB device; Y's 2 GiB request succeeds by reclaiming it. */
@@ -127,7 +129,7 @@ static void reclaim_across_pools(void **state)
     SP(sp_free(y, big, sy));
     drop_stream(rt, sx);
     drop_stream(rt, sy);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 static void limit_rejects_then_recovers(void **state)
@@ -169,7 +171,7 @@ static void limit_rejects_then_recovers(void **state)
     CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent, &reserved));
     assert_true(reserved <= 64 * MiB); /* not above the limit past a synchronize */
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 typedef struct {
@@ -245,12 +247,12 @@ static void oom_callback_and_report(void **state)
     sp_runtime *fresh = runtime_on_device_of(4 * GiB);
     SP(sp_runtime_last_oom(fresh, &empty));
     assert_int_equal(empty.failures, 0);
-    SP(sp_runtime_destroy(fresh));
+    destroy_runtime(fresh);
     for (int i = 0; i < ctx.n; i++)
         SP(sp_free(pool, blocks[i], s));
     SP(sp_free(pool, big, s));
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
 }
 
 /* Random driver failures during a threaded stress run: errors are reported, nothing is lost,
@@ -335,7 +337,7 @@ static void random_driver_failures(void **state)
                   (unsigned long long)st.driver_allocs, (unsigned long long)st.oom_retries);
     for (int i = 0; i < T; i++)
         drop_stream(rt, w[i].stream);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
     size_t free_b, total;
     CK(cudaMemGetInfo(&free_b, &total));
@@ -387,7 +389,7 @@ static void random_faults_everywhere_lose_nothing(void **state)
                   (unsigned long long)st.give_back_failures);
     for (int i = 0; i < T; i++)
         drop_stream(rt, w[i].stream);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
     size_t free_b, total;
     CK(cudaMemGetInfo(&free_b, &total));
@@ -430,7 +432,324 @@ static void larger_than_device_fails_fast(void **state)
     SP(sp_runtime_last_oom(rt, &r));
     assert_int_equal(r.bytes, 5 * GiB);
     drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    destroy_runtime(rt);
+}
+
+/* A limit that is not a multiple of the driver's 2 MiB pages: a request of exactly the limit
+ * succeeds; one more byte is SP_ERR_LIMIT, with a report and the callback, and no other pool is
+ * reclaimed for it. */
+static void limit_between_driver_pages(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 10 * MiB + 12345;
+    sp_pool *a, *bystander;
+    SP(sp_pool_create(rt, "A", &cfg, &a));
+    SP(sp_pool_create(rt, "B", NULL, &bystander));
+    SP(sp_runtime_set_oom_callback(rt, count_callback, NULL));
+    callback_calls = 0;
+    cudaStream_t s = new_stream();
+    void *big, *p, *q = (void *)0x7;
+    SP(sp_alloc(bystander, &big, 1000 * MiB, s)); /* the device is nearly B's */
+    SP(sp_free(bystander, big, s));
+    SP(sp_alloc(a, &p, 10 * MiB + 12345, s));
+    assert_int_equal(sp_alloc(a, &q, 1, s), SP_ERR_LIMIT);
+    assert_ptr_equal(q, (void *)0x7);
+    assert_int_equal(callback_calls, 1); /* called, and its retry refused again */
+    sp_stats sa = stats_of(a), sb = stats_of(bystander);
+    assert_int_equal(sa.limit_rejections, 1);
+    assert_int_equal(sa.ooms, 0);
+    assert_int_equal(sa.held.current, 10 * MiB + 12800);
+    assert_int_equal(sb.reclaims, 0);
+    assert_int_equal(sb.cached.current, 1000 * MiB);
+    sp_oom_report r = {.size = sizeof r};
+    SP(sp_runtime_last_oom(rt, &r));
+    assert_int_equal(r.failures, 1);
+    assert_int_equal(r.status, SP_ERR_LIMIT);
+    assert_string_equal(r.pool, "A");
+    assert_int_equal(r.bytes, 1);
+    assert_int_equal(r.rounded, 256);
+    char json[8192];
+    assert_true(sp_oom_report_json(&r, json, sizeof json) < sizeof json);
+    assert_non_null(strstr(json, "\"status\":\"SP_ERR_LIMIT\",\"rounded\":256,"));
+    SP(sp_free(a, p, s));
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
+typedef struct {
+    sp_pool *other;
+    void *block;
+    cudaStream_t stream;
+    int calls;
+} free_other_ctx;
+
+static int free_other_pool(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user)
+{
+    free_other_ctx *c = user;
+    (void)pool, (void)bytes, (void)stream;
+    c->calls++;
+    if (!c->block)
+        return 0;
+    int rc = sp_free(c->other, c->block, c->stream); /* cached in the other pool */
+    c->block = NULL;
+    return rc == SP_OK;
+}
+
+/* The callback frees another pool's block: after its "retry", that pool's freshly cached memory
+ * goes back to the device too, and the retry succeeds. The report keeps the request's own size
+ * beside its rounding. */
+static void oom_callback_retry_reclaims_every_pool(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool *x, *y;
+    SP(sp_pool_create(rt, "X", NULL, &x));
+    SP(sp_pool_create(rt, "Y", NULL, &y));
+    cudaStream_t s = new_stream();
+    free_other_ctx ctx = {x, NULL, s, 0};
+    SP(sp_alloc(x, &ctx.block, 600 * MiB, s));
+    SP(sp_runtime_set_oom_callback(rt, free_other_pool, &ctx));
+    void *p;
+    SP(sp_alloc(y, &p, 700 * MiB, s));
+    assert_int_equal(ctx.calls, 1);
+    sp_stats sx = stats_of(x), sy = stats_of(y);
+    assert_int_equal(sx.held.current, 0);
+    assert_int_equal(sy.held.current, 700 * MiB);
+    assert_int_equal(sy.ooms, 0);
+    void *q = NULL;
+    assert_int_equal(sp_alloc(y, &q, 400 * MiB + 1, s), SP_ERR_OUT_OF_MEMORY);
+    sp_oom_report r = {.size = sizeof r};
+    SP(sp_runtime_last_oom(rt, &r));
+    assert_int_equal(r.status, SP_ERR_OUT_OF_MEMORY);
+    assert_int_equal(r.bytes, 400 * MiB + 1);
+    assert_int_equal(r.rounded, 400 * MiB + 512);
+    SP(sp_free(y, p, s));
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
+/* A request the driver refuses changes no figure: no peak, no total, in the pool or the
+ * runtime (before, a refused claim left held.peak above the device's size). */
+static void refused_request_changes_no_figure(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "P", NULL, &pool));
+    cudaStream_t s = new_stream();
+    void *p, *q = NULL;
+    SP(sp_alloc(pool, &p, 200 * MiB, s));
+    sp_stats before = stats_of(pool), rt_before = {.size = sizeof rt_before};
+    SP(sp_runtime_stats(rt, &rt_before));
+    assert_int_equal(sp_alloc(pool, &q, 900 * MiB, s), SP_ERR_OUT_OF_MEMORY);
+    sp_stats after = stats_of(pool), rt_after = {.size = sizeof rt_after};
+    SP(sp_runtime_stats(rt, &rt_after));
+    assert_int_equal(after.held.current, 200 * MiB);
+    assert_int_equal(after.held.peak, before.held.peak);
+    assert_int_equal(after.held.total, before.held.total);
+    assert_int_equal(after.cached.peak, before.cached.peak);
+    assert_int_equal(after.requested.peak, before.requested.peak);
+    assert_int_equal(rt_after.held.peak, rt_before.held.peak);
+    assert_int_equal(rt_after.held.total, rt_before.held.total);
+    assert_int_equal(rt_after.held.current, rt_before.held.current);
+    SP(sp_free(pool, p, s));
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
+/* ---- a long randomized run under faults at every CUDA call, at 0.5%, 2% and 5% ---- */
+
+static bool usage_invariants_hold(const sp_stats *st)
+{
+    return st->held.current == st->active.current + st->cached.current &&
+           st->held.peak >= st->held.current && st->active.peak >= st->active.current &&
+           st->requested.peak >= st->requested.current &&
+           st->cached.peak >= st->cached.current && st->cached.peak <= st->held.peak;
+}
+
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pools[2];
+    unsigned seed;
+    bool per_thread; /* on cudaStreamPerThread of short-lived threads of its own */
+    long ooms, failures, ops;
+} long_worker;
+
+/* One stretch of random work on one stream: allocations of 256 B .. 6 MiB in two pools, frees
+ * (some on a second stream), trims; everything freed at the end. */
+static void long_stretch(long_worker *w, cudaStream_t s, cudaStream_t other, unsigned *x, int n)
+{
+    enum { K = 24 };
+    void *held[K] = {0};
+    int owner[K] = {0};
+    for (int i = 0; i < n; i++) {
+        *x = *x * 1103515245u + 12345u;
+        int k = (int)((*x >> 8) % K), which = (int)((*x >> 20) & 1);
+        w->ops++;
+        if (held[k]) {
+            if (sp_free(w->pools[owner[k]], held[k], (*x >> 21) % 4 == 0 ? other : s) != SP_OK)
+                w->failures++;
+            held[k] = NULL;
+        } else if ((*x >> 24) % 64 == 0) {
+            int rc = sp_pool_trim(w->pools[which], 0);
+            if (rc != SP_OK && rc != SP_ERR_CUDA) /* a CUDA error is reported, nothing more */
+                w->failures++;
+        } else {
+            size_t size = (*x >> 12) % 3 ? 256 + (*x >> 10) % (512 * 1024) : 1 + (*x >> 9) % (6 * MiB);
+            int rc = sp_alloc(w->pools[which], &held[k], size, s);
+            owner[k] = which;
+            if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT)
+                w->ooms++, held[k] = NULL;
+            else if (rc != SP_OK)
+                w->failures++, held[k] = NULL;
+        }
+    }
+    for (int k = 0; k < K; k++)
+        if (held[k] && sp_free(w->pools[owner[k]], held[k], s) != SP_OK)
+            w->failures++;
+}
+
+static void *long_per_thread(void *arg)
+{
+    long_worker *w = arg;
+    unsigned x = w->seed;
+    long_stretch(w, cudaStreamPerThread, cudaStreamPerThread, &x, 400);
+    w->seed = x;
+    return NULL; /* its cache goes to the pools at exit */
+}
+
+static void *long_worker_main(void *arg)
+{
+    long_worker *w = arg;
+    unsigned x = w->seed;
+    for (int round = 0; round < 6; round++) {
+        if (w->per_thread) {
+            pthread_t t;
+            w->seed = x;
+            if (pthread_create(&t, NULL, long_per_thread, w) != 0) {
+                w->failures++;
+                continue;
+            }
+            pthread_join(t, NULL);
+            x = w->seed;
+            continue;
+        }
+        cudaStream_t s, other;
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) != cudaSuccess) {
+            w->failures++;
+            break;
+        }
+        long_stretch(w, s, other, &x, 400);
+        /* the streams go; their frees stay behind final fences (or are settled later) */
+        int rc1 = sp_stream_release(w->rt, s), rc2 = sp_stream_release(w->rt, other);
+        if ((rc1 != SP_OK && rc1 != SP_ERR_CUDA) || (rc2 != SP_OK && rc2 != SP_ERR_CUDA))
+            w->failures++;
+        (void)cudaStreamDestroy(s);
+        (void)cudaStreamDestroy(other);
+    }
+    return NULL;
+}
+
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pools[2];
+    atomic_bool stop;
+    long reads, violations;
+} stats_reader;
+
+static void *read_stats(void *arg)
+{
+    stats_reader *r = arg;
+    while (!atomic_load(&r->stop)) {
+        sp_stats st = {.size = sizeof st};
+        for (int i = 0; i < 3; i++) {
+            int rc = i < 2 ? sp_pool_stats(r->pools[i], &st) : sp_runtime_stats(r->rt, &st);
+            if (rc != SP_OK && rc != SP_ERR_CUDA)
+                r->violations++;
+            else if (!usage_invariants_hold(&st))
+                r->violations++;
+            r->reads++;
+        }
+    }
+    return NULL;
+}
+
+static void long_random_faults_at_every_rate(void **state)
+{
+    (void)state;
+    static const char *apis[] = {"cudaFreeAsync", "cudaEventRecord", "cudaEventQuery",
+                                 "cudaEventCreate", "cudaEventSynchronize", "cudaStreamQuery",
+                                 "cudaStreamWaitEvent", "cudaStreamSynchronize",
+                                 "cudaDeviceSynchronize", "cudaMemPoolTrimTo",
+                                 "cudaMemPoolGetAttribute", "cudaMemGetInfo"};
+    static const unsigned rates[] = {5000, 20000, 50000}; /* per million: 0.5%, 2%, 5% */
+    for (unsigned r = 0; r < 3; r++) {
+        sp_runtime *rt = runtime_on_device_of(512 * MiB);
+        sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+        cfg.cross_stream = r == 1 ? SP_CROSS_STREAM_WAIT : SP_CROSS_STREAM_BALANCED;
+        cfg.cache_limit = r == 2 ? 8 * MiB : UINT64_MAX;
+        cfg.limit = 300 * MiB;
+        sp_pool *pools[2];
+        SP(sp_pool_create(rt, "a", &cfg, &pools[0]));
+        SP(sp_pool_create(rt, "b", NULL, &pools[1]));
+        CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", rates[r], cudaErrorMemoryAllocation,
+                                  100 + r));
+        for (unsigned i = 0; i < sizeof apis / sizeof apis[0]; i++)
+            CK(cudasimInjectFaultRate(apis[i], rates[r], cudaErrorLaunchFailure, 200 + 10 * r + i));
+        enum { T = 3 };
+        pthread_t t[T], reader;
+        long_worker w[T];
+        stats_reader sr = {rt, {pools[0], pools[1]}, false, 0, 0};
+        assert_int_equal(pthread_create(&reader, NULL, read_stats, &sr), 0);
+        for (int i = 0; i < T; i++) {
+            w[i] = (long_worker){rt, {pools[0], pools[1]}, 31u * (unsigned)(i + 1) + r, i == 0,
+                                 0, 0, 0};
+            assert_int_equal(pthread_create(&t[i], NULL, long_worker_main, &w[i]), 0);
+        }
+        long ooms = 0;
+        for (int i = 0; i < T; i++) {
+            pthread_join(t[i], NULL);
+            assert_int_equal(w[i].failures, 0); /* only allocations the device refused fail */
+            ooms += w[i].ooms;
+        }
+        atomic_store(&sr.stop, true);
+        pthread_join(reader, NULL);
+        cudasimClearFaults();
+        assert_int_equal(sr.violations, 0);
+        assert_true(sr.reads > 0);
+        sp_stats total = {.size = sizeof total}, sum = {0};
+        for (int i = 0; i < 2; i++) {
+            sp_stats st = stats_of(pools[i]);
+            assert_true(usage_invariants_hold(&st));
+            assert_int_equal(st.requested.current, 0);
+            assert_int_equal(st.active.current, 0);
+            assert_int_equal(st.allocs, st.frees);
+            assert_int_equal(st.held.current, st.segment_bytes + st.slab_bytes);
+            assert_true(st.held.peak <= 512 * MiB);
+            sum.held.current += st.held.current;
+            sum.ooms += st.ooms + st.limit_rejections;
+            sum.allocs += st.allocs;
+        }
+        SP(sp_runtime_stats(rt, &total));
+        assert_true(usage_invariants_hold(&total));
+        sp_pool *dflt;
+        SP(sp_runtime_default_pool(rt, &dflt));
+        sum.held.current += stats_of(dflt).held.current;
+        assert_int_equal(total.held.current, sum.held.current); /* the runtime: its pools' sum */
+        assert_int_equal(sum.ooms, ooms);
+        print_message("# long random faults at %.1f%%: %ld ops, %llu allocations, %ld refused, "
+                      "%llu skipped steps, %ld stats reads\n", rates[r] / 10000.0,
+                      w[0].ops + w[1].ops + w[2].ops, (unsigned long long)sum.allocs, ooms,
+                      (unsigned long long)total.skipped_steps, sr.reads);
+        destroy_runtime(rt);
+        CK(cudaDeviceSynchronize());
+        size_t free_b, total_b;
+        CK(cudaMemGetInfo(&free_b, &total_b));
+        assert_int_equal(free_b, total_b); /* no driver memory lost */
+    }
 }
 
 int main(void)
@@ -445,6 +764,10 @@ int main(void)
         T(random_driver_failures),
         T(random_faults_everywhere_lose_nothing),
         T(larger_than_device_fails_fast),
+        T(limit_between_driver_pages),
+        T(oom_callback_retry_reclaims_every_pool),
+        T(refused_request_changes_no_figure),
+        T(long_random_faults_at_every_rate),
 #undef T
     };
     return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);

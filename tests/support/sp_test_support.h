@@ -29,4 +29,40 @@ static inline void drop_stream(sp_runtime *rt, cudaStream_t s)
     CK(cudaStreamDestroy(s));
 }
 
+/* Runtimes a test made through track_runtime are destroyed by the fixture's teardown
+ * (destroy_tracked_runtimes) when a failed assertion left the test early; a test that gets to
+ * its end destroys them itself with destroy_runtime. */
+static sp_runtime *tracked_runtimes[8];
+static int tracked_count;
+
+static inline sp_runtime *track_runtime(int device, const sp_runtime_config *cfg)
+{
+    sp_runtime *rt = NULL;
+    SP(sp_runtime_create(device, cfg, &rt));
+    assert_true(tracked_count < 8);
+    tracked_runtimes[tracked_count++] = rt;
+    return rt;
+}
+
+static inline void destroy_runtime(sp_runtime *rt)
+{
+    for (int i = 0; i < tracked_count; i++)
+        if (tracked_runtimes[i] == rt)
+            tracked_runtimes[i] = tracked_runtimes[--tracked_count];
+    SP(sp_runtime_destroy(rt));
+}
+
+/* Opens the gates a failed test left closed, waits for the device, and destroys what is left;
+ * the number of runtimes that could not be destroyed (live allocations: SP_ERR_BUSY). */
+static inline int destroy_tracked_runtimes(void)
+{
+    for (int i = 0; i < gate_pool_used; i++)
+        gate_open(&gate_pool[i]);
+    (void)cudaDeviceSynchronize();
+    int busy = 0;
+    while (tracked_count > 0)
+        busy += sp_runtime_destroy(tracked_runtimes[--tracked_count]) != SP_OK;
+    return busy;
+}
+
 #endif

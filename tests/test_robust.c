@@ -1,0 +1,326 @@
+/* Robustness at the edges (issue 10): per-thread streams of live and exited threads, the cache
+ * limit, limits at the driver's granularity, stats invariants, released streams. Every test's
+ * runtime lives in the fixture, so teardown destroys it even after a failed assertion. */
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "support/sp_test_support.h"
+
+static const uint64_t KiB = 1024, MiB = 1024 * 1024;
+
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pool;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.stats_flush_bytes = 0;
+    if (!f || sp_runtime_create(0, &cfg, &f->rt) != SP_OK ||
+        sp_runtime_default_pool(f->rt, &f->pool) != SP_OK)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    for (int i = 0; i < gate_pool_used; i++)
+        gate_open(&gate_pool[i]);
+    (void)cudaDeviceSynchronize();
+    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
+    reset_device(NULL);
+    free(f);
+    return rc == SP_OK ? 0 : -1;
+}
+
+static void assert_exact(sp_stats st)
+{
+    assert_int_equal(st.held.current, st.active.current + st.cached.current);
+    assert_int_equal(st.held.current, st.segment_bytes + st.slab_bytes);
+    assert_true(st.held.peak >= st.held.current);
+    assert_true(st.active.peak >= st.active.current);
+    assert_true(st.requested.peak >= st.requested.current);
+    assert_true(st.cached.peak >= st.cached.current);
+    assert_true(st.cached.peak <= st.held.peak);
+}
+
+/* ---- per-thread streams ---- */
+
+static sp_pool *short_lived_pool;
+static pthread_barrier_t short_lived_all;
+
+static void *short_lived(void *arg)
+{
+    (void)arg;
+    sp_pool *pool = short_lived_pool;
+    void *small, *large;
+    bool ok = sp_alloc(pool, &small, 64 * KiB, cudaStreamPerThread) == SP_OK &&
+              sp_alloc(pool, &large, 3 * MiB, cudaStreamPerThread) == SP_OK;
+    pthread_barrier_wait(&short_lived_all); /* all alive at once: a segment each */
+    if (!ok)
+        return (void *)1;
+    (void)cudaMemsetAsync(large, 1, 3 * MiB, cudaStreamPerThread);
+    if (sp_free(pool, small, cudaStreamPerThread) != SP_OK ||
+        sp_free(pool, large, cudaStreamPerThread) != SP_OK)
+        return (void *)1;
+    return NULL; /* exits with both blocks cached on its per-thread stream */
+}
+
+/* 40 threads that each free onto their cudaStreamPerThread and exit: their caches go to the pool
+ * behind a final fence, so another stream reuses their memory without the driver, and a trim
+ * gives all of it back. */
+static void exited_threads_caches_are_reused_and_trimmed(void **state)
+{
+    fixture *f = *state;
+    enum { N = 40 };
+    short_lived_pool = f->pool;
+    pthread_barrier_init(&short_lived_all, NULL, N);
+    pthread_t t[N];
+    for (int i = 0; i < N; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, short_lived, NULL), 0);
+    for (int i = 0; i < N; i++) {
+        void *ret = (void *)2;
+        assert_int_equal(pthread_join(t[i], &ret), 0);
+        assert_null(ret);
+    }
+    pthread_barrier_destroy(&short_lived_all);
+    CK(cudaDeviceSynchronize()); /* the exited threads' work (and final fences) completed */
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.active.current, 0);
+    assert_int_equal(st.segments, N);
+    uint64_t allocs = st.driver_allocs;
+    cudaStream_t s = new_stream();
+    void *p[N];
+    for (int i = 0; i < N; i++)
+        SP(sp_alloc(f->pool, &p[i], 3 * MiB, s));
+    st = stats_of(f->pool);
+    assert_int_equal(st.driver_allocs, allocs); /* all taken from exited threads' segments */
+    for (int i = 0; i < N; i++)
+        SP(sp_free(f->pool, p[i], s));
+    SP(sp_pool_trim(f->pool, 0));
+    st = stats_of(f->pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.pool_reserved, 0);
+    assert_exact(st);
+    drop_stream(f->rt, s);
+}
+
+typedef struct {
+    sp_pool *pool;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int step, done;
+    void *freed[4];
+} owner;
+
+static void owner_wait(owner *o, int step)
+{
+    pthread_mutex_lock(&o->mu);
+    while (o->step < step)
+        pthread_cond_wait(&o->cv, &o->mu);
+    pthread_mutex_unlock(&o->mu);
+}
+
+static void owner_signal(owner *o, int *field, int value)
+{
+    pthread_mutex_lock(&o->mu);
+    *field = value;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
+static void *owner_thread(void *arg)
+{
+    owner *o = arg;
+    void *keep;
+    bool ok = sp_alloc(o->pool, &keep, 64 * KiB, cudaStreamPerThread) == SP_OK;
+    for (int i = 0; ok && i < 4; i++)
+        ok = sp_alloc(o->pool, &o->freed[i], 64 * KiB, cudaStreamPerThread) == SP_OK;
+    for (int i = 0; ok && i < 4; i++)
+        ok = sp_free(o->pool, o->freed[i], cudaStreamPerThread) == SP_OK;
+    owner_signal(o, &o->done, ok ? 1 : -1);
+    owner_wait(o, 1); /* another thread has tried to take the blocks */
+    ok = ok && sp_free(o->pool, keep, cudaStreamPerThread) == SP_OK; /* records the fence asked for */
+    owner_signal(o, &o->done, ok ? 2 : -2);
+    owner_wait(o, 2); /* stays alive while the test trims */
+    return NULL;
+}
+
+static void owner_wait_done(owner *o, int done)
+{
+    pthread_mutex_lock(&o->mu);
+    while (o->done != done && o->done >= 0)
+        pthread_cond_wait(&o->cv, &o->mu);
+    int now = o->done;
+    pthread_mutex_unlock(&o->mu);
+    assert_int_equal(now, done);
+}
+
+/* A live thread's cudaStreamPerThread cache: another thread cannot name that stream, so it asks
+ * the owner for a fence, which the owner records at its next free; behind it the blocks are
+ * stolen. A trim settles what is left (a device synchronize) and gives it all back. */
+static void live_threads_cache_is_stolen_behind_its_fence(void **state)
+{
+    fixture *f = *state;
+    owner o = {.pool = f->pool};
+    pthread_mutex_init(&o.mu, NULL);
+    pthread_cond_init(&o.cv, NULL);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, owner_thread, &o), 0);
+    owner_wait_done(&o, 1);
+    cudaStream_t s = new_stream();
+    void *first;
+    SP(sp_alloc(f->pool, &first, 64 * KiB, s)); /* can only ask: no fence on the owner's stream */
+    owner_signal(&o, &o.step, 1);
+    owner_wait_done(&o, 2);
+    CK(cudaDeviceSynchronize()); /* the owner's fence completed */
+    uint64_t reuses = stats_of(f->pool).cross_stream_reuses;
+    void *stolen;
+    SP(sp_alloc(f->pool, &stolen, 64 * KiB, s));
+    bool theirs = false;
+    for (int i = 0; i < 4; i++)
+        theirs |= stolen == o.freed[i];
+    assert_true(theirs);
+    assert_true(stats_of(f->pool).cross_stream_reuses > reuses);
+    SP(sp_free(f->pool, stolen, s));
+    SP(sp_free(f->pool, first, s));
+    SP(sp_pool_trim(f->pool, 0)); /* the owner is alive, idle: everything goes back */
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.held.current, 0);
+    assert_exact(st);
+    owner_signal(&o, &o.step, 2);
+    pthread_join(t, NULL);
+    drop_stream(f->rt, s);
+}
+
+/* ---- the cache limit ---- */
+
+/* What the cache limit gives back is synchronized and trimmed from the cudaMemPool (rule 13),
+ * so the reserved memory drops with it. */
+static void cache_limit_lowers_reserved_memory(void **state)
+{
+    fixture *f = *state;
+    SP(sp_pool_set_cache_limit(f->pool, 0));
+    cudaStream_t s = new_stream();
+    void *p;
+    SP(sp_alloc(f->pool, &p, 64 * MiB, s));
+    CK(cudaStreamSynchronize(s));
+    assert_int_equal(stats_of(f->pool).pool_reserved, 64 * MiB);
+    SP(sp_free(f->pool, p, s));
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.pool_reserved, 0);
+    assert_exact(st);
+    drop_stream(f->rt, s);
+}
+
+/* Frees over the cache limit whose memory cannot go back yet (its stream is held) do not each
+ * scan the pool's caches again: a pass is retried only once the cache grew by a slab. */
+static void cache_limit_does_not_rescan_on_every_free(void **state)
+{
+    fixture *f = *state;
+    SP(sp_pool_set_cache_limit(f->pool, 0));
+    cudaStream_t s = new_stream();
+    enum { N = 96 };
+    void *p[N];
+    for (int i = 0; i < N; i++)
+        SP(sp_alloc(f->pool, &p[i], 16 * KiB, s));
+    gate *g = gate_new();
+    gate_hold(g, s);
+    uint64_t trims = stats_of(f->pool).trims;
+    for (int i = 0; i < N; i++)
+        SP(sp_free(f->pool, p[i], s)); /* 1.5 MiB in all, pending behind the gate */
+    assert_true(stats_of(f->pool).trims - trims <= 2);
+    gate_open(g);
+    CK(cudaStreamSynchronize(s));
+    SP(sp_pool_trim(f->pool, 0));
+    assert_int_equal(stats_of(f->pool).held.current, 0);
+    drop_stream(f->rt, s);
+}
+
+/* ---- limits ---- */
+
+/* A request within the limit succeeds even where its size class would not fit (580 KiB rounds
+ * to a 608 KiB class; the limit is 600 KiB): it is carved at 512-byte rounding instead. */
+static void small_request_within_the_limit_fits(void **state)
+{
+    fixture *f = *state;
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 600 * KiB;
+    sp_pool *pool;
+    SP(sp_pool_create(f->rt, "capped", &cfg, &pool));
+    cudaStream_t s = new_stream();
+    void *p, *q = NULL;
+    SP(sp_alloc(pool, &p, 580 * KiB, s));
+    assert_int_equal(sp_alloc(pool, &q, 21 * KiB, s), SP_ERR_LIMIT);
+    SP(sp_free(pool, p, s));
+    SP(sp_alloc(pool, &q, 600 * KiB, s)); /* exactly the limit */
+    sp_stats st = stats_of(pool);
+    assert_true(st.held.current <= 600 * KiB);
+    assert_int_equal(st.active.current, 600 * KiB);
+    assert_exact(st);
+    SP(sp_free(pool, q, s));
+    drop_stream(f->rt, s);
+    SP(sp_pool_destroy(pool));
+}
+
+/* ---- released streams ---- */
+
+/* 20000 streams used and released: each leaves a tombstone of a few hundred bytes (its frees'
+ * tags), not its bins, and a stats read visits only the streams in use. */
+static void released_streams_leave_small_tombstones(void **state)
+{
+    fixture *f = *state;
+    enum { N = 20000 };
+    cudaStream_t keep = new_stream(); /* one stream in use throughout */
+    void *p;
+    SP(sp_alloc(f->pool, &p, 4 * KiB, keep));
+    size_t host_before = mallinfo2().uordblks;
+    for (int i = 0; i < N; i++) {
+        cudaStream_t s;
+        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        void *q;
+        SP(sp_alloc(f->pool, &q, 4 * KiB, s));
+        SP(sp_free(f->pool, q, s));
+        SP(sp_stream_release(f->rt, s));
+        CK(cudaStreamDestroy(s));
+    }
+    size_t host_after = mallinfo2().uordblks;
+    sp_stats st = stats_of(f->pool);
+    assert_int_equal(st.streams, 1);
+    assert_int_equal(st.released_streams, N);
+    assert_int_equal(st.frees, N);
+    assert_int_equal(st.allocs, N + 1);
+    assert_int_equal(st.active.current, 4 * KiB);
+    sp_stats rst = {.size = sizeof rst};
+    SP(sp_runtime_stats(f->rt, &rst));
+    assert_int_equal(rst.streams, 1);
+    assert_int_equal(rst.released_streams, N);
+    size_t per_stream = (host_after - host_before) / N;
+    print_message("# %d released streams: %zu bytes of host memory each (the emulator's "
+                  "included)\n", N, per_stream);
+    assert_true(per_stream < 1024); /* was over 8.5 KiB */
+    SP(sp_free(f->pool, p, keep));
+    drop_stream(f->rt, keep);
+}
+
+int main(void)
+{
+    unsetenv("SP_ALLOC_CONF");
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+        T(exited_threads_caches_are_reused_and_trimmed),
+        T(live_threads_cache_is_stolen_behind_its_fence),
+        T(cache_limit_lowers_reserved_memory),
+        T(cache_limit_does_not_rescan_on_every_free),
+        T(small_request_within_the_limit_fits),
+        T(released_streams_leave_small_tombstones),
+#undef T
+    };
+    return cmocka_run_group_tests_name("robust", tests, NULL, NULL);
+}
