@@ -663,7 +663,7 @@ typedef struct {
 static void *read_stats(void *arg)
 {
     stats_reader *r = arg;
-    while (!atomic_load(&r->stop)) {
+    do { /* at least one pass: the workers may be done before this thread first runs */
         sp_stats st = {.size = sizeof st};
         for (int i = 0; i < 3; i++) {
             int rc = i < 2 ? sp_pool_stats(r->pools[i], &st) : sp_runtime_stats(r->rt, &st);
@@ -673,7 +673,7 @@ static void *read_stats(void *arg)
                 r->violations++;
             r->reads++;
         }
-    }
+    } while (!atomic_load(&r->stop));
     return NULL;
 }
 
