@@ -59,6 +59,7 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
         sp_stream_cache *c = sp__cache_get(pool, key);
         if (sp_unlikely(!c))
             return SP_ERR_NO_HOST_MEMORY;
+        sp__fence_early(c); /* before this request's work: the fence follows the last frees */
         pthread_mutex_lock(&pool->segments.lock);
         sp_block *b = sp__heap_take(&pool->segments, large_size(bytes), c, stream, SP_TAKE_KNOWN, NULL);
         pthread_mutex_unlock(&pool->segments.lock);
@@ -224,6 +225,8 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     sp_cross_stream_policy policy = pool->cfg.cross_stream;
     uint64_t limit = pool->cfg.limit;
     sp_ask_budget asks = {0}, waits = {0};
+    if (small)
+        sp__fence_early(c); /* the large path did it already */
     sp_block *b = take_freed(pool, c, stream, bytes, SP_TAKE_SETTLED, &asks);
     if (!b && policy == SP_CROSS_STREAM_WAIT)
         b = take_freed(pool, c, stream, bytes, SP_TAKE_WAIT, &waits);

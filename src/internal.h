@@ -164,6 +164,12 @@ int sp__tag_order_service(sp_stream_cache *c, uint64_t epoch);
 /* Blocks the host until the tag is settled (a covering fence, else the stream), for trim and
  * out of memory only; never on a capturing stream. SP_OK once settled. */
 int sp__tag_sync(sp_stream_cache *c, uint64_t epoch);
+/* Publishes what c's stream has completed when another stream's miss asked about it and found
+ * its frees unsettled (fence_wanted): an idle stream settles all its frees at once, a busy one
+ * gets a fence right behind them. Called by c's own thread on the large path and on a miss,
+ * before it enqueues new work. No CUDA call unless asked: a stream that only hits its own cache
+ * makes none. */
+void sp__fence_early(sp_stream_cache *c);
 /* A released stream's final fence covering all its frees; on failure, synchronizes it. */
 int sp__cache_final_fence(sp_stream_cache *c);
 void sp__cache_drop_fences(sp_stream_cache *c);
@@ -248,6 +254,7 @@ struct sp_stream_cache {
     /* fence state, under fence_lock (a mutex: fences mean driver calls) */
     pthread_mutex_t fence_lock;
     atomic_uint_least64_t done_epoch;  /* frees known complete */
+    atomic_bool fence_wanted;  /* another stream's miss found this stream's frees unsettled */
     sp_fence *fences;          /* outstanding fences, newest first */
     unsigned fence_count;
     sp_bin bins[SP_CLASS_COUNT];
