@@ -76,6 +76,8 @@ static inline void sp_spin_unlock(sp_spin *l)
 #define SP_MEDIUM_MAX ((size_t)8 << 20)
 #define SP_SEGMENT_MIN ((size_t)2 << 20)
 #define SP_SEGMENT_ROUND ((size_t)64 << 10)
+/* A huge request reuses a free huge segment at most 1/SP_HUGE_SLACK larger than itself. */
+#define SP_HUGE_SLACK 4
 
 /* A same-stream miss may take a cached block up to this many classes larger (at most 4/16 =
  * 25% over the request above 4 KiB) rather than carve a new one. */
