@@ -163,7 +163,8 @@ bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
     if (f && f->done)
         settle_through(c, f);
     bool done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch;
-    if (!done && may_touch_stream(c) && stream_idle_settles(c))
+    /* a pending fence means a busy stream: no need to ask the stream too */
+    if (!done && !f && may_touch_stream(c) && stream_idle_settles(c))
         done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch;
     if (!done) {
         (void)covering_fence(c, epoch, true);
