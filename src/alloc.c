@@ -69,6 +69,7 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
         sp_stream_cache *c = sp__cache_get(pool, key);
         if (sp_unlikely(!c))
             return SP_ERR_NO_HOST_MEMORY;
+        sp__fence_early(c); /* before this request's work: the fence follows the last frees */
         pthread_mutex_lock(&pool->segments.lock);
         sp_block *b = sp__heap_take(&pool->segments, large_size(bytes), c, stream, SP_TAKE_KNOWN, NULL);
         pthread_mutex_unlock(&pool->segments.lock);
@@ -262,13 +263,18 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     /* pending frees may have settled since the cache limit last gave up on them */
     if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
         atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
+    if (small)
+        sp__fence_early(c); /* the large path did it already */
     sp_block *b = take_freed(pool, c, stream, bytes, small, SP_TAKE_SETTLED, &asks);
     if (!b && policy == SP_CROSS_STREAM_WAIT)
         b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits);
-    if (!b && !small && held_would_peak(pool, size))
-        /* free segments too small for this request go back before a new one would raise the
-         * pool's high-water mark; below it, they stay cached (no driver call) */
-        (void)sp__heap_release(h, size, false, c, NULL);
+    bool huge = size > SP_MEDIUM_MAX;
+    if (!b && !small && (huge || held_would_peak(pool, size)))
+        /* free settled segments that do not fit go back before a new one is taken, so that the
+         * driver remaps their pages into it instead of reserving more: always for a huge
+         * request (huge segments are never split: any free one is whole), else when a new
+         * segment would raise the pool's high-water mark (below it they stay cached) */
+        (void)sp__heap_release(h, size, huge, c, NULL);
     int rc = b ? SP_OK : sp__pool_grow(pool, h, size, c, stream, &b);
     if (rc == SP_ERR_LIMIT && size <= limit) {
         (void)sp__pool_give_back(pool, limit - size, false, NULL);

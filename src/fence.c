@@ -72,7 +72,8 @@ static void skipped(sp_stream_cache *c)
 static void settle_through(sp_stream_cache *c, sp_fence *f)
 {
     sp_fence_pool *fp = &c->pool->rt->fences;
-    atomic_store_explicit(&c->done_epoch, f->epoch, memory_order_release);
+    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < f->epoch) /* never back */
+        atomic_store_explicit(&c->done_epoch, f->epoch, memory_order_release);
     sp_fence **p = &c->fences;
     while (*p && *p != f)
         p = &(*p)->next;
@@ -83,6 +84,17 @@ static void settle_through(sp_stream_cache *c, sp_fence *f)
         c->fence_count--;
         f = next;
     }
+}
+
+/* Drops fences that a query, synchronize or idle stream already overtook (under fence_lock). */
+static void prune_done(sp_stream_cache *c)
+{
+    uint64_t done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed);
+    for (sp_fence *f = c->fences; f; f = f->next)
+        if (f->epoch <= done) {
+            settle_through(c, f);
+            return;
+        }
 }
 
 /* Can this process name the cache's stream? Another thread's cudaStreamPerThread cannot be
@@ -116,40 +128,61 @@ static sp_fence *covering_fence(sp_stream_cache *c, uint64_t epoch, bool ask)
     return f;
 }
 
+
+/* An idle stream has completed every free it holds: no event needed (under fence_lock). */
+static bool stream_idle_settles(sp_stream_cache *c)
+{
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    bool idle = false;
+    if (sp__cuda_stream_query(c->key.stream, &idle) != SP_OK) {
+        skipped(c);
+        return false;
+    }
+    if (idle && atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now) {
+        atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+        prune_done(c);
+    }
+    return idle;
+}
+
 bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
 {
     if (!c || atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= epoch)
         return true;
     if (!ask)
         return false;
-    bool done = false;
     pthread_mutex_lock(&c->fence_lock);
-    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch) {
-        done = true;
-    } else if (ask && !c->fences && may_touch_stream(c)) {
-        /* an idle stream has completed every free it holds: no event needed */
-        uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-        bool idle = false;
-        if (sp__cuda_stream_query(c->key.stream, &idle) != SP_OK)
-            skipped(c);
-        else if (idle) {
-            atomic_store_explicit(&c->done_epoch, now, memory_order_release);
-            done = now >= epoch;
-        }
-    }
+    /* first a fence recorded earlier (likeliest complete), then the stream itself if this thread
+     * may name it; only if both say no, a new fence for a later miss to find complete */
+    sp_fence *f = covering_fence(c, epoch, false);
+    if (f && !f->done && sp__cuda_event_query(f->event, &f->done) != SP_OK)
+        skipped(c);
+    if (f && f->done)
+        settle_through(c, f);
+    bool done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch;
+    /* a pending fence means a busy stream: no need to ask the stream too */
+    if (!done && !f && may_touch_stream(c) && stream_idle_settles(c))
+        done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch;
     if (!done) {
-        sp_fence *f = covering_fence(c, epoch, ask);
-        if (f && ask && !f->done) {
-            if (sp__cuda_event_query(f->event, &f->done) != SP_OK)
-                skipped(c);
-        }
-        if (f && f->done) {
-            settle_through(c, f);
-            done = true;
-        }
+        (void)covering_fence(c, epoch, true);
+        /* its own thread publishes news at its next large allocation (sp__fence_early) */
+        atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
     }
     pthread_mutex_unlock(&c->fence_lock);
     return done;
+}
+
+void sp__fence_early(sp_stream_cache *c)
+{
+    if (!atomic_load_explicit(&c->fence_wanted, memory_order_relaxed))
+        return; /* nobody asked: the hot path makes no CUDA call */
+    pthread_mutex_lock(&c->fence_lock);
+    atomic_store_explicit(&c->fence_wanted, false, memory_order_relaxed);
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now && may_touch_stream(c) &&
+        !stream_idle_settles(c))
+        (void)covering_fence(c, now, true); /* busy: a fence right behind the frees */
+    pthread_mutex_unlock(&c->fence_lock);
 }
 
 int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream)

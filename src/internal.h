@@ -82,6 +82,8 @@ static inline void sp_spin_unlock(sp_spin *l)
 #define SP_MEDIUM_MAX ((size_t)8 << 20)
 #define SP_SEGMENT_MIN ((size_t)2 << 20)
 #define SP_SEGMENT_ROUND ((size_t)64 << 10)
+/* A huge request reuses a free huge segment at most 1/SP_HUGE_SLACK larger than itself. */
+#define SP_HUGE_SLACK 4
 
 /* A same-stream miss may take a cached block up to this many classes larger (at most 4/16 =
  * 25% over the request above 4 KiB) rather than carve a new one. */
@@ -178,6 +180,12 @@ int sp__tag_order_service(sp_stream_cache *c, uint64_t epoch);
 /* Blocks the host until the tag is settled (a covering fence, else the stream), for trim and
  * out of memory only; never on a capturing stream. SP_OK once settled. */
 int sp__tag_sync(sp_stream_cache *c, uint64_t epoch);
+/* Publishes what c's stream has completed when another stream's miss asked about it and found
+ * its frees unsettled (fence_wanted): an idle stream settles all its frees at once, a busy one
+ * gets a fence right behind them. Called by c's own thread on the large path and on a miss,
+ * before it enqueues new work. No CUDA call unless asked: a stream that only hits its own cache
+ * makes none. */
+void sp__fence_early(sp_stream_cache *c);
 /* A released stream's final fence covering all its frees; on failure, synchronizes it. */
 int sp__cache_final_fence(sp_stream_cache *c);
 void sp__cache_drop_fences(sp_stream_cache *c);
@@ -268,13 +276,14 @@ struct sp_stream_cache {
     /* blocks allocated before a capture and freed during it, under `lock`: kept aside until the
      * capture ends (rule 24) */
     sp_block *aside;
-    /* another thread could not fence this cudaStreamPerThread cache (it cannot name the
-     * stream): the owner records a fence at its next free */
-    atomic_bool fence_wanted;
     atomic_uint_least64_t free_epoch;  /* frees on this stream so far; written under `lock` */
     /* fence state, under fence_lock (a mutex: fences mean driver calls) */
     pthread_mutex_t fence_lock;
     atomic_uint_least64_t done_epoch;  /* frees known complete */
+    /* another stream's miss found this stream's frees unsettled, or could not fence them (another
+     * thread's cudaStreamPerThread): the owner thread publishes news at its next free
+     * (sp__cache_offer_fence) or large allocation (sp__fence_early), whichever comes first */
+    atomic_bool fence_wanted;
     sp_fence *fences;          /* outstanding fences, newest first */
     unsigned fence_count;
     /* SP_CLASS_COUNT bins, under `lock`; freed when the stream is released (NULL after), so

@@ -167,16 +167,22 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
                         sp_take_mode mode, sp_ask_budget *ab)
 {
     bool huge = size > SP_MEDIUM_MAX;
+    /* a huge request takes a whole huge segment at most SP_HUGE_SLACK over its size, never a
+     * piece: huge segments stay whole, so a free one can always go back to the driver, which
+     * remaps its pages for any size (CUDA-SEMANTICS 13a) better than a split could */
+    size_t most = huge ? size + size / SP_HUGE_SLACK : SIZE_MAX;
     uint32_t k = sp__class_floor(size);
-    for (k = next_bin(h, k); k < SP_CLASS_COUNT; k = next_bin(h, k + 1)) {
+    for (k = next_bin(h, k); k < SP_CLASS_COUNT && sp__class_size(k) <= most;
+         k = next_bin(h, k + 1)) {
         sp_block *best = NULL;
         for (sp_block *b = h->bins[k].head; b; b = b->next)
-            if (b->size >= size && (!best || b->size < best->size) && b->seg->huge == huge &&
-                usable(h, b, me, stream, mode, ab))
+            if (b->size >= size && b->size <= most && (!best || b->size < best->size) &&
+                b->seg->huge == huge && usable(h, b, me, stream, mode, ab))
                 best = b;
         if (best) {
             index_remove(h, best);
-            split(h, best, size);
+            if (!huge)
+                split(h, best, size);
             best->seg->used += best->size;
             return best;
         }
@@ -266,12 +272,15 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_strea
 
 /* Is every range of s free and settled? Asks the driver if `ask`; about `me` (the allocating
  * stream, which this thread may query) in any case. */
-static bool wholly_free(sp_segment *s, bool ask, sp_stream_cache *me)
+static bool wholly_free(sp_segment *s, bool ask, sp_stream_cache *me, sp_ask_budget *ab)
 {
     if (s->used)
         return false;
     for (sp_block *b = s->first; b; b = b->addr_next)
-        if (!b->is_free || (b->tag && !sp__tag_settled(b->tag, b->epoch, ask || b->tag == me)))
+        if (!b->is_free ||
+            (b->tag && !(ask && b->tag != me && ab ? sp__tag_settled_within(ab, b->tag, b->epoch)
+                                                   : sp__tag_settled(b->tag, b->epoch,
+                                                                     ask || b->tag == me))))
             return false;
         else
             b->tag = NULL;
@@ -307,6 +316,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     sp_pool *pool = h->pool;
     sp_runtime *rt = pool->rt;
     uint64_t released = 0;
+    sp_ask_budget asks = {0}; /* a miss asks about a few other streams, each once */
     pthread_mutex_lock(&h->lock);
     size_t n = 0;
     for (sp_segment *s = h->segments; s; s = s->next)
@@ -315,7 +325,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     n = 0;
     if (cand)
         for (sp_segment *s = h->segments; s; s = s->next)
-            if (wholly_free(s, ask, me))
+            if (wholly_free(s, ask, me, me ? &asks : NULL))
                 cand[n++] = s;
     if (n)
         qsort(cand, n, sizeof *cand, by_size_desc);

@@ -149,6 +149,42 @@ static void gated_range_stays_with_its_stream(void **state)
     }
 }
 
+/* Huge requests (over 8 MiB) never split a segment: a free one at most 25% larger is reused
+ * whole; a larger one goes back to the driver before a new segment is taken, so the driver can
+ * remap its pages rather than reserve more. Exact bytes at each step. */
+static void huge_segments_stay_whole(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = pool_with(f, "huge", SP_CROSS_STREAM_BALANCED);
+    cudaStream_t s = new_stream();
+    void *a, *b;
+    SP(sp_alloc(pool, &a, 40 * MiB, s));
+    SP(sp_free(pool, a, s));
+    SP(sp_alloc(pool, &b, 36 * MiB, s)); /* 40 <= 36 * 1.25: the whole segment */
+    assert_ptr_equal(b, a);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.requested.current, 36 * MiB);
+    assert_int_equal(st.active.current, 40 * MiB);
+    assert_int_equal(st.held.current, 40 * MiB);
+    assert_int_equal(st.largest_free, 0);
+    assert_int_equal(st.inactive_split, 0);
+    SP(sp_free(pool, b, s));
+    SP(sp_alloc(pool, &b, 20 * MiB, s)); /* 40 > 20 * 1.25: back to the driver, a new 20 */
+    st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.driver_frees, 1);
+    assert_int_equal(st.reclaimed_bytes, 40 * MiB);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.segment_bytes, 20 * MiB);
+    assert_int_equal(st.held.current, 20 * MiB);
+    assert_int_equal(st.active.current, 20 * MiB);
+    assert_int_equal(st.held.peak, 40 * MiB);
+    SP(sp_free(pool, b, s));
+    drop_stream(f->rt, s);
+    SP(sp_pool_destroy(pool));
+}
+
 /* ---- the canary stress ---- */
 
 enum { STREAMS = 4, ROUNDS = 4, OPS = 120, MAX_LIVE = 64 };
@@ -266,6 +302,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
         T(split_and_merge_bytes_are_exact),
         T(gated_range_stays_with_its_stream),
+        T(huge_segments_stay_whole),
         T(canary_stress_balanced),
         T(canary_stress_wait),
 #undef T
