@@ -552,6 +552,48 @@ static void rule13a_fragmented_free_memory_is_remapped(void **state)
     CK(cudaMemPoolDestroy(pool));
 }
 
+/* Rules 9 and 13a together: a same-stream allocation may take, even remap, the pages of a free
+ * that has not run yet, but the free and the remap happen in stream order (Programming Guide,
+ * "Stream Ordered Memory Allocator": memory freed on a stream may be reused by later work on
+ * that stream, as stream order separates the uses). Work enqueued before the free still sees
+ * the block's data, however the driver arranges its pages. */
+static void rule09_13a_remap_of_pending_free_keeps_earlier_work_data(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    cudaStream_t s;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned char *host;
+    CK(cudaMallocHost((void **)&host, 4 * MiB));
+    memset(host, 0, 4 * MiB);
+    void *x, *y;
+    CK(cudaMallocFromPoolAsync(&x, 4 * MiB, pool, s));
+    CK(cudaMemsetAsync(x, 0x5a, 4 * MiB, s));
+    CK(cudaStreamSynchronize(s));
+    gate_hold(g, s);
+    CK(cudaMemcpyAsync(host, x, 4 * MiB, cudaMemcpyDeviceToHost, s)); /* before the free */
+    CK(cudaFreeAsync(x, s));
+    CK(cudaMallocFromPoolAsync(&y, 12 * MiB, pool, s)); /* no single range fits: remap */
+#ifdef SP_CUDASIM
+    /* x's two pages are remapped into y, the pool grows by the 8 MiB shortfall only */
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 12 * MiB);
+#endif
+    CK(cudaMemsetAsync(y, 0x11, 12 * MiB, s));
+    gate_open(g);
+    CK(cudaStreamSynchronize(s));
+    size_t bad = 0;
+    for (size_t i = 0; i < 4 * MiB; i++)
+        bad += host[i] != 0x5a;
+    assert_int_equal(bad, 0);
+    assert_true(device_bytes_are(y, 12 * MiB, 0x11, s));
+    CK(cudaFreeAsync(y, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaFreeHost(host));
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemPoolDestroy(pool));
+}
+
 /* Rule 13: cudaMemPoolTrimTo(pool, n): "the pool is guaranteed to have at least n bytes
  * reserved after the operation" (Runtime API); the release threshold likewise is memory the pool
  * holds on to at a synchronize (cudaMemPoolAttrReleaseThreshold). */
@@ -1038,6 +1080,7 @@ int main(void)
         T(rule11c_observed_frees_of_two_streams_merge),
         T(rule11c_pending_free_does_not_taint_observed_neighbour),
         T(rule13a_fragmented_free_memory_is_remapped),
+        T(rule09_13a_remap_of_pending_free_keeps_earlier_work_data),
         T(rule13_trim_and_threshold_keep_at_least_the_minimum),
         T(rule13b_cudafreeasync_accepts_cudamalloc_memory),
         T(rule13b_cudafree_of_stream_ordered_memory_is_unordered),

@@ -185,6 +185,68 @@ static void remap_grows_only_by_the_shortfall(void **state)
     CK(cudaMemPoolDestroy(pool));
 }
 
+/* Rules 9 and 13a in stream order, in exact figures: a same-stream allocation remaps the pages
+ * of a free that has not run yet. The device counts those pages once (in the new range), while
+ * the old range keeps its contents for the work enqueued before the free, and another stream's
+ * new memory on a full device does not disturb them. */
+static void remap_of_pending_free_counts_pages_once_and_keeps_old_data(void **state)
+{
+    (void)state;
+    CK(cudasimSetDeviceMemory(0, 16 * MiB));
+    cudaMemPool_t pool = new_pool(UINT64_MAX), other = new_pool(UINT64_MAX);
+    cudaStream_t s, t;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    unsigned char *host;
+    CK(cudaMallocHost((void **)&host, 4 * MiB));
+    memset(host, 0, 4 * MiB);
+    void *x, *y, *z, *w = (void *)0x42;
+    CK(cudaMallocFromPoolAsync(&x, 4 * MiB, pool, s));
+    CK(cudaMemsetAsync(x, 0x5a, 4 * MiB, s));
+    CK(cudaStreamSynchronize(s));
+    gate_hold(g, s);
+    CK(cudaMemcpyAsync(host, x, 4 * MiB, cudaMemcpyDeviceToHost, s));
+    CK(cudaFreeAsync(x, s));
+    CK(cudaMallocFromPoolAsync(&y, 12 * MiB, pool, s));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 12 * MiB);
+    size_t free_b, total;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, 4 * MiB); /* x's pages are y's now, counted once */
+    assert_false((char *)y < (char *)x + 4 * MiB && (char *)x < (char *)y + 12 * MiB);
+    /* the rest of the device goes to another stream, which writes it while s is held */
+    assert_int_equal(cudaMallocFromPoolAsync(&w, 6 * MiB, other, t), cudaErrorMemoryAllocation);
+    (void)cudaGetLastError();
+    assert_ptr_equal(w, (void *)0x42);
+    CK(cudaMallocFromPoolAsync(&z, 4 * MiB, other, t));
+    assert_false((char *)z < (char *)x + 4 * MiB && (char *)x < (char *)z + 4 * MiB);
+    CK(cudaMemsetAsync(z, 0x77, 4 * MiB, t));
+    CK(cudaStreamSynchronize(t));
+    CK(cudaMemsetAsync(y, 0x11, 12 * MiB, s));
+    gate_open(g);
+    CK(cudaStreamSynchronize(s));
+    size_t bad = 0;
+    for (size_t i = 0; i < 4 * MiB; i++)
+        bad += host[i] != 0x5a;
+    assert_int_equal(bad, 0);
+    assert_true(device_bytes_are(y, 12 * MiB, 0x11, s));
+    assert_true(device_bytes_are(z, 4 * MiB, 0x77, t));
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, 0);
+    CK(cudaFreeAsync(y, s));
+    CK(cudaFreeAsync(z, t));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemPoolTrimTo(pool, 0));
+    CK(cudaMemPoolTrimTo(other, 0));
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, 16 * MiB);
+    CK(cudaFreeHost(host));
+    CK(cudaStreamDestroy(s));
+    CK(cudaStreamDestroy(t));
+    CK(cudaMemPoolDestroy(pool));
+    CK(cudaMemPoolDestroy(other));
+}
+
 /* 11(b) with remapping: pages whose free has executed on stream a are remapped for stream b
  * only with opportunistic reuse on; without it the pool grows by the whole request. */
 static void remap_follows_opportunistic_reuse(void **state)
@@ -609,6 +671,7 @@ int main(void)
         T(rule11d_internal_dependency_when_device_full),
         T(frees_on_two_streams_do_not_merge),
         T(remap_grows_only_by_the_shortfall),
+        T(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
         T(remap_follows_opportunistic_reuse),
         T(trim_releases_whole_free_pages),
         T(cudafreeasync_of_cudamalloc_memory_returns_it),

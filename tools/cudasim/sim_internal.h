@@ -27,7 +27,8 @@
  *   fault_lock. slock and the pool lock are taken only by shared holders (an exclusive holder
  *   has no one to exclude). A thread never takes sim_g.lock twice, in any mode (the rwlock is
  *   non-recursive, writer-preferring): to wait, it releases it (see wait_completed).
- * Stream workers take no lock for a free or a host function; for other ops they take sim_g.lock
+ * Stream workers take no lock for a free or a host function, sim_g.lock shared and then the
+ * device's arena_lock for an unmap (OP_UNMAP); for other ops they take sim_g.lock
  * exclusively; a stream's op queue (head, tail, destroyed) is guarded by its qlock, and
  * `completed` is atomic, written by the worker alone; waiters for it sleep on done_cv with the
  * stream's dlock, never holding sim_g.lock. */
@@ -96,7 +97,8 @@ typedef struct sim_stream sim_stream;
 typedef struct sim_pool sim_pool;
 typedef struct sim_chunk sim_chunk;
 
-typedef enum { OP_HOST, OP_MEMSET, OP_MEMCPY, OP_RECORD, OP_WAIT, OP_FREE } sim_op_kind;
+/* OP_UNMAP: releases a remapped range's old addresses in stream order (sim_pool_unmap). */
+typedef enum { OP_HOST, OP_MEMSET, OP_MEMCPY, OP_RECORD, OP_WAIT, OP_FREE, OP_UNMAP } sim_op_kind;
 
 typedef struct sim_op {
     struct sim_op *next;
@@ -109,6 +111,7 @@ typedef struct sim_op {
         struct { void *dst; const void *src; size_t count; } copy;
         struct { struct CUevent_st *event; uint64_t gen; } record;
         struct { sim_stream *target; uint64_t seq; } wait;
+        struct { int device; char *base; size_t size; } unmap;
     } u;
 } sim_op;
 
@@ -313,6 +316,9 @@ cudaError_t sim_device_memory_init(sim_device *d, int device);
 /* Releases memory above each pool's threshold after a host synchronize (rule 12). */
 void sim_pools_release_after_sync(int device);
 void sim_pools_reset(void);
+/* Runs an OP_UNMAP on a stream worker that holds no lock: wipes the retired range's pages and
+ * returns its address range to the arena (takes sim_g.lock shared, then arena_lock). */
+void sim_pool_unmap(const sim_op *op);
 
 /* ---- sim_graph.c: stream capture, graphs, graph-owned memory ---- */
 enum { SIM_H_GRAPH = 16, SIM_H_GRAPH_EXEC };

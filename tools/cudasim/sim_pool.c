@@ -52,6 +52,13 @@ static void map_set(sim_device *d, size_t first, size_t slots, sim_chunk *c)
     }
 }
 
+/* The chunk_map entry of a retired range: pages remapped into a new range while a free of
+ * theirs had not executed yet. Their old addresses stay reserved and their contents untouched,
+ * as work enqueued before that free may still read or write them; an OP_UNMAP on the stream
+ * that remapped them releases them in stream order (sim_pool_unmap). No pool owns them
+ * (page_pool NULL), and the device counts their physical pages once, in the new range. */
+static sim_chunk retired_range;
+
 /* Next-fit search for `slots` free consecutive chunk slots, mapped to c. */
 static char *arena_take(sim_device *d, size_t slots, sim_chunk *c)
 {
@@ -121,6 +128,8 @@ bool sim_range_live(const void *p, size_t n)
     if (sim_graph_owns(p))
         return sim_graph_range_live(p, n);
     sim_chunk *c = chunk_at(p, NULL);
+    if (c == &retired_range)
+        return false; /* no allocation lives there any more */
     if (!c || n == 0)
         return c != NULL;
     const char *q = p;
@@ -347,8 +356,11 @@ static sim_chunk *chunk_split(sim_pool *pool, sim_chunk *c, char *at)
 }
 
 /* Unmaps chunk c, which is one free segment; with `uncharge`, the device counts it no more (else
- * the caller has counted the device's net change itself). */
-static void chunk_release(sim_pool *pool, sim_chunk *c, bool uncharge)
+ * the caller has counted the device's net change itself). With `defer_on` (its free has not
+ * executed yet: only a remap for that stream, or one ordered after the free, gets here), the
+ * pages leave the pool at once but keep their address range and contents until an op on
+ * defer_on, after the free and all earlier work, wipes and unmaps them. */
+static void chunk_release(sim_pool *pool, sim_chunk *c, bool uncharge, sim_stream *defer_on)
 {
     sim_device *d = &sim_g.devices[pool->device];
     for (sim_chunk **p = &pool->chunks; *p; p = &(*p)->next) {
@@ -360,10 +372,30 @@ static void chunk_release(sim_pool *pool, sim_chunk *c, bool uncharge)
     free_list_remove(pool, c->segs);
     tag_set(c->segs, NULL, 0);
     free(c->segs);
-    madvise(c->base, c->size, MADV_DONTNEED); /* give the pages back to the host */
-    pthread_mutex_lock(&d->arena_lock);
-    map_set(d, (size_t)(c->base - d->arena) / SIM_CHUNK, c->size / SIM_CHUNK, NULL);
-    pthread_mutex_unlock(&d->arena_lock);
+    sim_op *op = NULL;
+    if (defer_on) {
+        if (!(op = sim_op_new(OP_UNMAP)))
+            abort(); /* out of host memory in the emulator itself */
+        op->u.unmap.device = pool->device;
+        op->u.unmap.base = c->base;
+        op->u.unmap.size = c->size;
+    }
+    size_t first = (size_t)(c->base - d->arena) / SIM_CHUNK;
+    if (op) {
+        pthread_mutex_lock(&d->arena_lock);
+        map_set(d, first, c->size / SIM_CHUNK, &retired_range);
+        pthread_mutex_unlock(&d->arena_lock);
+        /* The enqueue fails only when no worker thread can be created: then the stream had
+         * none, so nothing of it is pending, and the pages go at once below. */
+        if (sim_stream_enqueue(defer_on, op) != cudaSuccess)
+            op = NULL; /* freed by the enqueue */
+    }
+    if (!op) {
+        madvise(c->base, c->size, MADV_DONTNEED); /* give the pages back to the host */
+        pthread_mutex_lock(&d->arena_lock);
+        map_set(d, first, c->size / SIM_CHUNK, NULL);
+        pthread_mutex_unlock(&d->arena_lock);
+    }
     pool->reserved -= c->size;
     if (uncharge)
         (void)sim_device_charge(pool->device, c->size, true);
@@ -371,7 +403,8 @@ static void chunk_release(sim_pool *pool, sim_chunk *c, bool uncharge)
 }
 
 /* Unmaps the whole pages [lo, hi) of free segment s, splitting s and its chunk around them. */
-static void release_pages(sim_pool *pool, sim_seg *s, char *lo, char *hi, bool uncharge)
+static void release_pages(sim_pool *pool, sim_seg *s, char *lo, char *hi, bool uncharge,
+                          sim_stream *defer_on)
 {
     if (lo > s->addr)
         s = seg_split(pool, s, lo);
@@ -382,7 +415,7 @@ static void release_pages(sim_pool *pool, sim_seg *s, char *lo, char *hi, bool u
         c = chunk_split(pool, c, lo);
     if (hi < chunk_end(c))
         (void)chunk_split(pool, c, hi);
-    chunk_release(pool, c, uncharge);
+    chunk_release(pool, c, uncharge, defer_on);
 }
 
 typedef struct {
@@ -416,16 +449,18 @@ static size_t free_page_runs(sim_pool *pool, sim_stream *b, page_run **out, size
     return total;
 }
 
-/* Unmaps up to `bytes` (whole pages) of the runs; returns the bytes unmapped. */
+/* Unmaps up to `bytes` (whole pages) of the runs; returns the bytes unmapped. A run whose free
+ * has not been observed (only stream b may take it, b non-NULL) goes in b's stream order. */
 static size_t release_runs(sim_pool *pool, page_run *runs, size_t n, size_t bytes,
-                           bool uncharge)
+                           bool uncharge, sim_stream *b)
 {
     size_t done = 0;
     for (size_t i = 0; i < n && done < bytes; i++) {
         size_t len = (size_t)(runs[i].hi - runs[i].lo);
         if (len > bytes - done)
             len = bytes - done;
-        release_pages(pool, runs[i].seg, runs[i].lo, runs[i].lo + len, uncharge);
+        release_pages(pool, runs[i].seg, runs[i].lo, runs[i].lo + len, uncharge,
+                      runs[i].seg->freed_on ? b : NULL);
         done += len;
     }
     return done;
@@ -444,7 +479,7 @@ static void pool_release_to(sim_pool *pool, uint64_t keep)
     page_run *runs;
     size_t n;
     if (free_page_runs(pool, NULL, &runs, &n))
-        (void)release_runs(pool, runs, n, excess, true);
+        (void)release_runs(pool, runs, n, excess, true, NULL);
     free(runs);
 }
 
@@ -467,15 +502,16 @@ static sim_seg *pool_map(sim_pool *pool, sim_stream *b, size_t need)
     if ((!pool->max_size || pool->reserved - take + size <= pool->max_size) &&
         sim_device_charge(pool->device, size - take, false)) {
         bool settled = true;
+        /* the rest's tag: b's work so far, before the unmaps that release_runs enqueues */
+        uint64_t seq = b ? b->submitted : 0;
         size_t counted = 0;
         for (size_t i = 0; i < n && counted < take; i++) {
             counted += (size_t)(runs[i].hi - runs[i].lo);
             if (runs[i].seg->freed_on)
                 settled = false;
         }
-        (void)release_runs(pool, runs, n, take, false);
-        sim_chunk *c = settled ? chunk_new(pool, size, NULL, 0)
-                               : chunk_new(pool, size, b, b->submitted);
+        (void)release_runs(pool, runs, n, take, false, b);
+        sim_chunk *c = settled ? chunk_new(pool, size, NULL, 0) : chunk_new(pool, size, b, seq);
         s = c ? c->segs : NULL;
         if (!c) /* no address space left: the remapped pages are gone too */
             (void)sim_device_charge(pool->device, size, true);
@@ -555,6 +591,22 @@ void sim_pools_release_after_sync(int device)
             pool_release_to(p, p->release_threshold);
         p = next;
     }
+}
+
+void sim_pool_unmap(const sim_op *op)
+{
+    sim_device *d = &sim_g.devices[op->u.unmap.device];
+    /* nothing else touches a retired range: it is wiped without a lock */
+    madvise(op->u.unmap.base, op->u.unmap.size, MADV_DONTNEED);
+    /* chunk_map is written by shared holders under arena_lock and read by exclusive holders */
+    bool shared = sim_lock_shared();
+    if (!shared)
+        sim_lock();
+    pthread_mutex_lock(&d->arena_lock);
+    map_set(d, (size_t)(op->u.unmap.base - d->arena) / SIM_CHUNK, op->u.unmap.size / SIM_CHUNK,
+            NULL);
+    pthread_mutex_unlock(&d->arena_lock);
+    sim_unlock();
 }
 
 void sim_pools_reset(void)

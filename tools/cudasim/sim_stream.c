@@ -201,6 +201,10 @@ static void run_op(sim_stream *s, sim_op *op)
         sim_in_host_fn = false;
         return;
     }
+    if (op->kind == OP_UNMAP) {
+        sim_pool_unmap(op);
+        return;
+    }
     if (op->kind == OP_WAIT) { /* the op's reference keeps the target alive */
         sim_stream *t = op->u.wait.target;
         wait_completed(t, op->u.wait.seq, false);
@@ -237,6 +241,7 @@ static void run_op(sim_stream *s, sim_op *op)
     case OP_WAIT:
     case OP_HOST:
     case OP_FREE:
+    case OP_UNMAP:
         break;
     }
     sim_unlock();
