@@ -26,10 +26,10 @@
  *    into a new contiguous range and reserves only the shortfall (NVIDIA's "Using the CUDA
  *    Stream-Ordered Memory Allocator, Part 1"). If any remapped page was not yet observed free,
  *    the new range's unused rest counts as freed on the requesting stream at that point.
- *    Such pages leave the old range in stream order, as on a GPU: the old addresses stay
- *    reserved and their contents intact (work enqueued before the free still sees its data)
- *    until an op on the requesting stream, after the free, wipes and releases them. The device
- *    counts the pages once, in the new range.
+ *    Pages whose free has not run yet leave the old range in stream order, as on a GPU: the
+ *    old addresses stay reserved and their contents intact (work enqueued before the free
+ *    still sees its data) until an op on the requesting stream, after the free, wipes and
+ *    releases them. The device counts the pages once, in the new range.
  *    11(d) reuses only a single free range, never remapped pages.
  *  - Free ranges are chosen best fit.
  *  - UsedMemCurrent drops when cudaFreeAsync is called; ReservedMemCurrent when pages are

@@ -450,7 +450,9 @@ static size_t free_page_runs(sim_pool *pool, sim_stream *b, page_run **out, size
 }
 
 /* Unmaps up to `bytes` (whole pages) of the runs; returns the bytes unmapped. A run whose free
- * has not been observed (only stream b may take it, b non-NULL) goes in b's stream order. */
+ * has not executed yet (only stream b may take it, b non-NULL) goes in b's stream order; once
+ * the free has run, no earlier work can touch the pages, and they go at once, adding no op to
+ * b (an idle b stays idle). */
 static size_t release_runs(sim_pool *pool, page_run *runs, size_t n, size_t bytes,
                            bool uncharge, sim_stream *b)
 {
@@ -459,8 +461,10 @@ static size_t release_runs(sim_pool *pool, page_run *runs, size_t n, size_t byte
         size_t len = (size_t)(runs[i].hi - runs[i].lo);
         if (len > bytes - done)
             len = bytes - done;
+        const sim_seg *seg = runs[i].seg;
+        bool pending = seg->freed_on && seg->freed_on->completed < seg->freed_seq;
         release_pages(pool, runs[i].seg, runs[i].lo, runs[i].lo + len, uncharge,
-                      runs[i].seg->freed_on ? b : NULL);
+                      pending ? b : NULL);
         done += len;
     }
     return done;
