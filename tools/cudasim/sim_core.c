@@ -12,7 +12,9 @@
 
 /* Writer-preferring: a synchronize (exclusive) is not starved by streams' allocator calls
  * (shared), which is also why no thread may take the lock shared twice. */
-sim_state sim_g = {.lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP,
+sim_state sim_g = {.lock = {.excl = PTHREAD_MUTEX_INITIALIZER,
+                            .drain_lock = PTHREAD_MUTEX_INITIALIZER,
+                            .drain_cv = PTHREAD_COND_INITIALIZER},
                    .workers_lock = PTHREAD_MUTEX_INITIALIZER,
                    .workers_cv = PTHREAD_COND_INITIALIZER};
 
@@ -332,24 +334,55 @@ static void sim_start(void)
     }
 }
 
+/* The mode this thread holds sim_g.lock in, for sim_unlock (the lock is never held twice). */
+static _Thread_local bool tls_shared;
+
+/* Exclusive: holding excl keeps new shared holders out (writer preference); then the ones
+ * inside are waited out. `draining` is stored before `readers` is read, and a leaving shared
+ * holder decrements `readers` before reading `draining` (both sequentially consistent), so
+ * either this sees 0 or the last one to leave sees the flag and signals under drain_lock,
+ * which this holds from its check until it sleeps. */
 void sim_lock(void)
 {
-    pthread_rwlock_wrlock(&sim_g.lock);
+    sim_rwlock *l = &sim_g.lock;
+    pthread_mutex_lock(&l->excl);
+    if (atomic_load(&l->readers)) {
+        atomic_store(&l->draining, true);
+        pthread_mutex_lock(&l->drain_lock);
+        while (atomic_load(&l->readers))
+            pthread_cond_wait(&l->drain_cv, &l->drain_lock);
+        pthread_mutex_unlock(&l->drain_lock);
+        atomic_store(&l->draining, false);
+    }
+    tls_shared = false;
     sim_start();
 }
 
 bool sim_lock_shared(void)
 {
-    pthread_rwlock_rdlock(&sim_g.lock);
-    if (sim_g.started)
-        return true;
-    pthread_rwlock_unlock(&sim_g.lock); /* sim_start writes: the caller goes exclusive */
-    return false;
+    sim_rwlock *l = &sim_g.lock;
+    pthread_mutex_lock(&l->excl);
+    bool started = sim_g.started; /* sim_start writes: if not, the caller goes exclusive */
+    if (started)
+        atomic_fetch_add(&l->readers, 1);
+    pthread_mutex_unlock(&l->excl);
+    tls_shared = started;
+    return started;
 }
 
 void sim_unlock(void)
 {
-    pthread_rwlock_unlock(&sim_g.lock);
+    sim_rwlock *l = &sim_g.lock;
+    if (!tls_shared) {
+        pthread_mutex_unlock(&l->excl);
+        return;
+    }
+    tls_shared = false;
+    if (atomic_fetch_sub(&l->readers, 1) == 1 && atomic_load(&l->draining)) {
+        pthread_mutex_lock(&l->drain_lock);
+        pthread_cond_signal(&l->drain_cv);
+        pthread_mutex_unlock(&l->drain_lock);
+    }
 }
 
 int sim_current_device(void)

@@ -1,12 +1,13 @@
 /* cudasim internals shared by sim_core.c (devices, errors, handles, counters, faults),
  * sim_stream.c (streams, events, host functions, copies) and sim_pool.c (memory).
  *
- * Locking. sim_g.lock is a writer-preferring rwlock. Every call takes it exclusively (sim_lock)
- * except the hot path of cudaMallocAsync / cudaMallocFromPoolAsync / cudaFreeAsync on an
- * existing non-legacy stream outside capture, which takes it shared (sim_lock_shared), so that
- * the allocator calls of different streams do not serialize behind one lock. The rule that keeps
- * this simple: state that shared holders write is guarded by a finer lock (or is atomic); all
- * other state is written only under the exclusive lock, so a shared holder may read it freely.
+ * Locking. sim_g.lock is a writer-preferring rwlock (sim_rwlock). Every call takes it
+ * exclusively (sim_lock) except the hot path of cudaMallocAsync / cudaMallocFromPoolAsync /
+ * cudaFreeAsync on an existing non-legacy stream outside capture, which takes it shared
+ * (sim_lock_shared), so that the allocator calls of different streams do not serialize behind
+ * one lock. The rule that keeps this simple: state that shared holders write is guarded by a
+ * finer lock (or is atomic); all other state is written only under the exclusive lock, so a
+ * shared holder may read it freely.
  * Shared holders write only:
  *  - their own stream's submitted, clock, has_worker and op queue: under the stream's slock;
  *  - one pool's ranges, pages, counters and allocation map: under the pool's lock;
@@ -229,8 +230,22 @@ typedef struct {
     cudaError_t sticky;
 } sim_device;
 
+/* sim_g.lock (sim_core.c). glibc's writer-preferring rwlock hands the lock from one exclusive
+ * holder straight to the next waiting one, which must first be scheduled: with the workers'
+ * and callers' exclusive calls queuing on it, raw cudaMallocAsync served half as many requests
+ * as under the plain mutex it replaced (issue 8). Here the exclusive side is a plain mutex,
+ * which a running thread may take as soon as it is free, and the shared side counts itself in
+ * while briefly holding that mutex. */
 typedef struct {
-    pthread_rwlock_t lock;
+    pthread_mutex_t excl;     /* an exclusive holder's, throughout; a shared one's, to enter */
+    atomic_uint readers;      /* shared holders inside */
+    atomic_bool draining;     /* the exclusive holder waits for `readers` to reach 0 */
+    pthread_mutex_t drain_lock; /* with drain_cv: that wait */
+    pthread_cond_t drain_cv;
+} sim_rwlock;
+
+typedef struct {
+    sim_rwlock lock;
     bool started;
     int device_count;
     size_t env_capacity;
