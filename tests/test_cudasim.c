@@ -396,6 +396,29 @@ static void illegal_address_is_sticky_and_reported_at_execution(void **state)
     CK(cudaFreeAsync(q, 0));
 }
 
+/* The worker reads the sticky error under the shared lock before each copy: one that would
+ * have run after a fault is skipped, and one before it ran in full. */
+static void copies_after_a_fault_do_not_run(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned char *p;
+    CK(cudaMallocAsync((void **)&p, 4096, s));
+    gate_hold(g, s);
+    CK(cudaMemsetAsync(p, 0xab, 4096, s));
+    CK(cudaMemsetAsync(p + 4000, 0, 4096, s)); /* runs past the allocation: the fault */
+    CK(cudaMemsetAsync(p, 0x11, 2048, s));
+    static const unsigned char src[16] = {1, 2, 3};
+    CK(cudaMemcpyAsync(p + 2048, src, sizeof src, cudaMemcpyHostToDevice, s));
+    gate_open(g);
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+    for (size_t i = 0; i < 4096; i++)
+        assert_int_equal(p[i], 0xab); /* only the first memset ran */
+    cudasimReset();
+}
+
 static void fault_injection_nth_and_persistent(void **state)
 {
     (void)state;
@@ -677,6 +700,7 @@ int main(void)
         T(cudafreeasync_of_cudamalloc_memory_returns_it),
         T(two_devices_are_not_peers),
         T(illegal_address_is_sticky_and_reported_at_execution),
+        T(copies_after_a_fault_do_not_run),
         T(fault_injection_nth_and_persistent),
         T(call_counters),
         T(host_function_may_not_call_cuda),

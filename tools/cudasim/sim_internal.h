@@ -29,10 +29,11 @@
  *   has no one to exclude). A thread never takes sim_g.lock twice, in any mode (the rwlock is
  *   non-recursive, writer-preferring): to wait, it releases it (see wait_completed).
  * Stream workers take no lock for a free or a host function, sim_g.lock shared and then the
- * device's arena_lock for an unmap (OP_UNMAP); for other ops they take sim_g.lock
- * exclusively; a stream's op queue (head, tail, destroyed) is guarded by its qlock, and
- * `completed` is atomic, written by the worker alone; waiters for it sleep on done_cv with the
- * stream's dlock, never holding sim_g.lock. */
+ * device's arena_lock for an unmap (OP_UNMAP), sim_g.lock shared to read the device's sticky
+ * error before a memset or copy of a live range (which itself runs unlocked); for other ops
+ * they take sim_g.lock exclusively; a stream's op queue (head, tail, destroyed) is guarded by
+ * its qlock, and `completed` is atomic, written by the worker alone; waiters for it sleep on
+ * done_cv with the stream's dlock, never holding sim_g.lock. */
 #ifndef CUDASIM_INTERNAL_H
 #define CUDASIM_INTERNAL_H
 

@@ -184,9 +184,11 @@ static void stream_complete(sim_stream *s, uint64_t seq)
 {
     s->completed = seq;
     if (atomic_load(&s->done_waiters)) {
+        /* Once this has held dlock, every counted waiter is asleep or will see `completed`;
+         * waking them after letting go spares each a second sleep on dlock. */
         pthread_mutex_lock(&s->dlock);
-        pthread_cond_broadcast(&s->done_cv);
         pthread_mutex_unlock(&s->dlock);
+        pthread_cond_broadcast(&s->done_cv);
     }
 }
 
@@ -211,22 +213,29 @@ static void run_op(sim_stream *s, sim_op *op)
         sim_stream_unref(t);
         return;
     }
-    sim_lock();
     sim_device *d = &sim_g.devices[s->device];
-    switch (op->kind) {
-    case OP_MEMSET:
-    case OP_MEMCPY:
-        if (op->bad_address) {
-            if (!d->sticky)
-                d->sticky = cudaErrorIllegalAddress; /* a device fault: sticky for the context */
-        } else if (!d->sticky) {
-            sim_unlock();
+    if ((op->kind == OP_MEMSET || op->kind == OP_MEMCPY) && !op->bad_address) {
+        /* sticky is written only under the exclusive lock, so the shared lock reads it, and
+         * the copy itself needs no lock: a good copy costs no exclusive hand-off. */
+        bool shared = sim_lock_shared();
+        if (!shared)
+            sim_lock();
+        cudaError_t sticky = d->sticky;
+        sim_unlock();
+        if (!sticky) {
             if (op->kind == OP_MEMSET)
                 memset(op->u.set.dst, op->u.set.value, op->u.set.count);
             else
                 memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.count);
-            sim_lock();
         }
+        return;
+    }
+    sim_lock();
+    switch (op->kind) {
+    case OP_MEMSET:
+    case OP_MEMCPY: /* a bad address (a good one returned above) */
+        if (!d->sticky)
+            d->sticky = cudaErrorIllegalAddress; /* a device fault: sticky for the context */
         break;
     case OP_RECORD: {
         struct CUevent_st *e = op->u.record.event;
