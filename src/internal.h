@@ -228,6 +228,9 @@ int sp__heap_init(sp_heap *h, sp_pool *pool, bool small);
  * none. Caller holds h->lock. */
 sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
                         sp_take_mode mode, sp_ask_budget *ab);
+/* As sp__heap_take, for a huge request at a miss: a free huge segment of up to `most` bytes. */
+sp_block *sp__heap_take_huge(sp_heap *h, size_t size, size_t most, sp_stream_cache *me,
+                             cudaStream_t stream, sp_take_mode mode, sp_ask_budget *ab);
 /* Adds a fresh driver allocation as a segment with one free range tagged (tag, epoch): the
  * allocation is ordered on the allocating stream only. Caller holds the lock.
  * SP_ERR_NO_HOST_MEMORY if its structures cannot be made (nothing changed). */

@@ -163,14 +163,11 @@ static void absorb(sp_heap *h, sp_block *low, sp_block *high)
     free(high);
 }
 
-sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
-                        sp_take_mode mode, sp_ask_budget *ab)
+/* Best fit of at least `size` and at most `most` bytes. */
+static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache *me,
+                          cudaStream_t stream, sp_take_mode mode, sp_ask_budget *ab)
 {
     bool huge = size > SP_MEDIUM_MAX;
-    /* a huge request takes a whole huge segment at most SP_HUGE_SLACK over its size, never a
-     * piece: huge segments stay whole, so a free one can always go back to the driver, which
-     * remaps its pages for any size (CUDA-SEMANTICS 13a) better than a split could */
-    size_t most = huge ? size + size / SP_HUGE_SLACK : SIZE_MAX;
     uint32_t k = sp__class_floor(size);
     for (k = next_bin(h, k); k < SP_CLASS_COUNT && sp__class_size(k) <= most;
          k = next_bin(h, k + 1)) {
@@ -188,6 +185,22 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
         }
     }
     return NULL;
+}
+
+sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
+                        sp_take_mode mode, sp_ask_budget *ab)
+{
+    /* a huge request takes a whole huge segment at most SP_HUGE_SLACK over its size, never a
+     * piece: huge segments stay whole, so a free one can always go back to the driver, which
+     * remaps its pages for any size (CUDA-SEMANTICS 13a) better than a split could */
+    bool huge = size > SP_MEDIUM_MAX;
+    return take_fit(h, size, huge ? size + size / SP_HUGE_SLACK : SIZE_MAX, me, stream, mode, ab);
+}
+
+sp_block *sp__heap_take_huge(sp_heap *h, size_t size, size_t most, sp_stream_cache *me,
+                             cudaStream_t stream, sp_take_mode mode, sp_ask_budget *ab)
+{
+    return take_fit(h, size, most, me, stream, mode, ab);
 }
 
 void sp__heap_coalesce(sp_heap *h, sp_stream_cache *me, sp_ask_budget *ab)
@@ -339,6 +352,9 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     /* driver calls outside the lock; a segment the driver refuses stays the pool's */
     for (size_t i = 0; i < taken; i++) {
         sp_segment *s = cand[i];
+        /* a miss frees on its own stream: settled memory freed there is the driver's to reuse
+         * for the allocation that follows on that stream, in stream order (rule 9), with no
+         * host synchronization; other callers free on the service stream */
         int rc = sp__cuda_free(s->ptr, rt->service);
         if (rc == SP_OK) {
             sp__pool_count(pool, SP_COUNT_driver_frees, 1);
