@@ -193,6 +193,16 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 
 /* ---- the miss ---- */
 
+/* Records an allocation served off the hot path (a miss or a capture's bypass) in the pool's
+ * usage and miss figures. */
+static void count_miss(sp_pool *pool, const sp_block *b, size_t bytes)
+{
+    sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
+    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
+}
+
 /* Memory other streams freed: their small blocks first (bins, at most SP_STEAL_PROBES caches),
  * then free ranges of the tier's slabs or segments. Best effort: nothing here fails. */
 static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t stream,
@@ -346,10 +356,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     if (small)
         b->cls = sp__class_of(b->size);
     b->requested = bytes;
-    sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
-    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
+    count_miss(pool, b, bytes);
     sp__note_miss(c, b, bytes);
     atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
     *ptr = b->ptr;
@@ -369,10 +376,7 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
         return rc;
     b->requested = bytes;
     b->bypass_stream = stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
-    sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
-    atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
+    count_miss(pool, b, bytes);
     sp__pool_count(pool, SP_COUNT_capture_bypasses, 1);
     *ptr = b->ptr;
     return SP_OK;
