@@ -17,6 +17,11 @@ static size_t large_size(size_t bytes)
     return (bytes + SP_LARGE_ALIGN - 1) / SP_LARGE_ALIGN * SP_LARGE_ALIGN;
 }
 
+static uint64_t magnitude(int64_t d)
+{
+    return (uint64_t)(d < 0 ? -d : d);
+}
+
 /* Records an allocation served by the stream's cache in its counters (c->lock held). */
 static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes)
 {
@@ -27,10 +32,8 @@ static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t by
     c->requested_delta += (int64_t)bytes;
     c->active_delta += (int64_t)b->size;
     sp__note_alloc_locked(c, b);
-    if (sp_unlikely((uint64_t)(c->requested_delta < 0 ? -c->requested_delta : c->requested_delta) >
-                    pool->stats_flush ||
-                    (uint64_t)(c->active_delta < 0 ? -c->active_delta : c->active_delta) >
-                    pool->stats_flush))
+    if (sp_unlikely(magnitude(c->requested_delta) > pool->stats_flush ||
+                    magnitude(c->active_delta) > pool->stats_flush))
         sp__cache_flush_locked(pool, c);
 }
 
