@@ -325,11 +325,10 @@ void sp__small_flush_bins(sp_pool *pool);
 /* The pool's cache for `stream`, created if missing; NULL if host memory ran out. Fast when
  * this thread used the same (pool, stream) recently. */
 sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key);
-/* The pool's cache for key, created if missing, without the per-thread memo or the capture
- * check of sp__cache_get: for sp_stream_capture_begin, under runtime->lock. */
-sp_stream_cache *sp__cache_get_locked_rt(sp_pool *pool, sp_stream_key key);
-/* The pool's cache for key if it exists (NULL otherwise). */
-sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key);
+/* The pool's cache for key if it exists, else (if `create`) a new one, else NULL; without the
+ * per-thread memo or the capture check of sp__cache_get: creating, for sp_stream_capture_begin,
+ * under runtime->lock. */
+sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key, bool create);
 /* Detaches the pool's cache for key (NULL if none); the caller empties it. */
 sp_stream_cache *sp__cache_detach(sp_pool *pool, sp_stream_key key);
 void sp__cache_table_free(sp_pool *pool);

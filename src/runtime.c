@@ -307,7 +307,7 @@ static size_t capture_find(const sp_runtime *rt, sp_stream_key key)
 static int capture_flag_all(sp_runtime *rt, sp_stream_key key, bool on)
 {
     for (sp_pool *p = rt->pools; p; p = p->next) {
-        sp_stream_cache *c = on ? sp__cache_get_locked_rt(p, key) : sp__cache_find(p, key);
+        sp_stream_cache *c = sp__cache_find(p, key, on);
         if (!c && on)
             return SP_ERR_NO_HOST_MEMORY;
         if (!c)

@@ -134,22 +134,13 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
     return c;
 }
 
-sp_stream_cache *sp__cache_get_locked_rt(sp_pool *pool, sp_stream_key key)
+sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key, bool create)
 {
     size_t h = key_hash(pool->id, key);
     pthread_mutex_lock(&pool->lock);
     sp_stream_cache *c = table_find(pool, key, h);
-    if (!c)
+    if (!c && create)
         c = table_insert(pool, key);
-    pthread_mutex_unlock(&pool->lock);
-    return c;
-}
-
-sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key)
-{
-    size_t h = key_hash(pool->id, key);
-    pthread_mutex_lock(&pool->lock);
-    sp_stream_cache *c = table_find(pool, key, h);
     pthread_mutex_unlock(&pool->lock);
     return c;
 }
