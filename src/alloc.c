@@ -14,7 +14,7 @@ static bool capture_possible(const sp_runtime *rt)
 
 static size_t large_size(size_t bytes)
 {
-    return (bytes + SP_LARGE_ALIGN - 1) / SP_LARGE_ALIGN * SP_LARGE_ALIGN;
+    return sp__round_up(bytes, SP_LARGE_ALIGN);
 }
 
 static uint64_t magnitude(int64_t d)

@@ -41,6 +41,12 @@
 #define sp_likely(x) __builtin_expect(!!(x), 1)
 #define sp_unlikely(x) __builtin_expect(!!(x), 0)
 
+/* n rounded up to a multiple of `to` */
+static inline size_t sp__round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
 /* ---- a spin lock for the short critical sections of the hot path ---- */
 
 typedef struct {

@@ -9,11 +9,6 @@
 
 static atomic_uint_least64_t next_pool_id = 1;
 
-static size_t round_up(size_t n, size_t to)
-{
-    return (n + to - 1) / to * to;
-}
-
 /* ---- usage counters (pool and runtime) ---- */
 
 static void peak_raise(atomic_uint_least64_t *peak, uint64_t now)
@@ -194,7 +189,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     pool->rt = rt;
     pool->cfg = merged;
     atomic_init(&pool->cache_limit, merged.cache_limit);
-    pool->limit_bytes = merged.limit ? round_up(merged.limit, SP_LARGE_ALIGN) : 0;
+    pool->limit_bytes = merged.limit ? sp__round_up(merged.limit, SP_LARGE_ALIGN) : 0;
     atomic_flag_clear(&pool->limit_busy);
     pool->stats_flush = rt->cfg.stats_flush_bytes;
     pool->id = atomic_fetch_add(&next_pool_id, 1);
@@ -213,7 +208,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         /* the driver holds the pool to whole pages: a maxSize between two would refuse a
          * request of exactly the limit */
         rc = sp__cuda_pool_create(rt->device,
-                                  merged.limit ? round_up(merged.limit, SP_DRIVER_GRANULARITY) : 0,
+                                  merged.limit ? sp__round_up(merged.limit, SP_DRIVER_GRANULARITY) : 0,
                                   &pool->cuda_pool);
         pool->owns_cuda_pool = rc == SP_OK;
         if (rc == SP_OK)
@@ -243,14 +238,15 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
  * SP_SEGMENT_ROUND above. Near the limit, only what the request needs. */
 static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
 {
-    size_t want = h->small ? SP_SLAB_BYTES : round_up(size, SP_SEGMENT_ROUND);
+    size_t want = h->small ? SP_SLAB_BYTES : sp__round_up(size, SP_SEGMENT_ROUND);
     if (want < SP_SEGMENT_MIN && !h->small && size <= SP_MEDIUM_MAX)
         want = SP_SEGMENT_MIN;
     uint64_t limit = pool->limit_bytes;
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
-    if (limit && held < limit && want > limit - held && size <= limit - held)
-        want = limit - held >= round_up(size, SP_SEGMENT_ROUND) ? round_up(size, SP_SEGMENT_ROUND)
-                                                                 : size;
+    if (limit && held < limit && want > limit - held && size <= limit - held) {
+        size_t rounded = sp__round_up(size, SP_SEGMENT_ROUND);
+        want = limit - held >= rounded ? rounded : size;
+    }
     return want;
 }
 
@@ -291,7 +287,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
 
 int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_block **out)
 {
-    size_t size = round_up(bytes, 256);
+    size_t size = sp__round_up(bytes, 256);
     uint64_t level;
     if (!held_claim(pool, size, &level))
         return SP_ERR_LIMIT;
