@@ -69,27 +69,28 @@ typedef struct {
     bool tenant_column;
 } writer;
 
+/* One log line: advances the clock, then writes the event (allocate or free) for p. */
+static void emit(writer *w, const char *event, uint64_t p, size_t size, int stream, int tenant)
+{
+    w->t += 1 + rng_next(&w->rng) % 50;
+    fprintf(w->f, "0,%" PRIu64 ".%06" PRIu64 ",%s,0x%" PRIx64 ",%zu,0x%x", w->t / 1000000,
+            w->t % 1000000, event, p, size, 0x1000 + stream);
+    if (w->tenant_column)
+        fprintf(w->f, ",tenant-%d", tenant);
+    fputc('\n', w->f);
+}
+
 static uint64_t emit_alloc(writer *w, size_t size, int stream, int tenant)
 {
     uint64_t p = w->next_ptr;
     w->next_ptr += (size + 0xfff) & ~(uint64_t)0xfff;
-    w->t += 1 + rng_next(&w->rng) % 50;
-    fprintf(w->f, "0,%" PRIu64 ".%06" PRIu64 ",allocate,0x%" PRIx64 ",%zu,0x%x", w->t / 1000000,
-            w->t % 1000000, p, size, 0x1000 + stream);
-    if (w->tenant_column)
-        fprintf(w->f, ",tenant-%d", tenant);
-    fputc('\n', w->f);
+    emit(w, "allocate", p, size, stream, tenant);
     return p;
 }
 
 static void emit_free(writer *w, uint64_t p, size_t size, int stream, int tenant)
 {
-    w->t += 1 + rng_next(&w->rng) % 50;
-    fprintf(w->f, "0,%" PRIu64 ".%06" PRIu64 ",free,0x%" PRIx64 ",%zu,0x%x", w->t / 1000000,
-            w->t % 1000000, p, size, 0x1000 + stream);
-    if (w->tenant_column)
-        fprintf(w->f, ",tenant-%d", tenant);
-    fputc('\n', w->f);
+    emit(w, "free", p, size, stream, tenant);
 }
 
 typedef struct {

@@ -7,11 +7,6 @@
 
 static const size_t KiB = (size_t)1 << 10;
 
-static void count_fn(void *arg)
-{
-    atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 static bool host_bytes_are(const unsigned char *h, size_t n, unsigned char byte)
 {
     for (size_t i = 0; i < n; i++)
@@ -25,13 +20,6 @@ static cudaStream_t new_stream(unsigned flags)
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, flags));
     return s;
-}
-
-static enum cudaStreamCaptureStatus status_of(cudaStream_t s)
-{
-    enum cudaStreamCaptureStatus st = (enum cudaStreamCaptureStatus)-1;
-    CK(cudaStreamIsCapturing(s, &st));
-    return st;
 }
 
 /* Ends a capture that must have been invalidated: no graph, cudaErrorStreamCaptureInvalidated

@@ -82,11 +82,6 @@ static int teardown(void **state)
     return rc == SP_OK ? 0 : -1;
 }
 
-static void count_fn(void *arg)
-{
-    atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 /* Ends the capture on s, checks it stayed valid, and replays the graph twice. */
 static void end_and_replay(fixture *f, cudaStream_t s, atomic_int *runs)
 {

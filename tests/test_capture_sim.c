@@ -5,23 +5,11 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static void count_fn(void *arg)
-{
-    atomic_fetch_add((atomic_int *)arg, 1);
-}
-
 static cudaStream_t new_stream(void)
 {
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     return s;
-}
-
-static enum cudaStreamCaptureStatus status_of(cudaStream_t s)
-{
-    enum cudaStreamCaptureStatus st = (enum cudaStreamCaptureStatus)-1;
-    CK(cudaStreamIsCapturing(s, &st));
-    return st;
 }
 
 static void end_invalidated(cudaStream_t s)

@@ -5,15 +5,7 @@
 #include <stdlib.h>
 
 #include "streampool.h"
-
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_ != 0) {                                                                        \
-            fprintf(stderr, "%s:%d: %s: %d\n", __FILE__, __LINE__, #call, rc_);                \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "support/exit_check.h"
 
 enum { SLOTS = 64, STEPS = 3000 };
 

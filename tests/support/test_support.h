@@ -21,6 +21,20 @@
 
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
+/* A host function that counts its runs in the atomic_int it is given. */
+static inline void count_fn(void *arg)
+{
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* The capture status of s, as cudaStreamIsCapturing reports it. */
+static inline enum cudaStreamCaptureStatus status_of(cudaStream_t s)
+{
+    enum cudaStreamCaptureStatus st = (enum cudaStreamCaptureStatus)-1;
+    CK(cudaStreamIsCapturing(s, &st));
+    return st;
+}
+
 /* A gate: a host function on a stream blocks there until gate_open() from the test thread. */
 typedef struct {
     pthread_mutex_t mu;

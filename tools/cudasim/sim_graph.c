@@ -272,19 +272,25 @@ static sim_capture *capture_by_id(unsigned long long id)
     return NULL;
 }
 
+/* Grows the dependency and edge arrays together to cap entries. */
+static bool deps_reserve(struct sim_capturing *m, size_t cap)
+{
+    struct CUgraphNode_st **d = realloc(m->deps, cap * sizeof *d);
+    cudaGraphEdgeData *e = realloc(m->edges, cap * sizeof *e);
+    if (d)
+        m->deps = d;
+    if (e)
+        m->edges = e;
+    if (!d || !e)
+        return false;
+    m->depcap = cap;
+    return true;
+}
+
 static bool deps_set(struct sim_capturing *m, struct CUgraphNode_st *const *deps, size_t n)
 {
-    if (n > m->depcap) {
-        struct CUgraphNode_st **d = realloc(m->deps, n * sizeof *d);
-        cudaGraphEdgeData *e = realloc(m->edges, n * sizeof *e);
-        if (d)
-            m->deps = d;
-        if (e)
-            m->edges = e;
-        if (!d || !e)
-            return false;
-        m->depcap = n;
-    }
+    if (n > m->depcap && !deps_reserve(m, n))
+        return false;
     if (n)
         memmove(m->deps, deps, n * sizeof *deps);
     m->ndeps = n;
@@ -299,18 +305,8 @@ static bool deps_add(struct sim_capturing *m, struct CUgraphNode_st *const *deps
             have = m->deps[j] == deps[i];
         if (have)
             continue;
-        if (m->ndeps == m->depcap) {
-            size_t cap = m->depcap ? m->depcap * 2 : 4;
-            struct CUgraphNode_st **d = realloc(m->deps, cap * sizeof *d);
-            cudaGraphEdgeData *e = realloc(m->edges, cap * sizeof *e);
-            if (d)
-                m->deps = d;
-            if (e)
-                m->edges = e;
-            if (!d || !e)
-                return false;
-            m->depcap = cap;
-        }
+        if (m->ndeps == m->depcap && !deps_reserve(m, m->depcap ? m->depcap * 2 : 4))
+            return false;
         m->deps[m->ndeps++] = deps[i];
     }
     return true;
