@@ -187,8 +187,17 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     }
     if (sp_unlikely(cache_limit != UINT64_MAX))
         sp__pool_enforce_cache_limit(pool, cache_limit);
-    /* another thread wants to reuse what this thread freed on its per-thread stream */
-    if (sp_unlikely(atomic_load_explicit(&c->fence_wanted, memory_order_relaxed)))
+    /* another thread wants to reuse what this thread freed on its per-thread stream, or other
+     * streams' misses found this stream's frees unsettled: a fence right behind this free */
+    bool offer = atomic_load_explicit(&c->fence_wanted, memory_order_relaxed);
+    unsigned interest = atomic_load_explicit(&c->fence_interest, memory_order_relaxed);
+    if (sp_unlikely(interest != 0) && !to_bin && !capturing) {
+        /* a compare-exchange: a renewal by an asker in between wins, and the count never wraps */
+        (void)atomic_compare_exchange_strong_explicit(&c->fence_interest, &interest, interest - 1,
+                                                      memory_order_relaxed, memory_order_relaxed);
+        offer = true;
+    }
+    if (sp_unlikely(offer))
         sp__cache_offer_fence(c);
     return SP_OK;
 }
@@ -307,7 +316,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
          * driver remaps their pages into it instead of reserving more: always for a huge
          * request (huge segments are never split: any free one is whole), else when a new
          * segment would raise the pool's high-water mark (below it they stay cached) */
-        (void)sp__heap_release(h, size, huge, c, NULL);
+        (void)sp__heap_release(h, size, huge, c, stream, NULL);
     int rc = b ? SP_OK : sp__pool_grow(pool, h, size, c, stream, &b);
     if (rc == SP_ERR_LIMIT && size <= limit) {
         (void)sp__pool_give_back(pool, limit - size, false, NULL);

@@ -292,14 +292,29 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
     if (ab->asks >= SP_STEAL_ASKS)
         return false;
     ab->asked[ab->asks++] = c;
-    return sp__tag_settled(c, epoch, true);
+    if (sp__tag_settled(c, epoch, true))
+        return true;
+    atomic_store_explicit(&c->fence_interest, SP_FENCE_INTEREST, memory_order_relaxed);
+    return false;
 }
 
 void sp__cache_offer_fence(sp_stream_cache *c)
 {
-    if (!atomic_exchange_explicit(&c->fence_wanted, false, memory_order_relaxed))
-        return;
+    atomic_store_explicit(&c->fence_wanted, false, memory_order_relaxed);
     pthread_mutex_lock(&c->fence_lock);
-    (void)covering_fence(c, atomic_load_explicit(&c->free_epoch, memory_order_acquire), true);
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    sp_fence *f = c->fences;
+    if (f && !f->done && f->epoch < now && may_touch_stream(c)) {
+        /* a later record of a pending fence covers every free the earlier one did (a query
+         * sees the later record; a stream that waited on it captured the earlier, rule 18) */
+        if (sp__cuda_event_record(f->event, c->key.stream) == SP_OK) {
+            f->epoch = now;
+            sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+        } else {
+            skipped(c);
+        }
+    } else if (!f || f->epoch < now) {
+        (void)covering_fence(c, now, true);
+    }
     pthread_mutex_unlock(&c->fence_lock);
 }

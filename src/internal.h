@@ -82,9 +82,10 @@ static inline void sp_spin_unlock(sp_spin *l)
 #define SP_LARGE_ALIGN ((size_t)512)
 /* The driver reserves pool memory in pages of this size (2 MiB on every current GPU). */
 #define SP_DRIVER_GRANULARITY ((uint64_t)2 << 20)
-/* Medium requests (up to SP_MEDIUM_MAX) share segments of at least SP_SEGMENT_MIN; huge ones
- * get segments of their own size (rounded to SP_SEGMENT_ROUND) and only huge requests split
- * them, so that a few medium blocks never pin the space a huge request needs. */
+/* Medium requests (up to SP_MEDIUM_MAX) share segments of at least SP_SEGMENT_MIN (rounded to
+ * SP_SEGMENT_ROUND); huge ones get whole segments of their own, rounded to the driver's page:
+ * the driver maps whole pages anyway, and the tail of a page that a segment left out served no
+ * other streampool allocation (none is smaller than a page) and could not be remapped. */
 #define SP_MEDIUM_MAX ((size_t)8 << 20)
 #define SP_SEGMENT_MIN ((size_t)2 << 20)
 #define SP_SEGMENT_ROUND ((size_t)64 << 10)
@@ -100,6 +101,10 @@ static inline void sp_spin_unlock(sp_spin *l)
  * a segment scan asks about at most SP_STEAL_ASKS free ranges. */
 #define SP_STEAL_PROBES 64
 #define SP_STEAL_ASKS 8
+/* An unanswered ask about a stream fences its next SP_FENCE_INTEREST large frees (one event,
+ * re-recorded): enough to cover a few requests' frees until the next ask renews it, and a
+ * stream no one asks about goes back to making no CUDA call on the hot path. */
+#define SP_FENCE_INTEREST 64
 
 uint32_t sp__class_of(size_t bytes); /* bytes in 1..SP_MAX_ALLOC */
 /* The largest class whose size is <= bytes (bytes >= 256): the bin of a free range. */
@@ -195,8 +200,10 @@ void sp__fence_early(sp_stream_cache *c);
 /* A released stream's final fence covering all its frees; on failure, synchronizes it. */
 int sp__cache_final_fence(sp_stream_cache *c);
 void sp__cache_drop_fences(sp_stream_cache *c);
-/* The owner thread of a cudaStreamPerThread cache records the fence another thread asked for
- * (fence_wanted); best effort. */
+/* The owner thread records a fence behind its frees so far, for another thread that asked
+ * (fence_wanted: it could not record one itself on this thread's cudaStreamPerThread) or for
+ * the streams whose asks found frees unsettled (fence_interest). Re-records the newest fence if
+ * it is still pending, so a stream keeps few events; best effort. */
 void sp__cache_offer_fence(sp_stream_cache *c);
 
 /* ---- segments and slabs (segment.c) ----
@@ -249,12 +256,15 @@ void sp__heap_coalesce(sp_heap *h, sp_stream_cache *me, sp_ask_budget *ab);
 /* Returns a block to its segment as a free range tagged (tag, epoch), merging it with free
  * neighbours whose tags allow. Caller holds the lock. */
 void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch);
-/* Gives wholly free, settled segments back to the driver on the service stream, largest first,
- * until `want` bytes went (or none is left); settled by what is known, or asking the driver
- * with `ask` (and about `me`, the allocating stream, in any case). Returns the bytes given back; *err (if not NULL and
- * still SP_OK) gets the first CUDA error. Takes the lock itself; driver frees happen outside it,
- * and a segment the driver refuses stays the pool's. */
-uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me, int *err);
+/* Gives wholly free, settled segments back to the driver, largest first, until `want` bytes went
+ * (or none is left); settled by what is known, or asking the driver with `ask` (and about `me`,
+ * the allocating stream, in any case). A miss (`me` not NULL) frees on its own `stream`, which
+ * `me`'s thread may use and which is not capturing; anyone else on the service stream. Returns
+ * the bytes given back; *err (if not NULL and still SP_OK) gets the first CUDA error. Takes the
+ * lock itself; driver frees happen outside it, and a segment the driver refuses stays the
+ * pool's. */
+uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
+                          cudaStream_t stream, int *err);
 /* Fragmentation figures for stats; takes the lock. */
 void sp__heap_stats(sp_heap *h, sp_stats *st);
 /* Frees host structures; every segment must have been released. */
@@ -293,6 +303,12 @@ struct sp_stream_cache {
      * thread's cudaStreamPerThread): the owner thread publishes news at its next free
      * (sp__cache_offer_fence) or large allocation (sp__fence_early), whichever comes first */
     atomic_bool fence_wanted;
+    /* how many of this stream's next large frees get a fence right behind them, because another
+     * stream's miss found its frees unsettled: that fence completes with the work before the
+     * free, so the next asker learns the memory is settled even when the stream has queued
+     * more work since (a stream query would say busy, a fence recorded then would complete
+     * only after that work). Set by askers, counted down by the owner's frees. */
+    atomic_uint fence_interest;
     sp_fence *fences;          /* outstanding fences, newest first */
     unsigned fence_count;
     /* SP_CLASS_COUNT bins, under `lock`; freed when the stream is released (NULL after), so

@@ -233,13 +233,16 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
 /* ---- taking memory from the driver ---- */
 
 
-/* The driver allocation for a request of `size`: a slab for a small block; for a large one a
+/* The driver allocation for a request of `size`: a slab for a small block; for a medium one a
  * segment of at least SP_SEGMENT_MIN (medium requests share it), the request rounded to
- * SP_SEGMENT_ROUND above. Near the limit, only what the request needs. */
+ * SP_SEGMENT_ROUND above; for a huge one the request rounded to the driver's page. Near the
+ * limit, only what the request needs. */
 static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
 {
-    size_t want = h->small ? SP_SLAB_BYTES : sp__round_up(size, SP_SEGMENT_ROUND);
-    if (want < SP_SEGMENT_MIN && !h->small && size <= SP_MEDIUM_MAX)
+    bool huge = !h->small && size > SP_MEDIUM_MAX;
+    size_t want = h->small ? SP_SLAB_BYTES
+                           : sp__round_up(size, huge ? SP_DRIVER_GRANULARITY : SP_SEGMENT_ROUND);
+    if (want < SP_SEGMENT_MIN && !h->small && !huge)
         want = SP_SEGMENT_MIN;
     uint64_t limit = pool->limit_bytes;
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
@@ -395,7 +398,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     uint64_t held = held_before;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
         if (held > keep)
-            held -= sp__heap_release(h, held - keep, true, NULL, err);
+            held -= sp__heap_release(h, held - keep, true, NULL, NULL, err);
         if (h == &pool->slabs)
             break;
     }
@@ -463,7 +466,7 @@ int sp__pool_free(sp_pool *pool)
     settle_all(pool, &err);
     bool unsettled = false;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
-        (void)sp__heap_release(h, UINT64_MAX, true, NULL, &err);
+        (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, &err);
         unsettled |= h->segments != NULL;
         if (h == &pool->slabs)
             break;
@@ -479,7 +482,7 @@ int sp__pool_free(sp_pool *pool)
                 for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
                     atomic_store(&c->done_epoch, atomic_load(&c->free_epoch));
             for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
-                (void)sp__heap_release(h, UINT64_MAX, true, NULL, &err);
+                (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, &err);
                 if (h == &pool->slabs)
                     break;
             }
