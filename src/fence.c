@@ -304,7 +304,15 @@ void sp__cache_offer_fence(sp_stream_cache *c)
     pthread_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     sp_fence *f = c->fences;
-    if (f && !f->done && f->epoch < now && may_touch_stream(c)) {
+    /* a fence the stream has passed settles what it covers first: re-recorded, it would hold
+     * back frees that are complete behind the later ones */
+    if (f && !f->done && f->epoch < now && sp__cuda_event_query(f->event, &f->done) != SP_OK)
+        skipped(c);
+    if (f && f->done) {
+        settle_through(c, f);
+        f = NULL;
+    }
+    if (f && f->epoch < now && may_touch_stream(c)) {
         /* a later record of a pending fence covers every free the earlier one did (a query
          * sees the later record; a stream that waited on it captured the earlier, rule 18) */
         if (sp__cuda_event_record(f->event, c->key.stream) == SP_OK) {
@@ -313,7 +321,7 @@ void sp__cache_offer_fence(sp_stream_cache *c)
         } else {
             skipped(c);
         }
-    } else if (!f || f->epoch < now) {
+    } else if (!f && atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now) {
         (void)covering_fence(c, now, true);
     }
     pthread_mutex_unlock(&c->fence_lock);

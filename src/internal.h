@@ -82,12 +82,13 @@ static inline void sp_spin_unlock(sp_spin *l)
 #define SP_LARGE_ALIGN ((size_t)512)
 /* The driver reserves pool memory in pages of this size (2 MiB on every current GPU). */
 #define SP_DRIVER_GRANULARITY ((uint64_t)2 << 20)
-/* Medium requests (up to SP_MEDIUM_MAX) share segments of at least SP_SEGMENT_MIN (rounded to
- * SP_SEGMENT_ROUND); huge ones get whole segments of their own, rounded to the driver's page:
- * the driver maps whole pages anyway, and the tail of a page that a segment left out served no
- * other streampool allocation (none is smaller than a page) and could not be remapped. */
+/* Medium requests (up to SP_MEDIUM_MAX) share segments; huge ones get whole segments of their
+ * own. A segment is whole driver pages: the driver maps whole pages anyway, and the tail of a
+ * page that a segment left out stayed free in the driver's pool, where no streampool
+ * allocation fits (none is smaller than a page) and no remap can take it. In a medium segment
+ * the tail serves other medium requests. Near a pool's limit a segment is only the request
+ * rounded to SP_SEGMENT_ROUND. */
 #define SP_MEDIUM_MAX ((size_t)8 << 20)
-#define SP_SEGMENT_MIN ((size_t)2 << 20)
 #define SP_SEGMENT_ROUND ((size_t)64 << 10)
 /* A huge request reuses a free huge segment at most 1/SP_HUGE_SLACK larger than itself. */
 #define SP_HUGE_SLACK 4

@@ -233,17 +233,12 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
 /* ---- taking memory from the driver ---- */
 
 
-/* The driver allocation for a request of `size`: a slab for a small block; for a medium one a
- * segment of at least SP_SEGMENT_MIN (medium requests share it), the request rounded to
- * SP_SEGMENT_ROUND above; for a huge one the request rounded to the driver's page. Near the
- * limit, only what the request needs. */
+/* The driver allocation for a request of `size`: a slab for a small block; for a large one a
+ * segment of whole driver pages (medium requests share it). Near the limit, only what the
+ * request needs. */
 static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
 {
-    bool huge = !h->small && size > SP_MEDIUM_MAX;
-    size_t want = h->small ? SP_SLAB_BYTES
-                           : sp__round_up(size, huge ? SP_DRIVER_GRANULARITY : SP_SEGMENT_ROUND);
-    if (want < SP_SEGMENT_MIN && !h->small && !huge)
-        want = SP_SEGMENT_MIN;
+    size_t want = h->small ? SP_SLAB_BYTES : sp__round_up(size, SP_DRIVER_GRANULARITY);
     uint64_t limit = pool->limit_bytes;
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     if (limit && held < limit && want > limit - held && size <= limit - held) {

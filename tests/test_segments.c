@@ -46,7 +46,7 @@ static sp_pool *pool_with(fixture *f, const char *name, sp_cross_stream_policy p
     return pool;
 }
 
-/* One 3 MiB segment split into two ranges and a free rest, then merged back whole: every figure
+/* One 4 MiB segment (whole driver pages) split into two ranges and a free rest, then merged back whole: every figure
  * exact at each step, and the merged range serves the original size again without the driver. */
 static void split_and_merge_bytes_are_exact(void **state)
 {
@@ -55,7 +55,7 @@ static void split_and_merge_bytes_are_exact(void **state)
     cudaStream_t s = new_stream();
     const size_t piece = MiB + 512; /* 1 MiB + 1 rounded to 512 bytes */
     void *whole, *a, *b;
-    SP(sp_alloc(pool, &whole, 3 * MiB, s));
+    SP(sp_alloc(pool, &whole, 4 * MiB, s));
     SP(sp_free(pool, whole, s));
     SP(sp_alloc(pool, &a, MiB + 1, s));
     SP(sp_alloc(pool, &b, MiB + 1, s));
@@ -64,32 +64,33 @@ static void split_and_merge_bytes_are_exact(void **state)
     sp_stats st = stats_of(pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.segments, 1);
-    assert_int_equal(st.segment_bytes, 3 * MiB);
-    assert_int_equal(st.held.current, 3 * MiB);
+    assert_int_equal(st.segment_bytes, 4 * MiB);
+    assert_int_equal(st.held.current, 4 * MiB);
     assert_int_equal(st.requested.current, 2 * (MiB + 1));
     assert_int_equal(st.active.current, 2 * piece);
-    assert_int_equal(st.cached.current, 3 * MiB - 2 * piece);
-    assert_int_equal(st.inactive_split, 3 * MiB - 2 * piece);
-    assert_int_equal(st.largest_free, 3 * MiB - 2 * piece);
+    assert_int_equal(st.cached.current, 4 * MiB - 2 * piece);
+    assert_int_equal(st.inactive_split, 4 * MiB - 2 * piece);
+    assert_int_equal(st.largest_free, 4 * MiB - 2 * piece);
 
     SP(sp_free(pool, a, s)); /* a free range between the segment's start and live b */
     st = stats_of(pool);
     assert_int_equal(st.active.current, piece);
-    assert_int_equal(st.inactive_split, 3 * MiB - piece);
-    assert_int_equal(st.largest_free, piece); /* a's range: not adjacent to the rest */
+    assert_int_equal(st.inactive_split, 4 * MiB - piece);
+    /* a's range is not adjacent to the rest, which stays the largest */
+    assert_int_equal(st.largest_free, 4 * MiB - 2 * piece);
     SP(sp_free(pool, b, s)); /* merges with both neighbours */
     st = stats_of(pool);
     assert_int_equal(st.active.current, 0);
-    assert_int_equal(st.cached.current, 3 * MiB);
+    assert_int_equal(st.cached.current, 4 * MiB);
     assert_int_equal(st.inactive_split, 0); /* nothing live in the segment */
-    assert_int_equal(st.largest_free, 3 * MiB);
+    assert_int_equal(st.largest_free, 4 * MiB);
 
-    SP(sp_alloc(pool, &whole, 3 * MiB, s));
+    SP(sp_alloc(pool, &whole, 4 * MiB, s));
     assert_ptr_equal(whole, a);
     st = stats_of(pool);
     assert_int_equal(st.driver_allocs, 1);
-    assert_int_equal(st.held.peak, 3 * MiB);
-    assert_int_equal(st.active.peak, 3 * MiB);
+    assert_int_equal(st.held.peak, 4 * MiB);
+    assert_int_equal(st.active.peak, 4 * MiB);
     assert_int_equal(st.largest_free, 0);
     SP(sp_free(pool, whole, s));
     SP(sp_pool_trim(pool, 0));
