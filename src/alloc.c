@@ -234,14 +234,6 @@ static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t str
     return b;
 }
 
-/* At a miss well below the high-water mark, how much larger than a huge request a free huge
- * segment that serves it may be (the hot path's bound is SP_HUGE_SLACK), and how far below the
- * mark, in requests, the pool must be. 2 measured best: sp-bench serve makes a quarter to two
- * thirds of the tight bound's driver allocations at 4-64 streams; replay of a training step
- * stays at 1.005 held/requested (a 3x bound: 1.11, 4x: 1.31) and of the 64-stream serving log
- * at 1.09 (1.06 before; a margin of one request instead of two: 1.16). */
-#define SP_HUGE_LOOSE 2
-
 static bool held_would_peak(sp_pool *pool, size_t size)
 {
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
@@ -255,8 +247,7 @@ static bool larger_than_device(sp_pool *pool, size_t size)
 }
 
 /* The whole ladder, in order. Each rung either yields a block or hands on to the next:
- *  1. memory another stream freed, behind a completed fence (asking the driver, bounded); for
- *     a huge request well below the pool's high-water mark, a free segment up to twice its size;
+ *  1. memory another stream freed, behind a completed fence (asking the driver, bounded);
  *  2. under the WAIT policy, behind a pending fence the allocating stream waits on;
  *  3. a fresh slab or segment from the driver (free segments too small for a large request go
  *     back first if the new one would raise the pool's high-water mark); over the pool's
@@ -299,18 +290,6 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     if (!b && policy == SP_CROSS_STREAM_WAIT)
         b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits);
     bool huge = size > SP_MEDIUM_MAX;
-    if (!b && huge && !held_would_peak(pool, SP_HUGE_LOOSE * size)) {
-        /* below the pool's high-water mark by SP_HUGE_LOOSE times the request, a free huge
-         * segment up to that many times its size serves it whole rather than going back to the
-         * driver for a new one of the exact size: that give-back and grow (and the synchronize
-         * between them) is most of what a huge miss costs. Only well below the mark: near it,
-         * the slack could be what a later, larger request needs, and the pool would grow past
-         * its peak. */
-        pthread_mutex_lock(&h->lock);
-        b = sp__heap_take_huge(h, size, SP_HUGE_LOOSE * size, c, stream, SP_TAKE_SETTLED,
-                               &asks);
-        pthread_mutex_unlock(&h->lock);
-    }
     if (!b && !small && (huge || held_would_peak(pool, size)))
         /* free settled segments that do not fit go back before a new one is taken, so that the
          * driver remaps their pages into it instead of reserving more: always for a huge

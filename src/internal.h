@@ -90,8 +90,12 @@ static inline void sp_spin_unlock(sp_spin *l)
  * rounded to SP_SEGMENT_ROUND. */
 #define SP_MEDIUM_MAX ((size_t)8 << 20)
 #define SP_SEGMENT_ROUND ((size_t)64 << 10)
-/* A huge request reuses a free huge segment at most 1/SP_HUGE_SLACK larger than itself. */
-#define SP_HUGE_SLACK 4
+/* A huge request reuses a free huge segment at most 1/SP_HUGE_SLACK larger than itself. The
+ * slack stays held while the block lives, in flight on its stream, where no other request can
+ * use it: in sp-bench serve, 1/4 (with a rung that took segments up to twice the request below
+ * the high-water mark) reserved 1.00-1.17x what raw cudaMallocAsync did at 4 and 16 streams,
+ * 1/8 without that rung 0.99-1.04x, for more driver calls. */
+#define SP_HUGE_SLACK 8
 
 /* A same-stream miss may take a cached block up to this many classes larger (at most 4/16 =
  * 25% over the request above 4 KiB) rather than carve a new one. */
@@ -242,9 +246,6 @@ int sp__heap_init(sp_heap *h, sp_pool *pool, bool small);
  * none. Caller holds h->lock. */
 sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
                         sp_take_mode mode, sp_ask_budget *ab);
-/* As sp__heap_take, for a huge request at a miss: a free huge segment of up to `most` bytes. */
-sp_block *sp__heap_take_huge(sp_heap *h, size_t size, size_t most, sp_stream_cache *me,
-                             cudaStream_t stream, sp_take_mode mode, sp_ask_budget *ab);
 /* Adds a fresh driver allocation as a segment with one free range tagged (tag, epoch): the
  * allocation is ordered on the allocating stream only. Caller holds the lock.
  * SP_ERR_NO_HOST_MEMORY if its structures cannot be made (nothing changed). */

@@ -190,17 +190,14 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
 sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
                         sp_take_mode mode, sp_ask_budget *ab)
 {
-    /* a huge request takes a whole huge segment at most SP_HUGE_SLACK over its size, never a
-     * piece: huge segments stay whole, so a free one can always go back to the driver, which
-     * remaps its pages for any size (CUDA-SEMANTICS 13a) better than a split could */
-    bool huge = size > SP_MEDIUM_MAX;
-    return take_fit(h, size, huge ? size + size / SP_HUGE_SLACK : SIZE_MAX, me, stream, mode, ab);
-}
-
-sp_block *sp__heap_take_huge(sp_heap *h, size_t size, size_t most, sp_stream_cache *me,
-                             cudaStream_t stream, sp_take_mode mode, sp_ask_budget *ab)
-{
-    return take_fit(h, size, most, me, stream, mode, ab);
+    /* a huge request takes a whole huge segment at most 1/SP_HUGE_SLACK over its size (or its
+     * own size in whole pages, what a new segment for it would be), never a piece: huge
+     * segments stay whole, so a free one can always go back to the driver, which remaps its
+     * pages for any size (CUDA-SEMANTICS 13a) better than a split could */
+    if (size <= SP_MEDIUM_MAX)
+        return take_fit(h, size, SIZE_MAX, me, stream, mode, ab);
+    size_t most = size + size / SP_HUGE_SLACK, paged = sp__round_up(size, SP_DRIVER_GRANULARITY);
+    return take_fit(h, size, most > paged ? most : paged, me, stream, mode, ab);
 }
 
 void sp__heap_coalesce(sp_heap *h, sp_stream_cache *me, sp_ask_budget *ab)
