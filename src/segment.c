@@ -280,20 +280,25 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_strea
 
 /* ---- giving segments back ---- */
 
-/* Is every range of s free and settled? Asks the driver if `ask`; about `me` (the allocating
- * stream, which this thread may query) in any case. */
-static bool wholly_free(sp_segment *s, bool ask, sp_stream_cache *me, sp_ask_budget *ab)
+/* Is every range of s free, and settled or (`own`: the give-back frees on `me`'s stream) freed
+ * on `me`'s stream, whose own order puts the free after every use (rule 3)? Asks the driver if
+ * `ask`; about `me` (the allocating stream, which this thread may query) in any case. */
+static bool wholly_free(sp_segment *s, bool ask, sp_stream_cache *me, bool own, sp_ask_budget *ab)
 {
     if (s->used)
         return false;
-    for (sp_block *b = s->first; b; b = b->addr_next)
-        if (!b->is_free ||
-            (b->tag && !(ask && b->tag != me && ab ? sp__tag_settled_within(ab, b->tag, b->epoch)
-                                                   : sp__tag_settled(b->tag, b->epoch,
-                                                                     ask || b->tag == me))))
+    for (sp_block *b = s->first; b; b = b->addr_next) {
+        if (!b->is_free)
             return false;
-        else
-            b->tag = NULL;
+        if (!b->tag || (own && b->tag == me))
+            continue; /* an own range keeps its tag: the segment may yet stay */
+        bool settled = ask && b->tag != me && ab
+                           ? sp__tag_settled_within(ab, b->tag, b->epoch)
+                           : sp__tag_settled(b->tag, b->epoch, ask || b->tag == me);
+        if (!settled)
+            return false;
+        b->tag = NULL;
+    }
     return true;
 }
 
@@ -333,10 +338,13 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     for (sp_segment *s = h->segments; s; s = s->next)
         n += s->used == 0;
     sp_segment **cand = n ? calloc(n, sizeof *cand) : NULL;
+    /* a miss frees on its own stream unless it may not touch it (rule 25: a capture elsewhere
+     * depends on it); then on the service stream, after a synchronize */
+    bool own = me && sp__may_touch_stream(me);
     n = 0;
     if (cand)
         for (sp_segment *s = h->segments; s; s = s->next)
-            if (wholly_free(s, ask, me, me ? &asks : NULL))
+            if (wholly_free(s, ask, me, own, me ? &asks : NULL))
                 cand[n++] = s;
     if (n)
         qsort(cand, n, sizeof *cand, by_size_desc);
@@ -347,14 +355,13 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
         planned += cand[taken]->size;
     }
     pthread_mutex_unlock(&h->lock);
-    /* A miss frees on its own stream: the driver hands settled memory freed there to the
-     * allocation that follows on that stream at once (rule 9), with no synchronization. The
-     * service stream, shared by every thread, made each miss wait for every other thread's
-     * frees, and until it caught up the driver could reuse none of them: sp-bench serve at 64
-     * streams reserved 1.6 GB more in one run in three. An idle stream is synchronized after
-     * the frees (only they are queued), so that other streams may reuse the pages too (rule
-     * 11c); a busy one is not waited for, and they reuse them once its work gets there. */
-    bool own = me && sp__may_touch_stream(me); /* else (rule 25) the service stream, synced */
+    /* A miss frees on its own stream: the driver hands memory freed there to the allocation
+     * that follows on that stream at once (rule 9), with no synchronization. The service
+     * stream, shared by every thread, made each miss wait for every other thread's frees, and
+     * until it caught up the driver could reuse none of them: sp-bench serve at 64 streams
+     * reserved 1.6 GB more in one run in three. An idle stream is synchronized after the frees
+     * (only they are queued), so that other streams may reuse the pages too (rule 11c); a busy
+     * one is not waited for, and they reuse them once its work gets there. */
     cudaStream_t on = own ? stream : rt->service;
     bool sync = me && !own;
     if (own && taken && sp__cuda_stream_query(stream, &sync) != SP_OK)
@@ -373,7 +380,11 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
                 *err = rc;
             sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
             pthread_mutex_lock(&h->lock);
-            if (sp__heap_add_segment(h, s->ptr, s->size, s->huge, NULL, 0) != SP_OK)
+            /* it may hold ranges freed on `me`'s stream and not yet settled: tagged with
+             * everything that stream freed so far, it waits for all of them (stricter) */
+            uint64_t epoch = own ? atomic_load_explicit(&me->free_epoch, memory_order_acquire) : 0;
+            if (sp__heap_add_segment(h, s->ptr, s->size, s->huge, own ? me : NULL, epoch) !=
+                SP_OK)
                 sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
             pthread_mutex_unlock(&h->lock);
         }

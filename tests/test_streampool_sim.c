@@ -265,6 +265,85 @@ static void refused_give_back_keeps_the_segment(void **state)
     assert_int_equal(free_b, total);
 }
 
+/* A huge miss gives the stream's own free segment back on that stream, in its order, while a
+ * gate holds the stream busy: no host wait (a synchronize would hang here) and the driver serves
+ * the new segment from the given-back pages at once (rule 9): the reservation does not grow. */
+static void miss_gives_back_on_its_own_stream_without_waiting(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream();
+    gate *g = gate_new();
+    void *a, *b;
+    SP(sp_alloc(pool, &a, 40 * MiB, s));
+    gate_hold(g, s);
+    CK(cudaMemsetAsync(a, 0x5a, 40 * MiB, s)); /* a use of a, pending behind the gate */
+    SP(sp_free(pool, a, s));
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &b, 20 * MiB, s)); /* 40 > 20 + 20 / 8: a goes back, a new 20 */
+    assert_int_equal(cudasimCallCount("cudaFreeAsync"), 1);
+    assert_int_equal(cudasimCallCount("cudaMallocFromPoolAsync"), 1);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1); /* busy: not synchronized */
+    assert_int_equal(cudasimCallCount(NULL), 3);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.driver_frees, 1);
+    assert_int_equal(st.held.current, 20 * MiB);
+    uint64_t reserved = 0;
+    CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent,
+                               &reserved));
+    assert_int_equal(reserved, 40 * MiB);
+    gate_open(g);
+    CK(cudaMemsetAsync(b, 0x11, 20 * MiB, s)); /* after a's memset, in stream order */
+    assert_true(device_bytes_are(b, 20 * MiB, 0x11, s));
+    SP(sp_free(pool, b, s));
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
+/* A miss that found a stream's frees unsettled makes that stream fence its next large frees
+ * right behind them, not only the first: once its work passes them, another stream reuses all
+ * of them, though the stream has queued more work since (a stream query would say busy, and a
+ * fence recorded then would complete only after that work). */
+static void asked_stream_fences_its_next_large_frees(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    gate *g1 = gate_new(), *g2 = gate_new();
+    void *x[3], *y, *z[3];
+    for (int i = 0; i < 3; i++)
+        SP(sp_alloc(pool, &x[i], 4 * MiB, a)); /* a 4 MiB segment each */
+    gate_hold(g1, a);
+    SP(sp_free(pool, x[0], a));
+    SP(sp_alloc(pool, &y, 4 * MiB, b)); /* asks about a: busy, so b grows */
+    assert_int_equal(stats_of(pool).driver_allocs, 4);
+    SP(sp_free(pool, x[1], a));
+    SP(sp_free(pool, x[2], a));
+    gate_hold(g2, a); /* more work behind the frees */
+    gate_open(g1);
+    gate_wait_arrival(g2); /* a is past its frees and busy */
+    for (int i = 0; i < 3; i++)
+        SP(sp_alloc(pool, &z[i], 4 * MiB, b));
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 4); /* without fences behind x[1] and x[2]: 5 */
+    assert_int_equal(st.cross_stream_reuses, 1); /* one fence covers all three: one ask */
+    for (int i = 0; i < 3; i++) /* x's segments, each taken whole */
+        assert_true(z[i] == x[0] || z[i] == x[1] || z[i] == x[2]);
+    assert_true(z[0] != z[1] && z[1] != z[2] && z[0] != z[2]);
+    gate_open(g2);
+    for (int i = 0; i < 3; i++)
+        SP(sp_free(pool, z[i], b));
+    SP(sp_free(pool, y, b));
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +355,8 @@ int main(void)
         T(trim_returns_memory_to_the_device),
         T(failing_driver_calls_leave_state_intact),
         T(refused_give_back_keeps_the_segment),
+        T(miss_gives_back_on_its_own_stream_without_waiting),
+        T(asked_stream_fences_its_next_large_frees),
 #undef T
     };
     return cmocka_run_group_tests_name("streampool_sim", tests, NULL, NULL);

@@ -40,6 +40,7 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool open;
+    bool arrived; /* the stream's work reached the gate: everything before it is done */
 } gate;
 
 /* Gates come from a static pool, not the test's stack: a failed assertion leaves the test early,
@@ -54,6 +55,7 @@ static inline gate *gate_new(void)
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     g->open = false;
+    g->arrived = false;
     return g;
 }
 
@@ -61,6 +63,8 @@ static inline void gate_wait_fn(void *arg)
 {
     gate *g = arg;
     pthread_mutex_lock(&g->mu);
+    g->arrived = true;
+    pthread_cond_broadcast(&g->cv);
     while (!g->open)
         pthread_cond_wait(&g->cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
@@ -69,6 +73,15 @@ static inline void gate_wait_fn(void *arg)
 static inline void gate_hold(gate *g, cudaStream_t s)
 {
     CK(cudaLaunchHostFunc(s, gate_wait_fn, g));
+}
+
+/* Blocks the test thread until the gated stream's work reaches the gate. */
+static inline void gate_wait_arrival(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!g->arrived)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
 }
 
 static inline void gate_open(gate *g)
