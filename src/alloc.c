@@ -173,6 +173,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         b->next = c->aside;
         c->aside = b;
     }
+    uint64_t allocs = c->allocs; /* for a fence's batch (sp__cache_offer_fence) */
     uint64_t cache_limit = atomic_load_explicit(&pool->cache_limit, memory_order_relaxed);
     if (sp_unlikely(cache_limit != UINT64_MAX || !to_bin ||
                     (uint64_t)-c->active_delta > pool->stats_flush))
@@ -198,7 +199,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         offer = true;
     }
     if (sp_unlikely(offer))
-        sp__cache_offer_fence(c);
+        sp__cache_offer_fence(c, allocs);
     return SP_OK;
 }
 
@@ -295,7 +296,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
          * driver remaps their pages into it instead of reserving more: always for a huge
          * request (huge segments are never split: any free one is whole), else when a new
          * segment would raise the pool's high-water mark (below it they stay cached) */
-        (void)sp__heap_release(h, size, huge, c, stream, NULL);
+        (void)sp__heap_release(h, size, huge, c, stream, &asks, NULL);
     int rc = b ? SP_OK : sp__pool_grow(pool, h, size, c, stream, &b);
     if (rc == SP_ERR_LIMIT && size <= limit) {
         (void)sp__pool_give_back(pool, limit - size, false, NULL);

@@ -298,15 +298,17 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
     return false;
 }
 
-void sp__cache_offer_fence(sp_stream_cache *c)
+void sp__cache_offer_fence(sp_stream_cache *c, uint64_t allocs)
 {
     atomic_store_explicit(&c->fence_wanted, false, memory_order_relaxed);
     pthread_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     sp_fence *f = c->fences;
     /* a fence the stream has passed settles what it covers first: re-recorded, it would hold
-     * back frees that are complete behind the later ones */
-    if (f && !f->done && f->epoch < now && sp__cuda_event_query(f->event, &f->done) != SP_OK)
+     * back frees that are complete behind the later ones. Frees with no allocation between
+     * them are one batch (a request's end): no query, the later record covers them all. */
+    if (f && !f->done && f->epoch < now && f->allocs != allocs &&
+        sp__cuda_event_query(f->event, &f->done) != SP_OK)
         skipped(c);
     if (f && f->done) {
         settle_through(c, f);
@@ -317,12 +319,14 @@ void sp__cache_offer_fence(sp_stream_cache *c)
          * sees the later record; a stream that waited on it captured the earlier, rule 18) */
         if (sp__cuda_event_record(f->event, c->key.stream) == SP_OK) {
             f->epoch = now;
+            f->allocs = allocs;
             sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
         } else {
             skipped(c);
         }
-    } else if (!f && atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now) {
-        (void)covering_fence(c, now, true);
+    } else if (!f && atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now &&
+               (f = covering_fence(c, now, true)) != NULL) {
+        f->allocs = allocs;
     }
     pthread_mutex_unlock(&c->fence_lock);
 }

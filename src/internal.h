@@ -159,6 +159,7 @@ typedef struct sp_block {
 struct sp_fence {
     cudaEvent_t event;
     uint64_t epoch;
+    uint64_t allocs;           /* the stream's allocations when last recorded (offer_fence) */
     bool done;                 /* an event query has seen it complete */
     sp_fence *next;
 };
@@ -208,8 +209,9 @@ void sp__cache_drop_fences(sp_stream_cache *c);
 /* The owner thread records a fence behind its frees so far, for another thread that asked
  * (fence_wanted: it could not record one itself on this thread's cudaStreamPerThread) or for
  * the streams whose asks found frees unsettled (fence_interest). Re-records the newest fence if
- * it is still pending, so a stream keeps few events; best effort. */
-void sp__cache_offer_fence(sp_stream_cache *c);
+ * it is still pending, so a stream keeps few events; `allocs` (c->allocs, read under c->lock)
+ * tells whether the stream allocated since that record. Best effort. */
+void sp__cache_offer_fence(sp_stream_cache *c, uint64_t allocs);
 
 /* ---- segments and slabs (segment.c) ----
  * A heap holds a pool's segments of one tier (slabs for small blocks, segments for large
@@ -261,12 +263,13 @@ void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
 /* Gives wholly free, settled segments back to the driver, largest first, until `want` bytes went
  * (or none is left); settled by what is known, or asking the driver with `ask` (and about `me`,
  * the allocating stream, in any case). A miss (`me` not NULL) frees on its own `stream`, which
- * `me`'s thread may use and which is not capturing; anyone else on the service stream. Returns
+ * `me`'s thread may use and which is not capturing; anyone else on the service stream. A miss
+ * passes its ask budget `ab`, so that no stream is asked twice in one miss. Returns
  * the bytes given back; *err (if not NULL and still SP_OK) gets the first CUDA error. Takes the
  * lock itself; driver frees happen outside it, and a segment the driver refuses stays the
  * pool's. */
 uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
-                          cudaStream_t stream, int *err);
+                          cudaStream_t stream, sp_ask_budget *ab, int *err);
 /* Fragmentation figures for stats; takes the lock. */
 void sp__heap_stats(sp_heap *h, sp_stats *st);
 /* Frees host structures; every segment must have been released. */

@@ -393,7 +393,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     uint64_t held = held_before;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
         if (held > keep)
-            held -= sp__heap_release(h, held - keep, true, NULL, NULL, err);
+            held -= sp__heap_release(h, held - keep, true, NULL, NULL, NULL, err);
         if (h == &pool->slabs)
             break;
     }
@@ -461,7 +461,7 @@ int sp__pool_free(sp_pool *pool)
     settle_all(pool, &err);
     bool unsettled = false;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
-        (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, &err);
+        (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, NULL, &err);
         unsettled |= h->segments != NULL;
         if (h == &pool->slabs)
             break;
@@ -477,7 +477,7 @@ int sp__pool_free(sp_pool *pool)
                 for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
                     atomic_store(&c->done_epoch, atomic_load(&c->free_epoch));
             for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
-                (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, &err);
+                (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, NULL, &err);
                 if (h == &pool->slabs)
                     break;
             }

@@ -327,12 +327,14 @@ static int by_size_desc(const void *a, const void *b)
 }
 
 uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
-                          cudaStream_t stream, int *err)
+                          cudaStream_t stream, sp_ask_budget *ab, int *err)
 {
     sp_pool *pool = h->pool;
     sp_runtime *rt = pool->rt;
     uint64_t released = 0;
     sp_ask_budget asks = {0}; /* a miss asks about a few other streams, each once */
+    if (!ab)
+        ab = &asks;
     pthread_mutex_lock(&h->lock);
     size_t n = 0;
     for (sp_segment *s = h->segments; s; s = s->next)
@@ -344,7 +346,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     n = 0;
     if (cand)
         for (sp_segment *s = h->segments; s; s = s->next)
-            if (wholly_free(s, ask, me, own, me ? &asks : NULL))
+            if (wholly_free(s, ask, me, own, me ? ab : NULL))
                 cand[n++] = s;
     if (n)
         qsort(cand, n, sizeof *cand, by_size_desc);
