@@ -88,10 +88,7 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
         if (!b) {
             sp_heap *h = &pool->segments;
             pthread_mutex_lock(&h->lock);
-            for (sp_block *p = parked, *next; p; p = next) {
-                next = p->next;
-                sp__heap_put(h, p, p->tag, p->epoch);
-            }
+            sp__park_put_locked(h, parked);
             b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, NULL);
             pthread_mutex_unlock(&h->lock);
             if (!b)

@@ -288,6 +288,8 @@ sp_block *sp__park_take_all_locked(sp_stream_cache *c, sp_block *list);
 /* Puts parked ranges (a list from sp__park_take_all_locked or one evicted range) into the
  * segment heap with their own tags; takes the heap's lock (caller holds none, or pool->lock). */
 void sp__park_put(sp_pool *pool, sp_block *list);
+/* The same with the segment heap's lock held. */
+void sp__park_put_locked(sp_heap *h, sp_block *list);
 /* Flushes c's park into the heap (pool->lock may be held). */
 void sp__park_flush(sp_pool *pool, sp_stream_cache *c);
 /* Flushes every live stream's park into the heap; takes pool->lock (caller holds no pool or

@@ -445,17 +445,21 @@ sp_block *sp__park_take_all_locked(sp_stream_cache *c, sp_block *list)
     return list;
 }
 
-void sp__park_put(sp_pool *pool, sp_block *list)
+void sp__park_put_locked(sp_heap *h, sp_block *list)
 {
-    if (!list)
-        return;
-    sp_heap *h = &pool->segments;
-    pthread_mutex_lock(&h->lock);
     for (sp_block *b = list, *next; b; b = next) {
         next = b->next;
         sp__heap_put(h, b, b->tag, b->epoch);
     }
-    pthread_mutex_unlock(&h->lock);
+}
+
+void sp__park_put(sp_pool *pool, sp_block *list)
+{
+    if (!list)
+        return;
+    pthread_mutex_lock(&pool->segments.lock);
+    sp__park_put_locked(&pool->segments, list);
+    pthread_mutex_unlock(&pool->segments.lock);
 }
 
 void sp__park_flush(sp_pool *pool, sp_stream_cache *c)
