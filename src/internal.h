@@ -276,9 +276,9 @@ void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
  * pool's. */
 uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
                           cudaStream_t stream, int *err);
-/* The park (c->lock held): a parked range for a large request of `size` (rounded) bytes, with
- * the bounds of sp__heap_take but never split (medium: the exact size; huge: within
- * SP_HUGE_SLACK), or NULL. */
+/* The park (c->lock held): a parked range for a large request of `size` (rounded) bytes that
+ * best fit could not beat, never split (medium: the exact size; huge: a segment of the size a
+ * fresh one would have), or NULL. */
 sp_block *sp__park_take_locked(sp_stream_cache *c, size_t size);
 /* Parks b, freed on c's stream at b->epoch (c->lock held); returns the oldest parked range if
  * the park was full, for the caller to sp__park_put once the spin lock is dropped. */

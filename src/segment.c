@@ -397,8 +397,12 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
 sp_block *sp__park_take_locked(sp_stream_cache *c, size_t size)
 {
     unsigned n = atomic_load_explicit(&c->park_count, memory_order_relaxed);
+    /* whole ranges, no split, and only as tight as best fit could be: a medium piece of the
+     * exact size, a huge segment no larger than a fresh one would be (whole driver pages). The
+     * heap's looser SP_HUGE_SLACK fit chooses among every usable segment; the park sees only a
+     * few, and could hand a request one that a later, larger request needs. */
     bool huge = size > SP_MEDIUM_MAX;
-    size_t most = huge ? size + size / SP_HUGE_SLACK : size; /* whole ranges: no split */
+    size_t most = huge ? sp__round_up(size, SP_DRIVER_GRANULARITY) : size;
     unsigned best = n;
     for (unsigned i = 0; i < n; i++) {
         sp_block *b = c->park[i];
