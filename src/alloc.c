@@ -1,7 +1,8 @@
 /* The hot path, sp_alloc and sp_free, and the one function a miss goes through.
  * Small requests (<= SP_SMALL_MAX) hit the stream's own bin of their size class: one spin lock,
- * no shared counter, no driver call. Large requests take a best-fit range from the pool's
- * segments under the heap's mutex, also without a driver call when free memory fits. A miss
+ * no shared counter, no driver call. Large requests take a range the stream itself freed lately
+ * back from its park under the same spin lock, else a best-fit range from the pool's segments
+ * under the heap's mutex, also without a driver call when free memory fits. A miss
  * climbs one ladder, top to bottom: steal -> fresh -> give back -> reclaim -> callback -> fail. */
 #include "internal.h"
 #include "introspect.h"
@@ -73,14 +74,29 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
         if (sp_unlikely(!c))
             return SP_ERR_NO_HOST_MEMORY;
         sp__fence_early(c); /* before this request's work: the fence follows the last frees */
-        pthread_mutex_lock(&pool->segments.lock);
-        sp_block *b = sp__heap_take(&pool->segments, large_size(bytes), c, stream, SP_TAKE_KNOWN, NULL);
-        pthread_mutex_unlock(&pool->segments.lock);
-        if (!b)
-            return alloc_miss(pool, c, stream, bytes, ptr);
+        size_t size = large_size(bytes);
+        /* first the stream's own park, under its spin lock: a pair that reuses its own range
+         * never touches the heap's mutex, which every stream shares */
         sp_spin_lock(&c->lock);
-        hit_locked(pool, c, b, bytes);
+        sp_block *b = sp_likely(!c->released) ? sp__park_take_locked(c, size) : NULL;
+        sp_block *parked = NULL;
+        if (b)
+            hit_locked(pool, c, b, bytes);
+        else /* the park goes into the heap under the lock taken anyway: best fit sees it all */
+            parked = sp__park_take_all_locked(c, NULL);
         sp_spin_unlock(&c->lock);
+        if (!b) {
+            sp_heap *h = &pool->segments;
+            pthread_mutex_lock(&h->lock);
+            sp__park_put_locked(h, parked);
+            b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, NULL);
+            pthread_mutex_unlock(&h->lock);
+            if (!b)
+                return alloc_miss(pool, c, stream, bytes, ptr);
+            sp_spin_lock(&c->lock);
+            hit_locked(pool, c, b, bytes);
+            sp_spin_unlock(&c->lock);
+        }
         atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
         *ptr = b->ptr;
         return SP_OK;
@@ -163,8 +179,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     c->active_delta -= (int64_t)b->size;
     sp_free_note note = sp__note_free_locked(c, b);
     bool small = b->cls < SP_CLASS_COUNT;
-    sp_heap *h = small ? &pool->slabs : &pool->segments;
     bool to_bin = small && !capturing;
+    sp_block *evicted = NULL; /* the park's oldest range, when a large free filled it */
     if (to_bin) {
         sp__bin_push(&c->bins[b->cls], b);
         c->cached_bytes += b->size;
@@ -172,6 +188,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         b->prev = NULL;
         b->next = c->aside;
         c->aside = b;
+    } else { /* large: parked, tagged; its segment gets it at a flush or when pushed out */
+        evicted = sp__park_push_locked(c, b);
     }
     uint64_t allocs = c->allocs; /* for a fence's batch (sp__cache_offer_fence) */
     uint64_t cache_limit = atomic_load_explicit(&pool->cache_limit, memory_order_relaxed);
@@ -181,11 +199,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     sp_spin_unlock(&c->lock);
     if (sp_unlikely(note.owner != NULL)) /* allocated on another stream */
         sp__note_foreign_free(note);
-    if (!to_bin && !capturing) { /* back into its segment, tagged, merged with free neighbours */
-        pthread_mutex_lock(&h->lock);
-        sp__heap_put(h, b, c, b->epoch);
-        pthread_mutex_unlock(&h->lock);
-    }
+    if (evicted) /* back into its segment, tagged, merged with free neighbours */
+        sp__park_put(pool, evicted);
     if (sp_unlikely(cache_limit != UINT64_MAX))
         sp__pool_enforce_cache_limit(pool, cache_limit);
     /* another thread wants to reuse what this thread freed on its per-thread stream, or other
@@ -276,6 +291,8 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         }
     }
     sp_heap *h = small ? &pool->slabs : &pool->segments;
+    if (!small) /* every stream's parked ranges: this miss may reuse, merge or give them back */
+        sp__park_flush_all(pool);
     if (limit && size > limit) { /* over the limit on its own: nothing can help */
         sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
         sp__oom_record(pool, bytes, size, stream, SP_ERR_LIMIT);

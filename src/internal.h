@@ -36,6 +36,9 @@
  *    Spin locks (cache->lock, ptrmap shard locks) are leaves: nothing else is taken and no
  *    driver call is made while one is held. A heap lock may be held across fence queries and
  *    cudaStreamWaitEvent on a miss, never across a driver allocation or free.
+ *    A stream's park (segment.c) is under its cache->lock: ranges are taken out of it under
+ *    that spin lock alone (pool->lock may be held around it, as for the bins) and put into the
+ *    segment heap after it is dropped, under the heap's lock.
  */
 
 #define sp_likely(x) __builtin_expect(!!(x), 1)
@@ -96,6 +99,13 @@ static inline void sp_spin_unlock(sp_spin *l)
  * the high-water mark) reserved 1.00-1.17x what raw cudaMallocAsync did at 4 and 16 streams,
  * 1/8 without that rung 0.99-1.04x, for more driver calls. */
 #define SP_HUGE_SLACK 8
+
+/* A stream's park: the large ranges it freed most recently (at most SP_PARK_SLOTS), kept out
+ * of the segment heap so that its next large request of the same size takes one back under its
+ * own spin lock, not the heap's mutex that every stream shares. Invisible to other streams' best
+ * fit, merging and give-back, so a park is small, and whatever needs the heap's whole truth
+ * (any large miss, give-back, stats, release, destroy) flushes every park into the heap first. */
+#define SP_PARK_SLOTS 4
 
 /* A same-stream miss may take a cached block up to this many classes larger (at most 4/16 =
  * 25% over the request above 4 KiB) rather than carve a new one. */
@@ -270,7 +280,27 @@ void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
  * pool's. */
 uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
                           cudaStream_t stream, sp_ask_budget *ab, int *err);
-/* Fragmentation figures for stats; takes the lock. */
+/* The park (c->lock held): a parked range for a large request of `size` (rounded) bytes that
+ * best fit could not beat, never split (medium: the exact size; huge: a segment of the size a
+ * fresh one would have), or NULL. */
+sp_block *sp__park_take_locked(sp_stream_cache *c, size_t size);
+/* Parks b, freed on c's stream at b->epoch (c->lock held); returns the oldest parked range if
+ * the park was full, for the caller to sp__park_put once the spin lock is dropped. */
+sp_block *sp__park_push_locked(sp_stream_cache *c, sp_block *b);
+/* Empties c's park (c->lock held) onto `list` (linked by ->next); returns the list. */
+sp_block *sp__park_take_all_locked(sp_stream_cache *c, sp_block *list);
+/* Puts parked ranges (a list from sp__park_take_all_locked or one evicted range) into the
+ * segment heap with their own tags; takes the heap's lock (caller holds none, or pool->lock). */
+void sp__park_put(sp_pool *pool, sp_block *list);
+/* The same with the segment heap's lock held. */
+void sp__park_put_locked(sp_heap *h, sp_block *list);
+/* Flushes c's park into the heap (pool->lock may be held). */
+void sp__park_flush(sp_pool *pool, sp_stream_cache *c);
+/* Flushes every live stream's park into the heap; takes pool->lock (caller holds no pool or
+ * heap lock). */
+void sp__park_flush_all(sp_pool *pool);
+/* Fragmentation figures for stats (parks flushed first, so that they are exact); takes the
+ * lock. */
 void sp__heap_stats(sp_heap *h, sp_stats *st);
 /* Frees host structures; every segment must have been released. */
 void sp__heap_destroy(sp_heap *h);
@@ -320,6 +350,10 @@ struct sp_stream_cache {
      * that a released stream's cache is a small tombstone kept only for its tags */
     sp_bin *bins;
     uint64_t cached_bytes;     /* in bins, under `lock` */
+    /* the park (segment.c), newest first, under `lock`; park_count is also read without it, to
+     * skip an empty park when flushing */
+    sp_block *park[SP_PARK_SLOTS];
+    atomic_uint park_count;
     /* counters of the hot path, under `lock`, merged by stats */
     uint64_t hits, frees, freed_bytes, requested_total, active_total;
     /* byte changes not yet added to the pool's and runtime's shared figures: flushed past the

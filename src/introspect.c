@@ -175,6 +175,7 @@ static uint64_t tagged_free_bytes(sp_heap *h, const sp_stream_cache *c)
 /* c's figures (pool->lock held, so that c stays in the pool's list). */
 static void cache_stats(sp_pool *pool, sp_stream_cache *c, sp_stream_usage *st)
 {
+    sp__park_flush(pool, c); /* parked ranges counted as the heap's tagged ranges are */
     memset(st, 0, sizeof *st);
     st->size = sizeof *st;
     st->version = SP_STREAM_STATS_VERSION;

@@ -388,6 +388,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     if (held_before <= keep && !sync)
         return 0;
     sp__small_flush_bins(pool);
+    sp__park_flush_all(pool);
     if (sync) /* a capturing stream is skipped (sp__may_touch_stream), the others settle */
         settle_all(pool, err);
     uint64_t held = held_before;
@@ -458,6 +459,7 @@ int sp__pool_free(sp_pool *pool)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
             sp__cache_release_aside(c);
     sp__small_flush_bins(pool);
+    sp__park_flush_all(pool);
     settle_all(pool, &err);
     bool unsettled = false;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
@@ -505,6 +507,7 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
     c->released = true;
     sp__cache_flush_locked(pool, c);
     sp_block *list = sp__small_take_all(c);
+    sp_block *parked = sp__park_take_all_locked(c, NULL);
     /* what is left is a tombstone: its counters move to the pool, its bins go (a thread
      * still holding it sees `released` under the lock before touching either) */
     atomic_fetch_add_explicit(&pool->retired_count, 1, memory_order_relaxed);
@@ -524,6 +527,7 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
      * that, a synchronize); its blocks and ranges keep their tags behind it */
     int rc = sp__cache_final_fence(c);
     sp__small_to_slabs(pool, c, list);
+    sp__park_put(pool, parked);
     return rc;
 }
 

@@ -1,0 +1,283 @@
+/* A stream's park (src/segment.c): the large ranges it freed last come back to its next large
+ * requests without the segment heap's shared mutex and without a CUDA call; and nothing parked is
+ * lost to the pool: another stream's miss, trim, a stream's release and the stats all see the
+ * parked ranges as the heap's own free ranges, to the byte. Emulator-only: counts CUDA calls. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "support/sp_test_support.h"
+
+static const size_t MiB = (size_t)1 << 20;
+
+static int teardown_sim(void **state)
+{
+    (void)state;
+    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
+    reset_device(NULL);
+    return busy ? -1 : 0;
+}
+
+static sp_runtime *exact_runtime(void)
+{
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.stats_flush_bytes = 0; /* exact peaks */
+    return track_runtime(0, &cfg);
+}
+
+static sp_stream_usage stream_stats_of(sp_pool *pool, cudaStream_t s)
+{
+    sp_stream_usage u = {.size = sizeof u};
+    SP(sp_stream_stats(pool, s, &u));
+    return u;
+}
+
+/* ---- two threads, two streams, each reusing its own parked ranges ---- */
+
+enum { PAIRS = 1000 };
+
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t stream;
+    void *huge, *medium; /* the ranges this stream had at warm-up */
+    int rc;              /* first failing status, or -1 for a range that was not its own */
+} pair_worker;
+
+static void *pairs(void *arg)
+{
+    pair_worker *w = arg;
+    for (int i = 0; i < PAIRS && w->rc == SP_OK; i++) {
+        void *h = NULL, *m = NULL;
+        if ((w->rc = sp_alloc(w->pool, &h, 16 * MiB, w->stream)) != SP_OK ||
+            (w->rc = sp_alloc(w->pool, &m, 2 * MiB, w->stream)) != SP_OK)
+            break;
+        if (h != w->huge || m != w->medium)
+            w->rc = -1;
+        int f1 = sp_free(w->pool, m, w->stream), f2 = sp_free(w->pool, h, w->stream);
+        if (w->rc == SP_OK)
+            w->rc = f1 != SP_OK ? f1 : f2;
+    }
+    return NULL;
+}
+
+/* Two threads on their own streams alternate a 16 MiB (huge) and a 2 MiB (medium) pair 1,000
+ * times each: every allocation takes back the range its stream freed last, with no CUDA call,
+ * and every figure stays exact, during (a live range) and after. */
+static void two_streams_reuse_their_parks_without_cuda(void **state)
+{
+    (void)state;
+    sp_runtime *rt = exact_runtime();
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    pair_worker w[2] = {{.pool = pool, .stream = new_stream()}, {.pool = pool, .stream = new_stream()}};
+    for (int i = 0; i < 2; i++) { /* warm up: a huge segment and a medium one per stream */
+        SP(sp_alloc(pool, &w[i].huge, 16 * MiB, w[i].stream));
+        SP(sp_alloc(pool, &w[i].medium, 2 * MiB, w[i].stream));
+    }
+    for (int i = 0; i < 2; i++) {
+        SP(sp_free(pool, w[i].medium, w[i].stream));
+        SP(sp_free(pool, w[i].huge, w[i].stream));
+    }
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 4);
+    assert_int_equal(st.segments, 4);
+    assert_int_equal(st.segment_bytes, 36 * MiB);
+    cudasimResetCallCounts();
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, pairs, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    assert_int_equal(w[0].rc, SP_OK);
+    assert_int_equal(w[1].rc, SP_OK);
+    assert_int_equal(cudasimCallCount(NULL), 0);
+
+    st = stats_of(pool);
+    assert_int_equal(st.same_stream_hits, 4 * PAIRS);
+    assert_int_equal(st.allocs, 4 + 4 * PAIRS);
+    assert_int_equal(st.frees, 4 + 4 * PAIRS);
+    assert_int_equal(st.driver_allocs, 4);
+    assert_int_equal(st.driver_frees, 0);
+    assert_int_equal(st.cross_stream_reuses, 0);
+    assert_int_equal(st.held.current, 36 * MiB);
+    assert_int_equal(st.active.current, 0);
+    assert_int_equal(st.requested.current, 0);
+    assert_int_equal(st.cached.current, 36 * MiB);
+    assert_int_equal(st.active.peak, 36 * MiB);
+    assert_int_equal(st.requested.total, (uint64_t)(2 + 2 * PAIRS) * 18 * MiB);
+    assert_int_equal(st.largest_free, 16 * MiB); /* the parked ranges, seen as free */
+    assert_int_equal(st.inactive_split, 0);
+    for (int i = 0; i < 2; i++) {
+        sp_stream_usage u = stream_stats_of(pool, w[i].stream);
+        assert_int_equal(u.hits, 2 * PAIRS);
+        assert_int_equal(u.allocs, 2 + 2 * PAIRS);
+        assert_int_equal(u.frees, 2 + 2 * PAIRS);
+        assert_int_equal(u.active, 0);
+        assert_int_equal(u.cached, 18 * MiB); /* its own freed ranges, still tagged */
+    }
+
+    /* a live range in one segment of each size: the others' parked ranges count as free */
+    void *h, *m;
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &h, 16 * MiB, w[0].stream));
+    SP(sp_alloc(pool, &m, 2 * MiB, w[0].stream));
+    assert_ptr_equal(h, w[0].huge);
+    assert_ptr_equal(m, w[0].medium);
+    assert_int_equal(cudasimCallCount(NULL), 0);
+    st = stats_of(pool);
+    assert_int_equal(st.active.current, 18 * MiB);
+    assert_int_equal(st.cached.current, 18 * MiB);
+    assert_int_equal(st.largest_free, 16 * MiB);
+    assert_int_equal(st.inactive_split, 0);
+    SP(sp_free(pool, m, w[0].stream));
+    SP(sp_free(pool, h, w[0].stream));
+    for (int i = 0; i < 2; i++)
+        drop_stream(rt, w[i].stream);
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 36 * MiB);
+    assert_int_equal(st.cached.current, 36 * MiB);
+    SP(sp_pool_trim(pool, 0));
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.segments, 0);
+    assert_int_equal(st.driver_frees, 4);
+    destroy_runtime(rt);
+}
+
+/* ---- parks are flushed wherever the heap's whole truth is needed ---- */
+
+/* A medium range parked by stream a serves stream b's miss once a's frees are complete (no new
+ * segment); then b's parked range goes back to the driver at trim. Exact bytes. */
+static void parked_range_serves_another_streams_miss_and_trim(void **state)
+{
+    (void)state;
+    sp_runtime *rt = exact_runtime();
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    void *pa, *pb;
+    SP(sp_alloc(pool, &pa, 4 * MiB, a));
+    SP(sp_free(pool, pa, a)); /* parked on a */
+    assert_int_equal(stream_stats_of(pool, a).cached, 4 * MiB);
+    CK(cudaStreamSynchronize(a));
+    SP(sp_alloc(pool, &pb, 4 * MiB, b)); /* b's miss flushes a's park and finds it settled */
+    assert_ptr_equal(pb, pa);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.cross_stream_reuses, 1);
+    assert_int_equal(st.held.current, 4 * MiB);
+    assert_int_equal(st.active.current, 4 * MiB);
+    assert_int_equal(st.cached.current, 0);
+    assert_int_equal(st.largest_free, 0);
+    SP(sp_free(pool, pb, b)); /* parked on b */
+    assert_int_equal(stream_stats_of(pool, a).cached, 0);
+    SP(sp_pool_trim(pool, 0)); /* the parked range's segment goes back whole */
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.cached.current, 0);
+    assert_int_equal(st.segments, 0);
+    assert_int_equal(st.driver_frees, 1);
+    assert_int_equal(st.reclaimed_bytes, 4 * MiB);
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
+/* A huge range parked by stream a is too large for stream b's request: b's miss flushes it and
+ * gives its segment back before taking a new one, so the pool never holds both. */
+static void parked_huge_range_goes_back_for_another_streams_miss(void **state)
+{
+    (void)state;
+    sp_runtime *rt = exact_runtime();
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    void *pa, *pb;
+    SP(sp_alloc(pool, &pa, 40 * MiB, a));
+    SP(sp_free(pool, pa, a));
+    CK(cudaStreamSynchronize(a));
+    SP(sp_alloc(pool, &pb, 20 * MiB, b)); /* 40 > 20 * 1.25, and a new 20 would pass the mark */
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.driver_frees, 1);
+    assert_int_equal(st.reclaimed_bytes, 40 * MiB);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.held.current, 20 * MiB);
+    assert_int_equal(st.held.peak, 40 * MiB);
+    assert_int_equal(st.active.current, 20 * MiB);
+    SP(sp_free(pool, pb, b));
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
+/* A block allocated on one stream and freed on another is parked by the freeing stream (its
+ * tag): that stream takes it back at once with no CUDA call; a double free of a parked range is
+ * refused. A full park pushes its oldest range into the heap, where its stream still finds it;
+ * releasing the stream puts the rest there too. Exact bytes throughout. */
+static void park_follows_the_freeing_stream(void **state)
+{
+    (void)state;
+    sp_runtime *rt = exact_runtime();
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    void *p, *q;
+    SP(sp_alloc(pool, &p, 16 * MiB, a));
+    SP(sp_free(pool, p, b));
+    assert_int_equal(sp_free(pool, p, b), SP_ERR_DOUBLE_FREE);
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &q, 16 * MiB, b));
+    assert_ptr_equal(q, p);
+    assert_int_equal(cudasimCallCount(NULL), 0);
+    SP(sp_free(pool, q, b));
+
+    /* five medium ranges of distinct sizes on b: the park keeps four, the heap gets the first */
+    enum { N = 5 };
+    void *r[N], *again[N];
+    for (int i = 0; i < N; i++)
+        SP(sp_alloc(pool, &r[i], (size_t)(2 + i) * MiB, b));
+    sp_stats st = stats_of(pool);
+    uint64_t held = st.held.current, allocs = st.driver_allocs;
+    for (int i = 0; i < N; i++)
+        SP(sp_free(pool, r[i], b));
+    cudasimResetCallCounts();
+    for (int i = N - 1; i >= 0; i--) /* newest first: the park's, then the heap's */
+        SP(sp_alloc(pool, &again[i], (size_t)(2 + i) * MiB, b));
+    assert_int_equal(cudasimCallCount(NULL), 0);
+    for (int i = 0; i < N; i++)
+        assert_ptr_equal(again[i], r[i]);
+    st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, allocs);
+    assert_int_equal(st.held.current, held);
+    assert_int_equal(st.active.current, (2 + 3 + 4 + 5 + 6) * MiB);
+    for (int i = 0; i < N; i++)
+        SP(sp_free(pool, again[i], b));
+    st = stats_of(pool);
+    assert_int_equal(st.active.current, 0);
+    assert_int_equal(st.cached.current, held);
+
+    drop_stream(rt, b); /* its park goes into the heap, behind its final fence */
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, held);
+    assert_int_equal(st.released_streams, 1);
+    SP(sp_pool_trim(pool, 0));
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.segments, 0);
+    drop_stream(rt, a);
+    destroy_runtime(rt);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_sim)
+        T(two_streams_reuse_their_parks_without_cuda),
+        T(parked_range_serves_another_streams_miss_and_trim),
+        T(parked_huge_range_goes_back_for_another_streams_miss),
+        T(park_follows_the_freeing_stream),
+#undef T
+    };
+    return cmocka_run_group_tests_name("park", tests, NULL, NULL);
+}
