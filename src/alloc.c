@@ -181,6 +181,14 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     bool small = b->cls < SP_CLASS_COUNT;
     bool to_bin = small && !capturing;
     sp_block *evicted = NULL; /* the park's oldest range, when a large free filled it */
+    bool give_huge = false;   /* a huge segment straight back to the driver (SP_HUGE_SAME) */
+    if (!to_bin && !capturing && b->seg->huge) {
+        size_t last = c->last_huge_free;
+        c->last_huge_free = b->size;
+        give_huge = last && !(b->size <= last + last / SP_HUGE_SAME &&
+                              last <= b->size + b->size / SP_HUGE_SAME) &&
+                    sp__may_touch_stream(c);
+    }
     if (to_bin) {
         sp__bin_push(&c->bins[b->cls], b);
         c->cached_bytes += b->size;
@@ -188,10 +196,10 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         b->prev = NULL;
         b->next = c->aside;
         c->aside = b;
-    } else { /* large: parked, tagged; its segment gets it at a flush or when pushed out */
+    } else if (!give_huge) { /* large: parked, tagged; its segment gets it at a flush or when
+                              * pushed out */
         evicted = sp__park_push_locked(c, b);
     }
-    uint64_t allocs = c->allocs; /* for a fence's batch (sp__cache_offer_fence) */
     uint64_t cache_limit = atomic_load_explicit(&pool->cache_limit, memory_order_relaxed);
     if (sp_unlikely(cache_limit != UINT64_MAX || !to_bin ||
                     (uint64_t)-c->active_delta > pool->stats_flush))
@@ -201,6 +209,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         sp__note_foreign_free(note);
     if (evicted) /* back into its segment, tagged, merged with free neighbours */
         sp__park_put(pool, evicted);
+    if (give_huge)
+        sp__heap_give_back_huge(&pool->segments, b, c, stream);
     if (sp_unlikely(cache_limit != UINT64_MAX))
         sp__pool_enforce_cache_limit(pool, cache_limit);
     /* another thread wants to reuse what this thread freed on its per-thread stream, or other
@@ -214,7 +224,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         offer = true;
     }
     if (sp_unlikely(offer))
-        sp__cache_offer_fence(c, allocs);
+        sp__cache_offer_fence(c);
     return SP_OK;
 }
 

@@ -282,13 +282,29 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
     return rc;
 }
 
+/* Settled by the oldest fence covering epoch, queried if need be; no other CUDA call. */
+static bool settled_by_fence(sp_stream_cache *c, uint64_t epoch)
+{
+    pthread_mutex_lock(&c->fence_lock);
+    sp_fence *f = covering_fence(c, epoch, false);
+    if (f && !f->done && sp__cuda_event_query(f->event, &f->done) != SP_OK)
+        skipped(c);
+    if (f && f->done)
+        settle_through(c, f);
+    bool done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch;
+    pthread_mutex_unlock(&c->fence_lock);
+    return done;
+}
+
 bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch)
 {
     if (sp__tag_settled(c, epoch, false))
         return true;
     for (int i = 0; i < ab->asks; i++)
         if (ab->asked[i] == c)
-            return false; /* asked during this miss already: nothing new to learn */
+            /* asked during this miss already, maybe about a later free: only a fence recorded
+             * before may tell more, an older one that the stream has passed */
+            return settled_by_fence(c, epoch);
     if (ab->asks >= SP_STEAL_ASKS)
         return false;
     ab->asked[ab->asks++] = c;
@@ -298,35 +314,24 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
     return false;
 }
 
-void sp__cache_offer_fence(sp_stream_cache *c, uint64_t allocs)
+void sp__cache_offer_fence(sp_stream_cache *c)
 {
     atomic_store_explicit(&c->fence_wanted, false, memory_order_relaxed);
     pthread_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-    sp_fence *f = c->fences;
-    /* a fence the stream has passed settles what it covers first: re-recorded, it would hold
-     * back frees that are complete behind the later ones. Frees with no allocation between
-     * them are one batch (a request's end): no query, the later record covers them all. */
-    if (f && !f->done && f->epoch < now && f->allocs != allocs &&
-        sp__cuda_event_query(f->event, &f->done) != SP_OK)
-        skipped(c);
-    if (f && f->done) {
-        settle_through(c, f);
-        f = NULL;
-    }
-    if (f && f->epoch < now && may_touch_stream(c)) {
-        /* a later record of a pending fence covers every free the earlier one did (a query
-         * sees the later record; a stream that waited on it captured the earlier, rule 18) */
+    sp_fence *f = c->fences; /* the newest */
+    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now &&
+        (!f || f->epoch < now) && !covering_fence(c, now, true) && f && !f->done &&
+        may_touch_stream(c)) {
+        /* a new fence for each free, never a move of one already recorded: an asker's fence
+         * (or an earlier free's) completes as soon as the stream passes it, and a later record
+         * would hide that behind newer work. Only at the cap on fences does the newest move. */
         if (sp__cuda_event_record(f->event, c->key.stream) == SP_OK) {
             f->epoch = now;
-            f->allocs = allocs;
             sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
         } else {
             skipped(c);
         }
-    } else if (!f && atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now &&
-               (f = covering_fence(c, now, true)) != NULL) {
-        f->allocs = allocs;
     }
     pthread_mutex_unlock(&c->fence_lock);
 }

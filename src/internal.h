@@ -99,6 +99,14 @@ static inline void sp_spin_unlock(sp_spin *l)
  * the high-water mark) reserved 1.00-1.17x what raw cudaMallocAsync did at 4 and 16 streams,
  * 1/8 without that rung 0.99-1.04x, for more driver calls. */
 #define SP_HUGE_SLACK 8
+/* A stream keeps the huge segment it frees (parked, for its next request) only while its huge
+ * frees stay within 1/SP_HUGE_SAME of one size, a steady state that then costs no CUDA call.
+ * Any other huge free gives its segment back to the driver at once, on the freeing stream: the
+ * pages become the driver's to remap for any stream and size as soon as the stream's work
+ * passes the free, as raw cudaMallocAsync's would, instead of waiting for the stream's next
+ * miss (sp-bench serve at 4 streams: 0.94-1.08x raw cudaMallocAsync's reserved memory in six
+ * runs, 1.02-1.18x without). */
+#define SP_HUGE_SAME 16
 
 /* A stream's park: the large ranges it freed most recently (at most SP_PARK_SLOTS), kept out
  * of the segment heap so that its next large request of the same size takes one back under its
@@ -169,7 +177,6 @@ typedef struct sp_block {
 struct sp_fence {
     cudaEvent_t event;
     uint64_t epoch;
-    uint64_t allocs;           /* the stream's allocations when last recorded (offer_fence) */
     bool done;                 /* an event query has seen it complete */
     sp_fence *next;
 };
@@ -218,10 +225,9 @@ int sp__cache_final_fence(sp_stream_cache *c);
 void sp__cache_drop_fences(sp_stream_cache *c);
 /* The owner thread records a fence behind its frees so far, for another thread that asked
  * (fence_wanted: it could not record one itself on this thread's cudaStreamPerThread) or for
- * the streams whose asks found frees unsettled (fence_interest). Re-records the newest fence if
- * it is still pending, so a stream keeps few events; `allocs` (c->allocs, read under c->lock)
- * tells whether the stream allocated since that record. Best effort. */
-void sp__cache_offer_fence(sp_stream_cache *c, uint64_t allocs);
+ * the streams whose asks found frees unsettled (fence_interest): a new fence, never a move of
+ * one recorded before, unless the stream is at its cap on fences. Best effort. */
+void sp__cache_offer_fence(sp_stream_cache *c);
 
 /* ---- segments and slabs (segment.c) ----
  * A heap holds a pool's segments of one tier (slabs for small blocks, segments for large
@@ -299,6 +305,11 @@ void sp__park_flush(sp_pool *pool, sp_stream_cache *c);
 /* Flushes every live stream's park into the heap; takes pool->lock (caller holds no pool or
  * heap lock). */
 void sp__park_flush_all(sp_pool *pool);
+/* Puts huge block b, just freed on c's stream, back into its segment and gives the segment
+ * (now wholly free) to the driver with cudaFreeAsync on `stream`, in that stream's order (rule
+ * 3), with no synchronize. A segment the driver refuses stays, tagged with c. Takes the heap's
+ * lock; the driver call is made outside it. */
+void sp__heap_give_back_huge(sp_heap *h, sp_block *b, sp_stream_cache *c, cudaStream_t stream);
 /* Fragmentation figures for stats (parks flushed first, so that they are exact); takes the
  * lock. */
 void sp__heap_stats(sp_heap *h, sp_stats *st);
@@ -354,6 +365,7 @@ struct sp_stream_cache {
      * skip an empty park when flushing */
     sp_block *park[SP_PARK_SLOTS];
     atomic_uint park_count;
+    size_t last_huge_free;     /* the size of the stream's last huge free, under `lock` */
     /* counters of the hot path, under `lock`, merged by stats */
     uint64_t hits, frees, freed_bytes, requested_total, active_total;
     /* byte changes not yet added to the pool's and runtime's shared figures: flushed past the

@@ -503,6 +503,35 @@ void sp__park_flush_all(sp_pool *pool)
     sp__park_put(pool, list);
 }
 
+void sp__heap_give_back_huge(sp_heap *h, sp_block *b, sp_stream_cache *c, cudaStream_t stream)
+{
+    sp_pool *pool = h->pool;
+    pthread_mutex_lock(&h->lock);
+    sp__heap_put(h, b, c, b->epoch);
+    sp_segment *s = b->seg;
+    bool whole = s->huge && s->used == 0 && s->first->is_free && !s->first->addr_next;
+    void *ptr = s->ptr;
+    size_t size = s->size;
+    if (whole)
+        segment_unlink(h, s); /* b goes with it */
+    pthread_mutex_unlock(&h->lock);
+    if (!whole)
+        return;
+    if (sp__cuda_free(ptr, stream) == SP_OK) {
+        sp__pool_count(pool, SP_COUNT_driver_frees, 1);
+        sp__usage_add(pool, 0, 0, -(int64_t)size);
+    } else {
+        sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
+        pthread_mutex_lock(&h->lock);
+        if (sp__heap_add_segment(h, ptr, size, true, c,
+                                 atomic_load_explicit(&c->free_epoch, memory_order_acquire)) !=
+            SP_OK)
+            sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
+        pthread_mutex_unlock(&h->lock);
+    }
+    free(s);
+}
+
 void sp__heap_stats(sp_heap *h, sp_stats *st)
 {
     if (!h->small) /* inactive_split and largest_free count parked ranges as free */

@@ -186,10 +186,12 @@ static void huge_segments_stay_whole(void **state)
     SP(sp_pool_destroy(pool));
 }
 
-/* A huge miss never takes a free huge segment more than 1/8 over its size, even well below the
- * pool's high-water mark: the free segments go back, largest first, until they cover the
- * request, and the driver remaps their pages into the new one. Exact bytes. */
-static void huge_miss_gives_back_larger_segments(void **state)
+/* Huge segments: a stream keeps the one it frees while its huge frees are of one size (the
+ * steady state, no driver call); a huge free of another size gives its segment back at once,
+ * on the freeing stream; and a huge miss never takes a free segment more than 1/8 over its
+ * size: the free segments go back, largest first, until they cover the request, and the driver
+ * remaps their pages. Exact bytes. */
+static void huge_segments_go_back_unless_one_size(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = pool_with(f, "huge-miss", SP_CROSS_STREAM_BALANCED);
@@ -197,30 +199,36 @@ static void huge_miss_gives_back_larger_segments(void **state)
     void *a, *b, *c, *d;
     SP(sp_alloc(pool, &a, 60 * MiB, s));
     SP(sp_alloc(pool, &b, 30 * MiB, s));
-    SP(sp_free(pool, a, s));
-    SP(sp_free(pool, b, s));
-    /* the largest free segment (60) covers 12 alone: it goes back, a new 12 is taken */
-    SP(sp_alloc(pool, &c, 12 * MiB, s));
+    SP(sp_free(pool, a, s)); /* the stream's first huge free: kept */
+    SP(sp_free(pool, b, s)); /* 30 after 60: back to the driver at once */
     sp_stats st = stats_of(pool);
-    assert_int_equal(st.driver_allocs, 3);
     assert_int_equal(st.driver_frees, 1);
-    assert_int_equal(st.reclaimed_bytes, 60 * MiB);
-    assert_int_equal(st.held.current, 42 * MiB);
-    assert_int_equal(st.held.peak, 90 * MiB);
-    SP(sp_free(pool, c, s));
-    /* 30 > 20 + 20 / 8, though the pool is 48 MiB below its mark: 30 goes back, 12 stays */
-    SP(sp_alloc(pool, &d, 20 * MiB, s));
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.held.current, 60 * MiB);
+    /* 60 > 12 + 12 / 8: the free 60 goes back (it covers 12 alone), a new 12 is taken */
+    SP(sp_alloc(pool, &c, 12 * MiB, s));
     st = stats_of(pool);
-    assert_int_equal(st.driver_allocs, 4);
+    assert_int_equal(st.driver_allocs, 3);
     assert_int_equal(st.driver_frees, 2);
-    assert_int_equal(st.reclaimed_bytes, 90 * MiB);
-    assert_int_equal(st.segments, 2);
-    assert_int_equal(st.segment_bytes, 32 * MiB);
-    assert_int_equal(st.held.current, 32 * MiB);
-    assert_int_equal(st.requested.current, 20 * MiB);
+    assert_int_equal(st.reclaimed_bytes, 60 * MiB);
+    assert_int_equal(st.held.current, 12 * MiB);
+    assert_int_equal(st.held.peak, 90 * MiB);
+    SP(sp_free(pool, c, s)); /* 12 after 30: back at once */
+    st = stats_of(pool);
+    assert_int_equal(st.driver_frees, 3);
+    assert_int_equal(st.segments, 0);
+    assert_int_equal(st.held.current, 0);
+    SP(sp_alloc(pool, &d, 20 * MiB, s));
+    SP(sp_free(pool, d, s)); /* 20 after 12: back at once */
+    SP(sp_alloc(pool, &d, 20 * MiB, s));
+    SP(sp_free(pool, d, s)); /* 20 after 20: one size, kept */
+    SP(sp_alloc(pool, &d, 20 * MiB, s)); /* and reused with no driver call */
+    st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 5);
+    assert_int_equal(st.driver_frees, 4);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.held.current, 20 * MiB);
     assert_int_equal(st.active.current, 20 * MiB);
-    assert_int_equal(st.largest_free, 12 * MiB);
-    assert_int_equal(st.inactive_split, 0);
     SP(sp_free(pool, d, s));
     drop_stream(f->rt, s);
     SP(sp_pool_destroy(pool));
@@ -344,7 +352,7 @@ int main(void)
         T(split_and_merge_bytes_are_exact),
         T(gated_range_stays_with_its_stream),
         T(huge_segments_stay_whole),
-        T(huge_miss_gives_back_larger_segments),
+        T(huge_segments_go_back_unless_one_size),
         T(canary_stress_balanced),
         T(canary_stress_wait),
 #undef T

@@ -344,6 +344,157 @@ static void asked_stream_fences_its_next_large_frees(void **state)
     destroy_runtime(rt);
 }
 
+/* A huge segment given back at free time (a free of another size) sits in the driver's pool
+ * until a host synchronize observes its free (rule 13); a trim synchronizes the stream that
+ * freed it (its free counts as not yet settled), so that the device gets every page back. The
+ * driver reuses the pages for the stream's next request at once. */
+static void huge_given_back_at_free_is_reused_and_trimmed(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream();
+    gate *g = gate_new();
+    void *a, *b;
+    SP(sp_alloc(pool, &a, 40 * MiB, s));
+    SP(sp_free(pool, a, s)); /* the first huge free: kept */
+    SP(sp_alloc(pool, &a, 40 * MiB, s));
+    SP(sp_alloc(pool, &b, 20 * MiB, s));
+    gate_hold(g, s);
+    CK(cudaMemsetAsync(b, 0x5a, 20 * MiB, s)); /* a use of b, pending behind the gate */
+    cudasimResetCallCounts();
+    SP(sp_free(pool, b, s)); /* 20 after 40: back to the driver at once, in s's order */
+    assert_int_equal(cudasimCallCount("cudaFreeAsync"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 1);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.held.current, 40 * MiB);
+    assert_int_equal(st.segments, 1);
+    SP(sp_alloc(pool, &b, 20 * MiB, s)); /* the driver reuses the pages on s (rule 9) */
+    uint64_t reserved = 0;
+    CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent,
+                               &reserved));
+    assert_int_equal(reserved, 60 * MiB);
+    gate_open(g);
+    SP(sp_free(pool, a, s)); /* 40 after 20: back at once; the pool keeps no tag of s */
+    SP(sp_pool_trim(pool, 0)); /* only a synchronize lets the driver release a's pages */
+    CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent,
+                               &reserved));
+    assert_int_equal(reserved, 20 * MiB); /* b, live */
+    SP(sp_free(pool, b, s)); /* 20 after 40: back at once */
+    SP(sp_pool_trim(pool, 0));
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent,
+                               &reserved));
+    assert_int_equal(reserved, 0);
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
+/* A fence another stream's ask recorded stays where it was: a later free of the asked stream
+ * gets a fence of its own, so the free the stream has already passed is settled for the next
+ * asker, though the stream is busy with later work (found in review: the fence was moved). */
+static void askers_fence_stays_where_it_was_recorded(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    gate *g1 = gate_new(), *g2 = gate_new();
+    void *y, *x, *p1, *p2;
+    SP(sp_alloc(pool, &y, 16 * MiB, a)); /* a huge segment */
+    SP(sp_alloc(pool, &x, 2 * MiB, a));  /* a medium segment of 2 MiB */
+    SP(sp_free(pool, y, a));
+    gate_hold(g1, a);
+    SP(sp_free(pool, x, a));             /* x's free behind g1 */
+    SP(sp_alloc(pool, &p1, 2 * MiB, b)); /* asks about a: busy, a fence behind g1; b grows */
+    assert_int_equal(stats_of(pool).driver_allocs, 3);
+    gate_hold(g2, a);                    /* more work on a */
+    void *y2;
+    SP(sp_alloc(pool, &y2, 16 * MiB, a)); /* a's own range back, no miss */
+    assert_ptr_equal(y2, y);
+    SP(sp_free(pool, y2, a));             /* fence_interest: a fence of its own */
+    gate_open(g1);
+    gate_wait_arrival(g2);                /* a is past x's free (and busy at g2) */
+    SP(sp_alloc(pool, &p2, 2 * MiB, b));  /* x's free is complete: b should reuse x */
+    sp_stats st = stats_of(pool);
+    gate_open(g2);
+    assert_ptr_equal(p2, x);
+    assert_int_equal(st.driver_allocs, 3);
+    assert_int_equal(st.cross_stream_reuses, 1);
+    SP(sp_free(pool, p1, b));
+    SP(sp_free(pool, p2, b));
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
+/* The same with no allocation on the asked stream between its frees: free, more work, free. */
+static void later_free_gets_a_fence_of_its_own(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    gate *g1 = gate_new(), *g2 = gate_new();
+    void *x[2], *p1, *p2;
+    SP(sp_alloc(pool, &x[0], 4 * MiB, a)); /* a 4 MiB segment */
+    SP(sp_alloc(pool, &x[1], 2 * MiB, a)); /* a 2 MiB one: too small for b, never asked about */
+    gate_hold(g1, a);
+    SP(sp_free(pool, x[0], a));          /* behind g1 */
+    SP(sp_alloc(pool, &p1, 4 * MiB, b)); /* asks about a: busy, a fence behind g1; b grows */
+    assert_int_equal(stats_of(pool).driver_allocs, 3);
+    gate_hold(g2, a);                    /* a's next piece of work */
+    SP(sp_free(pool, x[1], a));          /* fence_interest: a fence of its own, behind g2 */
+    gate_open(g1);
+    gate_wait_arrival(g2);               /* x[0]'s free is complete */
+    SP(sp_alloc(pool, &p2, 4 * MiB, b));
+    sp_stats st = stats_of(pool);
+    gate_open(g2);
+    assert_ptr_equal(p2, x[0]);
+    assert_int_equal(st.driver_allocs, 3);
+    SP(sp_free(pool, p1, b));
+    SP(sp_free(pool, p2, b));
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
+/* One unanswered ask about a stream's newest free does not hide that stream's older frees from
+ * the same miss: a completed older fence covering them still settles them (found in review). */
+static void older_fence_settles_older_frees_in_the_same_miss(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    gate *g1 = gate_new(), *g2 = gate_new();
+    void *x[2], *p1, *p2;
+    for (int i = 0; i < 2; i++)
+        SP(sp_alloc(pool, &x[i], 4 * MiB, a));
+    gate_hold(g1, a);
+    SP(sp_free(pool, x[0], a));          /* behind g1 */
+    SP(sp_alloc(pool, &p1, 4 * MiB, b)); /* a fence behind g1; b grows */
+    gate_hold(g2, a);
+    SP(sp_free(pool, x[1], a));          /* behind g2 */
+    gate_open(g1);
+    gate_wait_arrival(g2);               /* x[0]'s free complete, x[1]'s not */
+    SP(sp_alloc(pool, &p2, 4 * MiB, b)); /* asks about x[1] first (newest in its bin) */
+    sp_stats st = stats_of(pool);
+    gate_open(g2);
+    assert_ptr_equal(p2, x[0]);
+    assert_int_equal(st.driver_allocs, 3);
+    SP(sp_free(pool, p1, b));
+    SP(sp_free(pool, p2, b));
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -357,6 +508,10 @@ int main(void)
         T(refused_give_back_keeps_the_segment),
         T(miss_gives_back_on_its_own_stream_without_waiting),
         T(asked_stream_fences_its_next_large_frees),
+        T(huge_given_back_at_free_is_reused_and_trimmed),
+        T(askers_fence_stays_where_it_was_recorded),
+        T(later_free_gets_a_fence_of_its_own),
+        T(older_fence_settles_older_frees_in_the_same_miss),
 #undef T
     };
     return cmocka_run_group_tests_name("streampool_sim", tests, NULL, NULL);
