@@ -304,7 +304,7 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
         if (ab->asked[i] == c)
             /* asked during this miss already, maybe about a later free: only a fence recorded
              * before may tell more, an older one that the stream has passed */
-            return settled_by_fence(c, epoch);
+            return ab->reads < SP_FENCE_READS && (ab->reads++, settled_by_fence(c, epoch));
     if (ab->asks >= SP_STEAL_ASKS)
         return false;
     ab->asked[ab->asks++] = c;

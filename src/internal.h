@@ -128,6 +128,9 @@ static inline void sp_spin_unlock(sp_spin *l)
  * re-recorded): enough to cover a few requests' frees until the next ask renews it, and a
  * stream no one asks about goes back to making no CUDA call on the hot path. */
 #define SP_FENCE_INTEREST 64
+/* A miss reads at most this many older fences of streams it asked already (each read is an
+ * event query; sp-bench serve made 14-23 of them per request with the ask budget instead). */
+#define SP_FENCE_READS 2
 
 uint32_t sp__class_of(size_t bytes); /* bytes in 1..SP_MAX_ALLOC */
 /* The largest class whose size is <= bytes (bytes >= 256): the bin of a free range. */
@@ -202,8 +205,10 @@ bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask);
 typedef struct {
     int asks;
     sp_stream_cache *asked[SP_STEAL_ASKS];
+    int reads; /* queries of older fences of streams already asked, at most SP_FENCE_READS */
 } sp_ask_budget;
-/* sp__tag_settled within a miss's budget: asks only about a stream not yet asked. */
+/* sp__tag_settled within a miss's budget: asks only about a stream not yet asked; about one
+ * asked already, only reads a fence recorded before (within the budget). */
 bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch);
 /* Makes `stream` wait until the tag is settled (a covering fence, recorded if needed);
  * SP_OK if it now is ordered after it. */
