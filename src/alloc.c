@@ -217,7 +217,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
      * streams' misses found this stream's frees unsettled: a fence right behind this free */
     bool offer = atomic_load_explicit(&c->fence_wanted, memory_order_relaxed);
     unsigned interest = atomic_load_explicit(&c->fence_interest, memory_order_relaxed);
-    if (sp_unlikely(interest != 0) && !to_bin && !capturing) {
+    if (sp_unlikely(interest != 0) && !to_bin && !capturing && !give_huge) {
+        /* (a huge segment given back is the driver's now: no fence can help another stream) */
         /* a compare-exchange: a renewal by an asker in between wins, and the count never wraps */
         (void)atomic_compare_exchange_strong_explicit(&c->fence_interest, &interest, interest - 1,
                                                       memory_order_relaxed, memory_order_relaxed);
