@@ -79,13 +79,9 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
          * never touches the heap's mutex, which every stream shares */
         sp_spin_lock(&c->lock);
         sp_block *b = sp_likely(!c->released) ? sp__park_take_locked(c, size) : NULL;
-        sp_block *parked = NULL;
-        if (b)
-            hit_locked(pool, c, b, bytes);
-        else /* the park goes into the heap under the lock taken anyway: best fit sees it all */
-            parked = sp__park_take_all_locked(c, NULL);
-        sp_spin_unlock(&c->lock);
-        if (!b) {
+        if (!b) { /* the park goes into the heap under the lock taken anyway: best fit sees it */
+            sp_block *parked = sp__park_take_all_locked(c, NULL);
+            sp_spin_unlock(&c->lock);
             sp_heap *h = &pool->segments;
             pthread_mutex_lock(&h->lock);
             sp__park_put_locked(h, parked);
@@ -94,9 +90,9 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
             if (!b)
                 return alloc_miss(pool, c, stream, bytes, ptr);
             sp_spin_lock(&c->lock);
-            hit_locked(pool, c, b, bytes);
-            sp_spin_unlock(&c->lock);
         }
+        hit_locked(pool, c, b, bytes);
+        sp_spin_unlock(&c->lock);
         atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
         *ptr = b->ptr;
         return SP_OK;
@@ -218,8 +214,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     bool offer = atomic_load_explicit(&c->fence_wanted, memory_order_relaxed);
     unsigned interest = atomic_load_explicit(&c->fence_interest, memory_order_relaxed);
     if (sp_unlikely(interest != 0) && !to_bin && !capturing && !give_huge) {
-        /* (a huge segment given back is the driver's now: no fence can help another stream) */
-        /* a compare-exchange: a renewal by an asker in between wins, and the count never wraps */
+        /* (a huge segment given back is the driver's: no fence of it can help another stream);
+         * a compare-exchange: a renewal by an asker in between wins, and the count never wraps */
         (void)atomic_compare_exchange_strong_explicit(&c->fence_interest, &interest, interest - 1,
                                                       memory_order_relaxed, memory_order_relaxed);
         offer = true;

@@ -145,6 +145,18 @@ static bool stream_idle_settles(sp_stream_cache *c)
     return idle;
 }
 
+/* The oldest fence covering epoch, queried unless seen complete; settles what it covers once it
+ * is. Says whether there was one (under fence_lock). */
+static bool read_covering_fence(sp_stream_cache *c, uint64_t epoch)
+{
+    sp_fence *f = covering_fence(c, epoch, false);
+    if (f && !f->done && sp__cuda_event_query(f->event, &f->done) != SP_OK)
+        skipped(c);
+    if (f && f->done)
+        settle_through(c, f);
+    return f != NULL;
+}
+
 bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
 {
     if (!c || atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= epoch)
@@ -154,14 +166,10 @@ bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
     pthread_mutex_lock(&c->fence_lock);
     /* first a fence recorded earlier (likeliest complete), then the stream itself if this thread
      * may name it; only if both say no, a new fence for a later miss to find complete */
-    sp_fence *f = covering_fence(c, epoch, false);
-    if (f && !f->done && sp__cuda_event_query(f->event, &f->done) != SP_OK)
-        skipped(c);
-    if (f && f->done)
-        settle_through(c, f);
+    bool fenced = read_covering_fence(c, epoch);
     bool done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch;
     /* a pending fence means a busy stream: no need to ask the stream too */
-    if (!done && !f && may_touch_stream(c) && stream_idle_settles(c))
+    if (!done && !fenced && may_touch_stream(c) && stream_idle_settles(c))
         done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch;
     if (!done) {
         (void)covering_fence(c, epoch, true);
@@ -286,11 +294,7 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
 static bool settled_by_fence(sp_stream_cache *c, uint64_t epoch)
 {
     pthread_mutex_lock(&c->fence_lock);
-    sp_fence *f = covering_fence(c, epoch, false);
-    if (f && !f->done && sp__cuda_event_query(f->event, &f->done) != SP_OK)
-        skipped(c);
-    if (f && f->done)
-        settle_through(c, f);
+    (void)read_covering_fence(c, epoch);
     bool done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch;
     pthread_mutex_unlock(&c->fence_lock);
     return done;
@@ -320,12 +324,12 @@ void sp__cache_offer_fence(sp_stream_cache *c)
     pthread_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     sp_fence *f = c->fences; /* the newest */
-    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now &&
-        (!f || f->epoch < now) && !covering_fence(c, now, true) && f && !f->done &&
-        may_touch_stream(c)) {
-        /* a new fence for each free, never a move of one already recorded: an asker's fence
-         * (or an earlier free's) completes as soon as the stream passes it, and a later record
-         * would hide that behind newer work. Only at the cap on fences does the newest move. */
+    bool covered = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= now ||
+                   (f && f->epoch >= now);
+    /* a new fence for each free, never a move of one already recorded: an asker's fence (or an
+     * earlier free's) completes as soon as the stream passes it, and a later record would hide
+     * that behind newer work. Only at the cap on fences does the newest move. */
+    if (!covered && !covering_fence(c, now, true) && f && !f->done && may_touch_stream(c)) {
         if (sp__cuda_event_record(f->event, c->key.stream) == SP_OK) {
             f->epoch = now;
             sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);

@@ -501,7 +501,8 @@ int sp__pool_free(sp_pool *pool);
 int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c);
 /* Gives cached memory back to the driver until the pool holds at most `keep` bytes (largest
  * segments first); with `sync`, orders and synchronizes those frees and trims the cudaMemPool
- * (never below the reservation). Returns the bytes the pool stopped holding; *err (if not
+ * (never below the reservation). Returns the bytes the pool stopped holding or, with `sync`,
+ * what its cudaMemPool released if more (pages of segments given back earlier); *err (if not
  * NULL) gets the first CUDA error. */
 uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err);
 /* A fresh slab or segment of heap h for a request of `size` bytes (rounded), allocated on

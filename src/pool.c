@@ -387,6 +387,9 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     uint64_t held_before = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     if (held_before <= keep && !sync)
         return 0;
+    uint64_t reserved_before = 0, used = 0;
+    if (sync && sp__cuda_pool_usage(pool->cuda_pool, &reserved_before, &used) != SP_OK)
+        reserved_before = 0;
     sp__small_flush_bins(pool);
     sp__park_flush_all(pool);
     if (sync) /* a capturing stream is skipped (sp__may_touch_stream), the others settle */
@@ -410,7 +413,13 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
             *err = rc;
     }
     held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
-    return held_before > held ? held_before - held : 0;
+    uint64_t released = held_before > held ? held_before - held : 0;
+    /* the trim also releases pages the cudaMemPool kept from segments given back before */
+    uint64_t reserved = 0;
+    if (reserved_before && sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used) == SP_OK &&
+        reserved_before > reserved && reserved_before - reserved > released)
+        released = reserved_before - reserved;
+    return released;
 }
 
 static uint64_t cached_now(sp_pool *pool)

@@ -34,15 +34,7 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
         qsort(order, n, sizeof *order, by_priority);
         for (size_t i = 0; i < n && freed < bytes; i++) {
             sp_pool *victim = order[i];
-            /* what reaches the device: the pool's cached segments, and pages its cudaMemPool
-             * kept from segments given back earlier (the trim releases both) */
-            uint64_t before = 0, after = 0, used = 0;
-            if (sp__cuda_pool_usage(victim->cuda_pool, &before, &used) != SP_OK)
-                before = 0;
             uint64_t released = sp__pool_give_back(victim, victim->cfg.reserve, true, NULL);
-            if (before && sp__cuda_pool_usage(victim->cuda_pool, &after, &used) == SP_OK &&
-                before > after && before - after > released)
-                released = before - after;
             if (released == 0)
                 continue; /* nothing reached the device */
             sp__pool_count(victim, SP_COUNT_reclaims, 1);

@@ -326,6 +326,36 @@ static int by_size_desc(const void *a, const void *b)
     return (x->size < y->size) - (x->size > y->size);
 }
 
+/* Gives unlinked segment s to the driver with cudaFreeAsync on `on`, counted (as reclaimed
+ * too if `reclaim`), and frees s. A segment the driver refuses stays the pool's, back in the
+ * heap: tagged with everything `tag`'s stream freed so far if it may hold ranges freed there and
+ * not yet settled (stricter), else settled. Returns the bytes given; *err (if not NULL and still
+ * SP_OK) gets a CUDA error. Caller holds no lock. */
+static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stream_cache *tag,
+                             bool reclaim, int *err)
+{
+    sp_pool *pool = h->pool;
+    size_t size = s->size;
+    int rc = sp__cuda_free(s->ptr, on);
+    if (rc == SP_OK) {
+        sp__pool_count(pool, SP_COUNT_driver_frees, 1);
+        sp__usage_add(pool, 0, 0, -(int64_t)size);
+        if (reclaim)
+            sp__pool_count(pool, SP_COUNT_reclaimed_bytes, size);
+    } else {
+        if (err && *err == SP_OK)
+            *err = rc;
+        sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
+        uint64_t epoch = tag ? atomic_load_explicit(&tag->free_epoch, memory_order_acquire) : 0;
+        pthread_mutex_lock(&h->lock);
+        if (sp__heap_add_segment(h, s->ptr, size, s->huge, tag, epoch) != SP_OK)
+            sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
+        pthread_mutex_unlock(&h->lock);
+    }
+    free(s);
+    return rc == SP_OK ? size : 0;
+}
+
 uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
                           cudaStream_t stream, sp_ask_budget *ab, int *err)
 {
@@ -369,29 +399,8 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     if (own && taken && sp__cuda_stream_query(stream, &sync) != SP_OK)
         sync = false;
     /* driver calls outside the lock; a segment the driver refuses stays the pool's */
-    for (size_t i = 0; i < taken; i++) {
-        sp_segment *s = cand[i];
-        int rc = sp__cuda_free(s->ptr, on);
-        if (rc == SP_OK) {
-            sp__pool_count(pool, SP_COUNT_driver_frees, 1);
-            sp__usage_add(pool, 0, 0, -(int64_t)s->size);
-            sp__pool_count(pool, SP_COUNT_reclaimed_bytes, s->size);
-            released += s->size;
-        } else {
-            if (err && *err == SP_OK)
-                *err = rc;
-            sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
-            pthread_mutex_lock(&h->lock);
-            /* it may hold ranges freed on `me`'s stream and not yet settled: tagged with
-             * everything that stream freed so far, it waits for all of them (stricter) */
-            uint64_t epoch = own ? atomic_load_explicit(&me->free_epoch, memory_order_acquire) : 0;
-            if (sp__heap_add_segment(h, s->ptr, s->size, s->huge, own ? me : NULL, epoch) !=
-                SP_OK)
-                sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
-            pthread_mutex_unlock(&h->lock);
-        }
-        free(s);
-    }
+    for (size_t i = 0; i < taken; i++)
+        released += give_segment(h, cand[i], on, own ? me : NULL, true, err);
     free(cand);
     if (sync && released && sp__cuda_stream_sync(on) != SP_OK)
         sp__pool_count(pool, SP_COUNT_skipped_steps, 1);
@@ -505,31 +514,15 @@ void sp__park_flush_all(sp_pool *pool)
 
 void sp__heap_give_back_huge(sp_heap *h, sp_block *b, sp_stream_cache *c, cudaStream_t stream)
 {
-    sp_pool *pool = h->pool;
     pthread_mutex_lock(&h->lock);
     sp__heap_put(h, b, c, b->epoch);
     sp_segment *s = b->seg;
     bool whole = s->huge && s->used == 0 && s->first->is_free && !s->first->addr_next;
-    void *ptr = s->ptr;
-    size_t size = s->size;
     if (whole)
         segment_unlink(h, s); /* b goes with it */
     pthread_mutex_unlock(&h->lock);
-    if (!whole)
-        return;
-    if (sp__cuda_free(ptr, stream) == SP_OK) {
-        sp__pool_count(pool, SP_COUNT_driver_frees, 1);
-        sp__usage_add(pool, 0, 0, -(int64_t)size);
-    } else {
-        sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
-        pthread_mutex_lock(&h->lock);
-        if (sp__heap_add_segment(h, ptr, size, true, c,
-                                 atomic_load_explicit(&c->free_epoch, memory_order_acquire)) !=
-            SP_OK)
-            sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
-        pthread_mutex_unlock(&h->lock);
-    }
-    free(s);
+    if (whole)
+        (void)give_segment(h, s, stream, c, false, NULL);
 }
 
 void sp__heap_stats(sp_heap *h, sp_stats *st)
