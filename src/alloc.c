@@ -250,7 +250,7 @@ static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t str
     pthread_mutex_lock(&h->lock);
     b = sp__heap_take(h, size, me, stream, mode, ab);
     if (!b) { /* ranges settled since their free may merge now */
-        sp__heap_coalesce(h, me, ab);
+        sp__heap_coalesce(h, size, me, ab);
         b = sp__heap_take(h, size, me, stream, mode, ab);
     }
     pthread_mutex_unlock(&h->lock);

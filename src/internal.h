@@ -275,9 +275,10 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
 int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_stream_cache *tag,
                          uint64_t epoch);
 /* Merges free neighbours whose tags now allow it: a range freed next to another stream's
- * pending one stays apart until both settle (asks the driver about a few tags). Caller holds
- * the lock. */
-void sp__heap_coalesce(sp_heap *h, sp_stream_cache *me, sp_ask_budget *ab);
+ * pending one stays apart until both settle. Asks the driver (within the budget) only about the
+ * tags of a run of free neighbours that, merged, would hold `size` bytes. Caller holds the
+ * lock. */
+void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budget *ab);
 /* Returns a block to its segment as a free range tagged (tag, epoch), merging it with free
  * neighbours whose tags allow. Caller holds the lock. */
 void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch);

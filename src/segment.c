@@ -200,23 +200,49 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
     return take_fit(h, size, most > paged ? most : paged, me, stream, mode, ab);
 }
 
-void sp__heap_coalesce(sp_heap *h, sp_stream_cache *me, sp_ask_budget *ab)
+void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budget *ab)
 {
     for (sp_segment *s = h->segments; s; s = s->next) {
         for (sp_block *b = s->first; b;) {
-            /* never asks about `me`: its own ranges merge with each other anyway */
-            if (b->is_free && b->tag && b->tag != me &&
-                sp__tag_settled_within(ab, b->tag, b->epoch))
-                b->tag = NULL;
-            sp_block *next = b->addr_next;
-            if (b->is_free && next && next->is_free && may_merge(b, next)) {
-                index_remove(h, b);
-                index_remove(h, next);
-                absorb(h, b, next);
-                index_add(h, b);
-                continue; /* b may merge with its new neighbour too */
+            if (!b->is_free) {
+                b = b->addr_next;
+                continue;
             }
-            b = next;
+            /* a run of free neighbours from b to end, and whether tags keep any of it apart */
+            size_t run = 0;
+            bool apart = false;
+            sp_block *end = b;
+            for (;; end = end->addr_next) {
+                run += end->size;
+                sp_block *n = end->addr_next;
+                if (!n || !n->is_free)
+                    break;
+                if (!may_merge(end, n))
+                    apart = true;
+            }
+            /* the driver is asked only about a run that would hold the request once merged:
+             * asking about every pending range cost serve 10 event queries a request, and a
+             * merge that still leaves the range too small helps no one now. Never about `me`:
+             * its own ranges merge with each other anyway. */
+            if (apart && run >= size)
+                for (sp_block *x = b;; x = x->addr_next) {
+                    if (x->tag && x->tag != me && sp__tag_settled_within(ab, x->tag, x->epoch))
+                        x->tag = NULL;
+                    if (x == end)
+                        break;
+                }
+            sp_block *stop = end->addr_next; /* live or none: no merge reaches it */
+            while (b != stop) {
+                sp_block *next = b->addr_next;
+                if (next != stop && may_merge(b, next)) {
+                    index_remove(h, b);
+                    index_remove(h, next);
+                    absorb(h, b, next);
+                    index_add(h, b);
+                    continue; /* b may merge with its new neighbour too */
+                }
+                b = next;
+            }
         }
     }
 }

@@ -495,6 +495,56 @@ static void older_fence_settles_older_frees_in_the_same_miss(void **state)
     destroy_runtime(rt);
 }
 
+/* A miss asks the driver about free neighbours that tags keep apart only if, merged, they would
+ * hold the request: two streams' pending 3 MiB frees side by side cannot serve 7 MiB, so that
+ * miss makes only the driver allocation; once both streams are idle, a 6 MiB miss asks, merges
+ * them and takes the merged range without the driver. */
+static void coalesce_asks_only_where_the_merge_would_fit(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
+    gate *ga = gate_new(), *gb = gate_new();
+    void *p, *x, *y, *w, *z, *m;
+    SP(sp_alloc(pool, &p, 8 * MiB, c)); /* one 8 MiB segment */
+    SP(sp_free(pool, p, c));
+    SP(sp_alloc(pool, &x, 3 * MiB, c)); /* carved from it on its own stream: no ask */
+    SP(sp_alloc(pool, &y, 3 * MiB, c));
+    SP(sp_alloc(pool, &w, 2 * MiB, c)); /* stays live: the segment cannot go back */
+    assert_ptr_equal((char *)y, (char *)x + 3 * MiB);
+    assert_int_equal(stats_of(pool).driver_allocs, 1);
+    gate_hold(ga, a);
+    gate_hold(gb, b);
+    SP(sp_free(pool, x, a)); /* pending behind the gates, on two streams: kept apart */
+    SP(sp_free(pool, y, b));
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &z, 7 * MiB, c)); /* 3 + 3 < 7: nothing to ask about */
+    assert_int_equal(cudasimCallCount("cudaMallocFromPoolAsync"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 1);
+    assert_int_equal(stats_of(pool).driver_allocs, 2);
+    gate_open(ga);
+    gate_open(gb);
+    CK(cudaStreamSynchronize(a));
+    CK(cudaStreamSynchronize(b));
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &m, 6 * MiB, c)); /* 3 + 3: asks about a and b (idle), merges, takes */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 2);
+    assert_int_equal(cudasimCallCount(NULL), 2);
+    assert_ptr_equal(m, x);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.held.current, 8 * MiB + 8 * MiB);
+    SP(sp_free(pool, m, c));
+    SP(sp_free(pool, w, c));
+    SP(sp_free(pool, z, c));
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    drop_stream(rt, c);
+    destroy_runtime(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -512,6 +562,7 @@ int main(void)
         T(askers_fence_stays_where_it_was_recorded),
         T(later_free_gets_a_fence_of_its_own),
         T(older_fence_settles_older_frees_in_the_same_miss),
+        T(coalesce_asks_only_where_the_merge_would_fit),
 #undef T
     };
     return cmocka_run_group_tests_name("streampool_sim", tests, NULL, NULL);
