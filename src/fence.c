@@ -290,6 +290,22 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
     return rc;
 }
 
+int sp__cache_observe_driver_frees(sp_stream_cache *c)
+{
+    /* cleared first: a give-back racing with this one sets it again, and stays to be observed */
+    if (!atomic_exchange_explicit(&c->driver_frees, false, memory_order_acq_rel))
+        return SP_OK;
+    pthread_mutex_lock(&c->fence_lock);
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    int rc = may_touch_stream(c) ? sp__cuda_stream_sync(c->key.stream) : SP_ERR_CUDA;
+    if (rc == SP_OK && atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now)
+        atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+    pthread_mutex_unlock(&c->fence_lock);
+    if (rc != SP_OK)
+        atomic_store_explicit(&c->driver_frees, true, memory_order_release);
+    return rc;
+}
+
 /* Settled by the oldest fence covering epoch, queried if need be; no other CUDA call. */
 static bool settled_by_fence(sp_stream_cache *c, uint64_t epoch)
 {

@@ -219,6 +219,10 @@ int sp__tag_order_service(sp_stream_cache *c, uint64_t epoch);
 /* Blocks the host until the tag is settled (a covering fence, else the stream), for trim and
  * out of memory only; never on a capturing stream. SP_OK once settled. */
 int sp__tag_sync(sp_stream_cache *c, uint64_t epoch);
+/* Blocks the host until the segments given back to the driver on c's stream are observed
+ * complete (a synchronize, if any went back since the last), so that a trim can release their
+ * pages; for trim and out of memory only. SP_OK once observed (or none). */
+int sp__cache_observe_driver_frees(sp_stream_cache *c);
 /* Publishes what c's stream has completed when another stream's miss asked about it and found
  * its frees unsettled (fence_wanted): an idle stream settles all its frees at once, a busy one
  * gets a fence right behind them. Called by c's own thread on the large path and on a miss,
@@ -361,6 +365,10 @@ struct sp_stream_cache {
      * more work since (a stream query would say busy, a fence recorded then would complete
      * only after that work). Set by askers, counted down by the owner's frees. */
     atomic_uint fence_interest;
+    /* segments went back to the driver on this stream (cudaFreeAsync) since the host last
+     * synchronized it for a trim: the driver releases their pages only once the host has
+     * observed those frees (rule 13), which the tags, settled by a query or fence, do not say */
+    atomic_bool driver_frees;
     sp_fence *fences;          /* outstanding fences, newest first */
     unsigned fence_count;
     /* SP_CLASS_COUNT bins, under `lock`; freed when the stream is released (NULL after), so

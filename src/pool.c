@@ -366,6 +366,10 @@ static void settle_all(sp_pool *pool, int *err)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
             int rc = sp__tag_sync(c, now);
+            /* and the segments given back on the stream, which its tags do not cover: settled
+             * by a query, they are still outstanding for the driver's trim */
+            if (rc == SP_OK)
+                rc = sp__cache_observe_driver_frees(c);
             if (rc != SP_OK) {
                 unsettled = true;
                 count(pool, SP_COUNT_skipped_steps);

@@ -1,6 +1,7 @@
 /* Tenant isolation on a device of known size (cudasim only): a noisy neighbour, reclaim across
  * pools, limits, the out-of-memory callback and report, and random driver failures. The key
  * figures are printed as TAP comments ("# ..."). */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,55 @@ static void reclaim_across_pools(void **state)
                   (unsigned long long)sy1.oom_retries);
     SP(sp_free(y, big, sy));
     drop_stream(rt, sx);
+    drop_stream(rt, sy);
+    destroy_runtime(rt);
+}
+
+/* Until the host has observed it, a free is outstanding for the driver (rule 13): stream
+ * queries and the worker having run it do not count. */
+static void wait_until_idle(cudaStream_t s)
+{
+    cudaError_t e;
+    while ((e = cudaStreamQuery(s)) == cudaErrorNotReady)
+        sched_yield(); /* a condition, not a duration: the stream's worker is finishing */
+    CK(e);
+}
+
+/* X gives a huge segment back to the driver at its free (another size than the stream's last),
+ * and its stream's frees then settle by a query, not a synchronize. Y's request needs those
+ * pages: the reclaim must synchronize X's stream, or X's cudaMemPool cannot release them. */
+static void reclaim_observes_segments_given_back_on_a_stream(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool_config cx = SP_POOL_CONFIG_INIT;
+    cx.priority = -1;
+    sp_pool *x, *y;
+    SP(sp_pool_create(rt, "X", &cx, &x));
+    SP(sp_pool_create(rt, "Y", NULL, &y));
+    cudaStream_t sx = new_stream(), sx2 = new_stream(), sy = new_stream();
+    void *a, *b, *m, *m2, *big;
+    SP(sp_alloc(x, &a, 1 * GiB, sx));
+    SP(sp_alloc(x, &m, 4 * MiB, sx));
+    SP(sp_free(x, a, sx));                 /* the stream's last huge free: kept */
+    SP(sp_alloc(x, &b, 2 * GiB, sx));      /* a's pages go back on sx and into b */
+    SP(sp_free(x, b, sx));                 /* another size: back to the driver at once, on sx */
+    SP(sp_free(x, m, sx));
+    wait_until_idle(sx);                   /* run, but never observed by the host */
+    SP(sp_alloc(x, &m2, 4 * MiB, sx2));    /* asks about sx: idle, so settled by the query */
+    assert_ptr_equal(m2, m);
+    sp_stats st = stats_of(x);
+    assert_int_equal(st.held.current, 4 * MiB);
+    assert_int_equal(st.pool_reserved, 2 * GiB + 4 * MiB);
+    SP(sp_alloc(y, &big, 3 * GiB, sy));    /* needs the 2 GiB X's cudaMemPool kept */
+    st = stats_of(x);
+    assert_int_equal(st.reclaims, 1);
+    assert_int_equal(st.pool_reserved, 4 * MiB); /* m2's segment, live */
+    assert_int_equal(stats_of(y).requested.current, 3 * GiB);
+    SP(sp_free(y, big, sy));
+    SP(sp_free(x, m2, sx2));
+    drop_stream(rt, sx);
+    drop_stream(rt, sx2);
     drop_stream(rt, sy);
     destroy_runtime(rt);
 }
@@ -759,6 +809,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_tenants)
         T(noisy_neighbour),
         T(reclaim_across_pools),
+        T(reclaim_observes_segments_given_back_on_a_stream),
         T(limit_rejects_then_recovers),
         T(oom_callback_and_report),
         T(random_driver_failures),
