@@ -323,7 +323,9 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
 
 /* ---- giving cached memory back ---- */
 
-/* Every stream's frees made before now are complete once the device is synchronized. */
+/* Every stream's frees made before now are complete once the device is synchronized, and the
+ * segments given back on every stream observed: a released stream's (driver_frees), which no
+ * later trim could synchronize, are cleared so that they do not bring back this synchronize. */
 static void settle_by_device_sync(sp_pool *pool, int *err)
 {
     pthread_mutex_lock(&pool->lock);
@@ -331,23 +333,35 @@ static void settle_by_device_sync(sp_pool *pool, int *err)
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
             n++;
-    uint64_t *snap = calloc(n ? n : 1, sizeof *snap);
+    struct {
+        uint64_t epoch;
+        bool driver_frees;
+    } *snap = calloc(n ? n : 1, sizeof *snap);
     size_t i = 0;
+    /* cleared before the synchronize: a give-back racing with it sets the flag again */
     if (snap)
         for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
-            for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
-                snap[i++] = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+            for (sp_stream_cache *c = *l; c; c = c->next_in_pool, i++) {
+                snap[i].epoch = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+                snap[i].driver_frees = atomic_exchange_explicit(&c->driver_frees, false,
+                                                                memory_order_acq_rel);
+            }
     int rc = snap ? sp__cuda_device_sync(pool->rt->device) : SP_ERR_NO_HOST_MEMORY;
-    if (rc == SP_OK) {
-        i = 0;
+    i = 0;
+    if (snap)
         for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
             for (sp_stream_cache *c = *l; c; c = c->next_in_pool, i++) {
+                if (rc != SP_OK) {
+                    if (snap[i].driver_frees)
+                        atomic_store_explicit(&c->driver_frees, true, memory_order_release);
+                    continue;
+                }
                 pthread_mutex_lock(&c->fence_lock);
-                if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < snap[i])
-                    atomic_store_explicit(&c->done_epoch, snap[i], memory_order_release);
+                if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < snap[i].epoch)
+                    atomic_store_explicit(&c->done_epoch, snap[i].epoch, memory_order_release);
                 pthread_mutex_unlock(&c->fence_lock);
             }
-    } else {
+    if (rc != SP_OK) {
         count(pool, SP_COUNT_skipped_steps);
         if (err && *err == SP_OK)
             *err = rc;

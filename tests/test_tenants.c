@@ -182,6 +182,45 @@ static void reclaim_observes_segments_given_back_on_a_stream(void **state)
     destroy_runtime(rt);
 }
 
+/* A stream that gave a segment back to the driver and is then released cannot be synchronized
+ * any more: the trim's device synchronize observes that give-back, once. Later trims have
+ * nothing of it left to observe: no device synchronize, no skipped step. */
+static void released_stream_give_back_observed_once(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool *x;
+    SP(sp_pool_create(rt, "X", NULL, &x));
+    cudaStream_t sx = new_stream(), sx2 = new_stream();
+    void *a, *b, *m, *m2;
+    SP(sp_alloc(x, &a, 1 * GiB, sx));
+    SP(sp_alloc(x, &m, 4 * MiB, sx));
+    SP(sp_free(x, a, sx));                 /* the stream's last huge free: kept */
+    SP(sp_alloc(x, &b, 2 * GiB, sx));      /* a's pages go back on sx and into b */
+    SP(sp_free(x, b, sx));                 /* another size: back to the driver at once, on sx */
+    SP(sp_free(x, m, sx));
+    wait_until_idle(sx);                   /* run, but never observed by the host */
+    SP(sp_alloc(x, &m2, 4 * MiB, sx2));    /* asks about sx: idle, so settled by the query */
+    assert_ptr_equal(m2, m);
+    drop_stream(rt, sx);                   /* released with its give-backs unobserved */
+    assert_int_equal(stats_of(x).pool_reserved, 2 * GiB + 4 * MiB);
+    cudasimResetCallCounts();
+    SP(sp_pool_trim(x, 0));                /* sx cannot be named: the device is synchronized */
+    assert_int_equal(cudasimCallCount("cudaDeviceSynchronize"), 1);
+    sp_stats st = stats_of(x);
+    assert_int_equal(st.pool_reserved, 4 * MiB); /* m2's segment, live */
+    uint64_t skipped = st.skipped_steps;
+    cudasimResetCallCounts();
+    SP(sp_pool_trim(x, 0));                /* nothing left unobserved */
+    assert_int_equal(cudasimCallCount("cudaDeviceSynchronize"), 0);
+    st = stats_of(x);
+    assert_int_equal(st.skipped_steps, skipped);
+    assert_int_equal(st.pool_reserved, 4 * MiB);
+    SP(sp_free(x, m2, sx2));
+    drop_stream(rt, sx2);
+    destroy_runtime(rt);
+}
+
 static void limit_rejects_then_recovers(void **state)
 {
     (void)state;
@@ -810,6 +849,7 @@ int main(void)
         T(noisy_neighbour),
         T(reclaim_across_pools),
         T(reclaim_observes_segments_given_back_on_a_stream),
+        T(released_stream_give_back_observed_once),
         T(limit_rejects_then_recovers),
         T(oom_callback_and_report),
         T(random_driver_failures),
