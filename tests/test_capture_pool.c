@@ -30,6 +30,19 @@ static struct {
 } held_query = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false};
 /* this thread is in sp_stream_capture_begin: a lock it finds held lets the held query go on */
 static _Thread_local bool declaring;
+/* a trimming thread: its next cudaEventSynchronize fails at once (as if the fence's stream had
+ * faulted), and its first mutex lock after streampool cleared that error waits for `proceed`
+ * like a held query */
+static _Thread_local bool fail_event_sync, failed_event_sync, hold_next_lock;
+
+/* Holds the calling thread until `proceed`, telling the test thread it got there. */
+static void hold_here(void)
+{
+    held_query.in_query = true;
+    pthread_cond_broadcast(&held_query.cv);
+    while (!held_query.proceed)
+        pthread_cond_wait(&held_query.cv, &held_query.mu);
+}
 
 int pthread_mutex_lock(pthread_mutex_t *m)
 {
@@ -38,6 +51,12 @@ int pthread_mutex_lock(pthread_mutex_t *m)
         *(void **)&real = dlsym(RTLD_NEXT, "pthread_mutex_lock");
     if (counting_locks)
         mutex_locks++;
+    if (hold_next_lock && m != &held_query.mu) {
+        hold_next_lock = false;
+        real(&held_query.mu);
+        hold_here();
+        pthread_mutex_unlock(&held_query.mu);
+    }
     if (declaring && m != &held_query.mu) {
         if (pthread_mutex_trylock(m) == 0)
             return 0;
@@ -58,13 +77,37 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     pthread_mutex_lock(&held_query.mu);
     if (held_query.stream && stream == held_query.stream) {
         held_query.stream = NULL;
-        held_query.in_query = true;
-        pthread_cond_broadcast(&held_query.cv);
-        while (!held_query.proceed)
-            pthread_cond_wait(&held_query.cv, &held_query.mu);
+        hold_here();
     }
     pthread_mutex_unlock(&held_query.mu);
     return real(stream);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    static cudaError_t (*real)(cudaEvent_t);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaEventSynchronize");
+    if (fail_event_sync) {
+        fail_event_sync = false;
+        failed_event_sync = true;
+        return cudaErrorLaunchFailure;
+    }
+    return real(event);
+}
+
+/* streampool clears the error it handled: the held lock is the first after that */
+cudaError_t cudaGetLastError(void)
+{
+    static cudaError_t (*real)(void);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaGetLastError");
+    cudaError_t err = real();
+    if (failed_event_sync) {
+        failed_event_sync = false;
+        hold_next_lock = true;
+    }
+    return err;
 }
 
 /* ---- fixture: the runtime and any capture left open are torn down even after a failure ---- */
@@ -352,6 +395,71 @@ static void capture_declared_during_a_query_waits_for_it(void **state)
     drop_stream(f->rt, b);
 }
 
+/* A capture declared while a trim on another thread has decided that a device synchronize must
+ * settle what it could not (here a released stream's fence whose synchronize failed), before it
+ * synchronizes: the trim must see the capture and leave the device alone (rule 25), as it does
+ * for a capture declared before it decided. The trim is held at its next lock. */
+typedef struct {
+    sp_pool *pool;
+    int rc;
+} trim_arg;
+
+static void *trim_thread(void *arg)
+{
+    trim_arg *t = arg;
+    fail_event_sync = true;
+    t->rc = sp_pool_trim(t->pool, 0);
+    fail_event_sync = failed_event_sync = hold_next_lock = false;
+    return NULL;
+}
+
+static void capture_declared_before_a_trims_device_sync_stops_it(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = f->pool;
+    cudaStream_t s = new_stream(), c = new_stream();
+    gate *g = gate_new();
+    void *x;
+    SP(sp_alloc(pool, &x, 4 * MiB, s));
+    gate_hold(g, s);
+    SP(sp_free(pool, x, s));
+    SP(sp_stream_release(f->rt, s)); /* a final fence, pending behind the gate */
+    pthread_mutex_lock(&held_query.mu);
+    held_query.stream = NULL;
+    held_query.in_query = held_query.proceed = false;
+    pthread_mutex_unlock(&held_query.mu);
+    trim_arg t = {pool, -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, trim_thread, &t), 0);
+    pthread_mutex_lock(&held_query.mu);
+    while (!held_query.in_query)
+        pthread_cond_wait(&held_query.cv, &held_query.mu);
+    pthread_mutex_unlock(&held_query.mu);
+    declaring = true;
+    int rc = sp_stream_capture_begin(f->rt, c);
+    declaring = false;
+    SP(rc);
+    f->declared = c, f->is_declared = true;
+    CK(cudaStreamBeginCapture(c, cudaStreamCaptureModeThreadLocal));
+    f->capturing = c;
+    pthread_mutex_lock(&held_query.mu);
+    held_query.proceed = true;
+    pthread_cond_broadcast(&held_query.cv);
+    pthread_mutex_unlock(&held_query.mu);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamEndCapture(c, &graph)); /* invalidated by a device synchronize */
+    f->capturing = NULL;
+    SP(t.rc);
+    CK(cudaGraphDestroy(graph));
+    SP(sp_stream_capture_end(f->rt, c));
+    f->is_declared = false;
+    gate_open(g);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    drop_stream(f->rt, c);
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -362,6 +470,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(declared_capture_keeps_hot_path_lock_free,
                                         setup_declared, teardown),
         cmocka_unit_test_setup_teardown(capture_declared_during_a_query_waits_for_it,
+                                        setup_declared, teardown),
+        cmocka_unit_test_setup_teardown(capture_declared_before_a_trims_device_sync_stops_it,
                                         setup_declared, teardown),
     };
     (void)MiB;
