@@ -231,21 +231,33 @@ int sp__cache_final_fence(sp_stream_cache *c)
 {
     sp_runtime *rt = c->pool->rt;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-    if (atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= now)
+    /* segments given back on the stream: the driver releases their pages only once a host
+     * synchronize observed their frees (rule 13), which settled tags do not say, and which no
+     * trim can make of the stream once it is released (and maybe destroyed) */
+    bool gave_back = atomic_load_explicit(&c->driver_frees, memory_order_acquire);
+    if (atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= now && !gave_back)
         return SP_OK;
     pthread_mutex_lock(&c->fence_lock);
-    sp_fence *f = NULL;
-    int rc = SP_ERR_CUDA;
+    int rc = SP_OK;
     bool touch = sp__may_touch_stream(c); /* released just now: named one last time */
-    if (touch)
-        rc = sp__fence_record(&rt->fences, c->key.stream, now, &f);
-    if (rc == SP_OK) {
+    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now) {
+        sp_fence *f = NULL;
+        rc = touch ? sp__fence_record(&rt->fences, c->key.stream, now, &f) : SP_ERR_CUDA;
+        if (rc == SP_OK) {
+            sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+            f->next = c->fences;
+            c->fences = f;
+            c->fence_count++;
+        }
+    }
+    /* behind the give-backs, for a trim to synchronize (sp__cache_observe_driver_frees); kept
+     * out of `fences`, which a settle by query recycles */
+    if (rc == SP_OK && gave_back && touch && !c->final_fence &&
+        (rc = sp__fence_record(&rt->fences, c->key.stream, now, &c->final_fence)) == SP_OK)
         sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
-        f->next = c->fences;
-        c->fences = f;
-        c->fence_count++;
-    } else if (touch && (rc = sp__cuda_stream_sync(c->key.stream)) == SP_OK) {
+    if (rc != SP_OK && touch && (rc = sp__cuda_stream_sync(c->key.stream)) == SP_OK) {
         atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+        atomic_store_explicit(&c->driver_frees, false, memory_order_release);
     }
     pthread_mutex_unlock(&c->fence_lock);
     return rc;
@@ -260,6 +272,9 @@ void sp__cache_drop_fences(sp_stream_cache *c)
         sp__fence_recycle(&c->pool->rt->fences, f);
     }
     c->fence_count = 0;
+    if (c->final_fence)
+        sp__fence_recycle(&c->pool->rt->fences, c->final_fence);
+    c->final_fence = NULL;
     pthread_mutex_unlock(&c->fence_lock);
 }
 
@@ -297,7 +312,16 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c)
         return SP_OK;
     pthread_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-    int rc = may_touch_stream(c) ? sp__cuda_stream_sync(c->key.stream) : SP_ERR_CUDA;
+    int rc = SP_ERR_CUDA;
+    if (may_touch_stream(c)) {
+        rc = sp__cuda_stream_sync(c->key.stream);
+    } else if (c->final_fence) { /* released: the fence recorded behind its give-backs */
+        now = c->final_fence->epoch;
+        if ((rc = sp__cuda_event_sync(c->final_fence->event)) == SP_OK) {
+            sp__fence_recycle(&c->pool->rt->fences, c->final_fence);
+            c->final_fence = NULL;
+        }
+    }
     if (rc == SP_OK && atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now)
         atomic_store_explicit(&c->done_epoch, now, memory_order_release);
     pthread_mutex_unlock(&c->fence_lock);

@@ -370,6 +370,9 @@ struct sp_stream_cache {
      * observed those frees (rule 13), which the tags, settled by a query or fence, do not say */
     atomic_bool driver_frees;
     sp_fence *fences;          /* outstanding fences, newest first */
+    /* released after giving segments back: a fence recorded at release behind those frees,
+     * which a trim synchronizes so that the driver may release their pages (under fence_lock) */
+    sp_fence *final_fence;
     unsigned fence_count;
     /* SP_CLASS_COUNT bins, under `lock`; freed when the stream is released (NULL after), so
      * that a released stream's cache is a small tombstone kept only for its tags */

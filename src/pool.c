@@ -329,6 +329,13 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
 static void settle_by_device_sync(sp_pool *pool, int *err)
 {
     pthread_mutex_lock(&pool->lock);
+    /* asked again under the lock, held through the synchronize: sp_stream_capture_begin counts
+     * its capture before it takes every pool's lock, so a capture declared since the caller
+     * asked is seen here, and one declared later is begun only after the synchronize (rule 25) */
+    if (atomic_load_explicit(&pool->rt->captures, memory_order_acquire) != 0) {
+        pthread_mutex_unlock(&pool->lock);
+        return;
+    }
     size_t n = 0;
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)

@@ -19,6 +19,31 @@ static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 static _Thread_local bool counting_locks;
 static _Thread_local long mutex_locks;
 
+/* ---- holding another thread's miss inside its query of a stream ---- */
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cudaStream_t stream; /* armed: the next query of this stream waits for `proceed` */
+    bool in_query;       /* a miss is inside that query, before the driver answers */
+    bool proceed;        /* the declaring thread began its capture, or is blocked on a lock */
+} held_query = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false};
+/* this thread is in sp_stream_capture_begin: a lock it finds held lets the held query go on */
+static _Thread_local bool declaring;
+/* a trimming thread: its next cudaEventSynchronize fails at once (as if the fence's stream had
+ * faulted), and its first mutex lock after streampool cleared that error waits for `proceed`
+ * like a held query */
+static _Thread_local bool fail_event_sync, failed_event_sync, hold_next_lock;
+
+/* Holds the calling thread until `proceed`, telling the test thread it got there. */
+static void hold_here(void)
+{
+    held_query.in_query = true;
+    pthread_cond_broadcast(&held_query.cv);
+    while (!held_query.proceed)
+        pthread_cond_wait(&held_query.cv, &held_query.mu);
+}
+
 int pthread_mutex_lock(pthread_mutex_t *m)
 {
     static int (*real)(pthread_mutex_t *);
@@ -26,7 +51,63 @@ int pthread_mutex_lock(pthread_mutex_t *m)
         *(void **)&real = dlsym(RTLD_NEXT, "pthread_mutex_lock");
     if (counting_locks)
         mutex_locks++;
+    if (hold_next_lock && m != &held_query.mu) {
+        hold_next_lock = false;
+        real(&held_query.mu);
+        hold_here();
+        pthread_mutex_unlock(&held_query.mu);
+    }
+    if (declaring && m != &held_query.mu) {
+        if (pthread_mutex_trylock(m) == 0)
+            return 0;
+        /* held by the miss: this thread waits for it, so the miss may go on */
+        real(&held_query.mu);
+        held_query.proceed = true;
+        pthread_cond_broadcast(&held_query.cv);
+        pthread_mutex_unlock(&held_query.mu);
+    }
     return real(m);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream)
+{
+    static cudaError_t (*real)(cudaStream_t);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaStreamQuery");
+    pthread_mutex_lock(&held_query.mu);
+    if (held_query.stream && stream == held_query.stream) {
+        held_query.stream = NULL;
+        hold_here();
+    }
+    pthread_mutex_unlock(&held_query.mu);
+    return real(stream);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    static cudaError_t (*real)(cudaEvent_t);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaEventSynchronize");
+    if (fail_event_sync) {
+        fail_event_sync = false;
+        failed_event_sync = true;
+        return cudaErrorLaunchFailure;
+    }
+    return real(event);
+}
+
+/* streampool clears the error it handled: the held lock is the first after that */
+cudaError_t cudaGetLastError(void)
+{
+    static cudaError_t (*real)(void);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaGetLastError");
+    cudaError_t err = real();
+    if (failed_event_sync) {
+        failed_event_sync = false;
+        hold_next_lock = true;
+    }
+    return err;
 }
 
 /* ---- fixture: the runtime and any capture left open are torn down even after a failure ---- */
@@ -247,6 +328,138 @@ static void declared_capture_keeps_hot_path_lock_free(void **state)
     drop_stream(f->rt, t);
 }
 
+/* A capture declared while another thread's miss is asking about the stream: the miss had found
+ * the stream not capturing and is about to query it. sp_stream_capture_begin waits for that
+ * query to finish, so that no query reaches the stream once its capture has begun (rule 25: it
+ * would invalidate the capture). The miss is held inside its query (an interposed
+ * cudaStreamQuery) until the declaring thread began the capture or blocked on a lock. */
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t stream;
+    void *ptr;
+    int rc;
+} miss_arg;
+
+static void *miss_thread(void *arg)
+{
+    miss_arg *m = arg;
+    m->rc = sp_alloc(m->pool, &m->ptr, 4 * MiB, m->stream);
+    return NULL;
+}
+
+static void capture_declared_during_a_query_waits_for_it(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = f->pool;
+    cudaStream_t a = new_stream(), b = new_stream();
+    gate *g = gate_new();
+    void *x;
+    SP(sp_alloc(pool, &x, 4 * MiB, a));
+    gate_hold(g, a);
+    SP(sp_free(pool, x, a)); /* pending behind the gate: b's miss asks about a */
+    pthread_mutex_lock(&held_query.mu);
+    held_query.stream = a;
+    held_query.in_query = held_query.proceed = false;
+    pthread_mutex_unlock(&held_query.mu);
+    miss_arg m = {pool, b, NULL, -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, miss_thread, &m), 0);
+    pthread_mutex_lock(&held_query.mu);
+    while (!held_query.in_query)
+        pthread_cond_wait(&held_query.cv, &held_query.mu);
+    pthread_mutex_unlock(&held_query.mu);
+    declaring = true;
+    int rc = sp_stream_capture_begin(f->rt, a);
+    declaring = false;
+    SP(rc);
+    f->declared = a, f->is_declared = true;
+    CK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
+    f->capturing = a;
+    pthread_mutex_lock(&held_query.mu);
+    held_query.proceed = true;
+    pthread_cond_broadcast(&held_query.cv);
+    pthread_mutex_unlock(&held_query.mu);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    SP(m.rc);
+    assert_ptr_not_equal(m.ptr, x); /* a's free is pending: b grew */
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamEndCapture(a, &graph)); /* invalidated by a query during the capture */
+    f->capturing = NULL;
+    CK(cudaGraphDestroy(graph));
+    SP(sp_stream_capture_end(f->rt, a));
+    f->is_declared = false;
+    gate_open(g);
+    SP(sp_free(pool, m.ptr, b));
+    assert_exact(pool);
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+}
+
+/* A capture declared while a trim on another thread has decided that a device synchronize must
+ * settle what it could not (here a released stream's fence whose synchronize failed), before it
+ * synchronizes: the trim must see the capture and leave the device alone (rule 25), as it does
+ * for a capture declared before it decided. The trim is held at its next lock. */
+typedef struct {
+    sp_pool *pool;
+    int rc;
+} trim_arg;
+
+static void *trim_thread(void *arg)
+{
+    trim_arg *t = arg;
+    fail_event_sync = true;
+    t->rc = sp_pool_trim(t->pool, 0);
+    fail_event_sync = failed_event_sync = hold_next_lock = false;
+    return NULL;
+}
+
+static void capture_declared_before_a_trims_device_sync_stops_it(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = f->pool;
+    cudaStream_t s = new_stream(), c = new_stream();
+    gate *g = gate_new();
+    void *x;
+    SP(sp_alloc(pool, &x, 4 * MiB, s));
+    gate_hold(g, s);
+    SP(sp_free(pool, x, s));
+    SP(sp_stream_release(f->rt, s)); /* a final fence, pending behind the gate */
+    pthread_mutex_lock(&held_query.mu);
+    held_query.stream = NULL;
+    held_query.in_query = held_query.proceed = false;
+    pthread_mutex_unlock(&held_query.mu);
+    trim_arg t = {pool, -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, trim_thread, &t), 0);
+    pthread_mutex_lock(&held_query.mu);
+    while (!held_query.in_query)
+        pthread_cond_wait(&held_query.cv, &held_query.mu);
+    pthread_mutex_unlock(&held_query.mu);
+    declaring = true;
+    int rc = sp_stream_capture_begin(f->rt, c);
+    declaring = false;
+    SP(rc);
+    f->declared = c, f->is_declared = true;
+    CK(cudaStreamBeginCapture(c, cudaStreamCaptureModeThreadLocal));
+    f->capturing = c;
+    pthread_mutex_lock(&held_query.mu);
+    held_query.proceed = true;
+    pthread_cond_broadcast(&held_query.cv);
+    pthread_mutex_unlock(&held_query.mu);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamEndCapture(c, &graph)); /* invalidated by a device synchronize */
+    f->capturing = NULL;
+    SP(t.rc);
+    CK(cudaGraphDestroy(graph));
+    SP(sp_stream_capture_end(f->rt, c));
+    f->is_declared = false;
+    gate_open(g);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    drop_stream(f->rt, c);
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -255,6 +468,10 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(undeclared_capture_is_never_probed, setup_always, teardown),
         cmocka_unit_test_setup_teardown(declared_capture_keeps_hot_path_lock_free,
+                                        setup_declared, teardown),
+        cmocka_unit_test_setup_teardown(capture_declared_during_a_query_waits_for_it,
+                                        setup_declared, teardown),
+        cmocka_unit_test_setup_teardown(capture_declared_before_a_trims_device_sync_stops_it,
                                         setup_declared, teardown),
     };
     (void)MiB;

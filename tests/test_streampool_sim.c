@@ -545,6 +545,45 @@ static void coalesce_asks_only_where_the_merge_would_fit(void **state)
     destroy_runtime(rt);
 }
 
+/* A stream released after giving segments back to the driver, when a miss had already found
+ * all its frees complete (a stream query: the host has not observed them, rule 13): a later trim
+ * still lets the driver release those pages, with no device synchronize (SP_CAPTURE_ALWAYS
+ * rules it out: a capture may be under way anywhere). Found in review: they stayed reserved. */
+static void released_streams_give_backs_are_trimmed(void **state)
+{
+    (void)state;
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.capture_check = SP_CAPTURE_ALWAYS;
+    sp_runtime *rt = track_runtime(0, &cfg);
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream(), t = new_stream();
+    void *a, *b, *m, *n;
+    SP(sp_alloc(pool, &a, 40 * MiB, s));
+    SP(sp_free(pool, a, s)); /* the first huge free: kept */
+    SP(sp_alloc(pool, &a, 40 * MiB, s));
+    SP(sp_alloc(pool, &b, 20 * MiB, s));
+    SP(sp_free(pool, b, s)); /* 20 after 40: back to the driver at once, on s */
+    SP(sp_free(pool, a, s)); /* 40 after 20: back at once too */
+    SP(sp_alloc(pool, &m, 4 * MiB, s));
+    SP(sp_free(pool, m, s)); /* a medium range, tagged with s */
+    while (cudaStreamQuery(s) == cudaErrorNotReady) /* s is done; no host synchronize of it */
+        sched_yield();
+    SP(sp_alloc(pool, &n, 4 * MiB, t)); /* asks about s: idle, all its frees settle */
+    assert_ptr_equal(n, m);
+    SP(sp_stream_release(rt, s));
+    CK(cudaStreamDestroy(s));
+    SP(sp_free(pool, n, t));
+    SP(sp_pool_trim(pool, 0));
+    uint64_t reserved = 1;
+    CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent,
+                               &reserved));
+    assert_int_equal(reserved, 0); /* on main: 56 MiB of a's and b's pages stayed */
+    assert_int_equal(stats_of(pool).held.current, 0);
+    drop_stream(rt, t);
+    destroy_runtime(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -563,6 +602,7 @@ int main(void)
         T(later_free_gets_a_fence_of_its_own),
         T(older_fence_settles_older_frees_in_the_same_miss),
         T(coalesce_asks_only_where_the_merge_would_fit),
+        T(released_streams_give_backs_are_trimmed),
 #undef T
     };
     return cmocka_run_group_tests_name("streampool_sim", tests, NULL, NULL);

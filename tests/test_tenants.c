@@ -183,8 +183,9 @@ static void reclaim_observes_segments_given_back_on_a_stream(void **state)
 }
 
 /* A stream that gave a segment back to the driver and is then released cannot be synchronized
- * any more: the trim's device synchronize observes that give-back, once. Later trims have
- * nothing of it left to observe: no device synchronize, no skipped step. */
+ * any more: the trim synchronizes the fence recorded behind that give-back at release, once,
+ * with no device synchronize. Later trims have nothing of it left to observe: no synchronize,
+ * no skipped step. */
 static void released_stream_give_back_observed_once(void **state)
 {
     (void)state;
@@ -205,13 +206,15 @@ static void released_stream_give_back_observed_once(void **state)
     drop_stream(rt, sx);                   /* released with its give-backs unobserved */
     assert_int_equal(stats_of(x).pool_reserved, 2 * GiB + 4 * MiB);
     cudasimResetCallCounts();
-    SP(sp_pool_trim(x, 0));                /* sx cannot be named: the device is synchronized */
-    assert_int_equal(cudasimCallCount("cudaDeviceSynchronize"), 1);
+    SP(sp_pool_trim(x, 0));                /* sx cannot be named: its release's fence can */
+    assert_int_equal(cudasimCallCount("cudaEventSynchronize"), 1);
+    assert_int_equal(cudasimCallCount("cudaDeviceSynchronize"), 0);
     sp_stats st = stats_of(x);
     assert_int_equal(st.pool_reserved, 4 * MiB); /* m2's segment, live */
     uint64_t skipped = st.skipped_steps;
     cudasimResetCallCounts();
     SP(sp_pool_trim(x, 0));                /* nothing left unobserved */
+    assert_int_equal(cudasimCallCount("cudaEventSynchronize"), 0);
     assert_int_equal(cudasimCallCount("cudaDeviceSynchronize"), 0);
     st = stats_of(x);
     assert_int_equal(st.skipped_steps, skipped);
