@@ -263,6 +263,50 @@ static void limit_rejects_then_recovers(void **state)
     destroy_runtime(rt);
 }
 
+/* At its limit, a pool whose free ranges would hold the request once merged: the stream's own
+ * freed range, still pending, next to another stream's settled one. The ladder's last rung
+ * synchronizes every stream of the pool (settling both) and must then merge and reuse them,
+ * not only ask the driver for more: the request succeeds, with no driver call and no
+ * rejection. (A plain retry of the same call succeeded where the first one failed.) */
+static void limit_reuses_ranges_its_synchronize_settled(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 8 * MiB;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "merge-at-limit", &cfg, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    void *whole, *x, *y, *z, *p = (void *)0x9;
+    SP(sp_alloc(pool, &whole, 8 * MiB, a));        /* one 8 MiB segment: the whole limit */
+    SP(sp_free(pool, whole, a));
+    SP(sp_alloc(pool, &x, 3 * MiB, a));            /* [0, 3) */
+    SP(sp_alloc(pool, &y, 2 * MiB, a));            /* [3, 5) */
+    SP(sp_alloc(pool, &z, 3 * MiB, a));            /* [5, 8) */
+    assert_ptr_equal(y, (char *)x + 3 * MiB);
+    assert_ptr_equal(z, (char *)x + 5 * MiB);
+    CK(cudaStreamSynchronize(a));
+    SP(sp_free(pool, z, b));                       /* b is ordered after a's use of z */
+    SP(sp_pool_trim(pool, 8 * MiB));               /* keeps everything; z's free is settled */
+    SP(sp_free(pool, y, a));                       /* pending on a, next to z */
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.held.current, 8 * MiB);
+    assert_int_equal(st.driver_allocs, 1);
+    SP(sp_alloc(pool, &p, 5 * MiB, a));            /* y and z merged */
+    assert_ptr_equal(p, y);
+    st = stats_of(pool);
+    assert_int_equal(st.limit_rejections, 0);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.held.current, 8 * MiB);
+    assert_int_equal(st.active.current, 8 * MiB);
+    assert_int_equal(st.requested.current, 8 * MiB);
+    SP(sp_free(pool, p, a));
+    SP(sp_free(pool, x, a));
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
 typedef struct {
     sp_pool *pool;
     cudaStream_t stream;
@@ -851,6 +895,7 @@ int main(void)
         T(reclaim_observes_segments_given_back_on_a_stream),
         T(released_stream_give_back_observed_once),
         T(limit_rejects_then_recovers),
+        T(limit_reuses_ranges_its_synchronize_settled),
         T(oom_callback_and_report),
         T(random_driver_failures),
         T(random_faults_everywhere_lose_nothing),
