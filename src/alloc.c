@@ -344,10 +344,14 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && policy != SP_CROSS_STREAM_NO_WAIT &&
         (b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits)))
         rc = SP_OK;
-    /* a request larger than the limit itself: nothing the pool gives back can make it fit */
+    /* a request larger than the limit itself: nothing the pool gives back can make it fit.
+     * Over the limit, the pool keeps what leaves room for the request; a driver refusal gives
+     * the whole cache back, with or without a limit: the driver counts whole pages, so a pool
+     * near its cap (maxSize) may hold fewer bytes than the limit less the request and still
+     * have no page left for it */
     if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || (rc == SP_ERR_LIMIT && size <= limit)) {
-        (void)sp__pool_give_back(pool, limit ? limit - (size < limit ? size : limit) : 0,
-                                 true, NULL);
+        (void)sp__pool_give_back(pool, limit && rc == SP_ERR_LIMIT ? limit - size : 0, true,
+                                 NULL);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
         rc = retry_settled(pool, h, c, stream, bytes, size, small, &b);
     }
