@@ -269,6 +269,19 @@ static bool larger_than_device(sp_pool *pool, size_t size)
     return sp__cuda_mem_info(pool->rt->device, &free_bytes, &total) == SP_OK && size > total;
 }
 
+/* The retry after a give-back that synchronized the pool's streams: the frees it settled may
+ * now merge into, or be, a range that holds the request (in a partly used segment, which no
+ * give-back frees, and which the rungs above could not use while they were pending), else a
+ * fresh slab or segment. */
+static int retry_settled(sp_pool *pool, sp_heap *h, sp_stream_cache *c, cudaStream_t stream,
+                         size_t bytes, size_t size, bool small, sp_block **b)
+{
+    sp_ask_budget asks = {0}; /* its own: the rungs above may have spent theirs */
+    if ((*b = take_freed(pool, c, stream, bytes, small, SP_TAKE_KNOWN, &asks)))
+        return SP_OK;
+    return sp__pool_grow(pool, h, size, c, stream, b);
+}
+
 /* The whole ladder, in order. Each rung either yields a block or hands on to the next:
  *  1. memory another stream freed, behind a completed fence (asking the driver, bounded);
  *  2. under the WAIT policy, behind a pending fence the allocating stream waits on;
@@ -331,12 +344,16 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && policy != SP_CROSS_STREAM_NO_WAIT &&
         (b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits)))
         rc = SP_OK;
-    /* a request larger than the limit itself: nothing the pool gives back can make it fit */
+    /* a request larger than the limit itself: nothing the pool gives back can make it fit.
+     * Over the limit, the pool keeps what leaves room for the request; a driver refusal gives
+     * the whole cache back, with or without a limit: the driver counts whole pages, so a pool
+     * near its cap (maxSize) may hold fewer bytes than the limit less the request and still
+     * have no page left for it */
     if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || (rc == SP_ERR_LIMIT && size <= limit)) {
-        (void)sp__pool_give_back(pool, limit ? limit - (size < limit ? size : limit) : 0,
-                                 true, NULL);
+        (void)sp__pool_give_back(pool, limit && rc == SP_ERR_LIMIT ? limit - size : 0, true,
+                                 NULL);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
-        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b);
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && limit) {
         /* the driver enforces the limit too (maxSize): a pool at its own cap is at its limit */
@@ -354,13 +371,13 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         (void)sp__pool_give_back(pool, 0, true, NULL);
         (void)sp__reclaim_others(pool, size);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
-        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b);
     } else if (rc == SP_ERR_LIMIT && sp__oom_callback(pool, bytes, stream)) {
         /* a limit rejection: only what the callback freed in this pool can help; no other
          * pool is touched */
         (void)sp__pool_give_back(pool, limit - size, true, NULL);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
-        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b);
     }
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) {
         sp__pool_count(pool, rc == SP_ERR_LIMIT ? SP_COUNT_limit_rejections : SP_COUNT_ooms, 1);

@@ -95,26 +95,20 @@ static bool may_merge(sp_block *a, sp_block *b)
     return known_settled(a) && known_settled(b);
 }
 
-/* Can `me` on `stream` use the free range b now? Same stream or settled: yes. Otherwise, as the
- * mode allows, asks the driver (within the miss's budget) or makes `stream` wait on a covering
- * fence. */
-static bool usable(sp_heap *h, sp_block *b, sp_stream_cache *me, cudaStream_t stream,
-                   sp_take_mode mode, sp_ask_budget *ab)
+/* Can `me` use the free range b now, with no wait? Same stream or settled: yes. Otherwise, unless
+ * the mode is SP_TAKE_KNOWN, asks the driver (within the miss's budget); *asked then says the yes
+ * came from asking: a cross-stream reuse if b is the range taken. */
+static bool usable_now(sp_block *b, sp_stream_cache *me, sp_take_mode mode, sp_ask_budget *ab,
+                       bool *asked)
 {
+    *asked = false;
     if (b->tag == me || known_settled(b))
         return true;
-    if (mode == SP_TAKE_KNOWN)
+    if (mode == SP_TAKE_KNOWN || !sp__tag_settled_within(ab, b->tag, b->epoch))
         return false;
-    if (sp__tag_settled_within(ab, b->tag, b->epoch)) {
-        sp__pool_count(h->pool, SP_COUNT_cross_stream_reuses, 1);
-        b->tag = NULL;
-        return true;
-    }
-    if (mode == SP_TAKE_WAIT && sp__tag_wait(b->tag, b->epoch, stream) == SP_OK) {
-        sp__pool_count(h->pool, SP_COUNT_cross_stream_waits, 1);
-        return true;
-    }
-    return false;
+    b->tag = NULL;
+    *asked = true;
+    return true;
 }
 
 /* ---- split and merge ---- */
@@ -163,7 +157,16 @@ static void absorb(sp_heap *h, sp_block *low, sp_block *high)
     free(high);
 }
 
-/* Best fit of at least `size` and at most `most` bytes. */
+static bool fits(const sp_block *b, size_t size, size_t most, bool huge)
+{
+    return b->size >= size && b->size <= most && b->seg->huge == huge;
+}
+
+/* Best fit of at least `size` and at most `most` bytes: the smallest range of the first bin
+ * that has one `me` may use now. Only under SP_TAKE_WAIT, and only if none may be used without
+ * a wait, `stream` waits on a pending fence: that of the range taken alone. A wait on a range
+ * that a smaller one then beat would serialize `stream` behind another stream's work for
+ * nothing, and count as a wait (and an ask that settled it as a reuse) that never happened. */
 static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache *me,
                           cudaStream_t stream, sp_take_mode mode, sp_ask_budget *ab)
 {
@@ -172,11 +175,43 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
     for (k = next_bin(h, k); k < SP_CLASS_COUNT && sp__class_size(k) <= most;
          k = next_bin(h, k + 1)) {
         sp_block *best = NULL;
-        for (sp_block *b = h->bins[k].head; b; b = b->next)
-            if (b->size >= size && b->size <= most && (!best || b->size < best->size) &&
-                b->seg->huge == huge && usable(h, b, me, stream, mode, ab))
+        bool best_asked = false, waited = false;
+        for (sp_block *b = h->bins[k].head; b; b = b->next) {
+            bool asked;
+            if (fits(b, size, most, huge) && (!best || b->size < best->size) &&
+                usable_now(b, me, mode, ab, &asked)) {
                 best = b;
+                best_asked = asked;
+            }
+        }
+        /* smallest first, by (size, place in the bin): a range whose wait fails (its stream
+         * cannot be named, or the driver refused) hands on to the next */
+        bool any_tried = false;
+        size_t tried = 0, tried_at = 0;
+        while (!best && mode == SP_TAKE_WAIT) {
+            size_t at = 0, best_at = 0;
+            for (sp_block *b = h->bins[k].head; b; b = b->next, at++)
+                if (fits(b, size, most, huge) &&
+                    (!any_tried || b->size > tried || (b->size == tried && at > tried_at)) &&
+                    (!best || b->size < best->size)) {
+                    best = b;
+                    best_at = at;
+                }
+            if (!best)
+                break;
+            waited = sp__tag_wait(best->tag, best->epoch, stream) == SP_OK;
+            if (!waited) {
+                any_tried = true;
+                tried = best->size;
+                tried_at = best_at;
+                best = NULL;
+            }
+        }
         if (best) {
+            if (best_asked)
+                sp__pool_count(h->pool, SP_COUNT_cross_stream_reuses, 1);
+            if (waited)
+                sp__pool_count(h->pool, SP_COUNT_cross_stream_waits, 1);
             index_remove(h, best);
             if (!huge)
                 split(h, best, size);

@@ -150,6 +150,58 @@ static void gated_range_stays_with_its_stream(void **state)
     }
 }
 
+/* Best fit among other streams' free ranges of one size bin asks about (BALANCED) or waits on
+ * (WAIT) only the range it takes: a larger range met first in the bin and then beaten by a
+ * smaller one must not count as a reuse, nor make the allocating stream wait on its stream's
+ * pending work (that wait serializes the allocation behind an unrelated stream). */
+static void best_fit_waits_only_on_the_range_it_takes(void **state)
+{
+    fixture *f = *state;
+    for (int policy = SP_CROSS_STREAM_BALANCED; policy <= SP_CROSS_STREAM_WAIT; policy++) {
+        char name[32];
+        snprintf(name, sizeof name, "best-fit-%d", policy);
+        sp_pool *pool = pool_with(f, name, (sp_cross_stream_policy)policy);
+        cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
+        const size_t small = 6 * MiB, large = 6 * MiB + 128 * KiB; /* one size bin */
+        void *x, *y, *rest, *p;
+        SP(sp_alloc(pool, &x, small, a));                 /* a 6 MiB segment */
+        SP(sp_alloc(pool, &y, large, b));                 /* an 8 MiB segment ... */
+        SP(sp_alloc(pool, &rest, 8 * MiB - large, b));    /* ... used to its end */
+        gate *ga = gate_new(), *gb = gate_new();
+        if (policy == SP_CROSS_STREAM_WAIT) { /* pending work before each free */
+            gate_hold(ga, a);
+            gate_hold(gb, b);
+        }
+        CK(cudaMemsetAsync(x, 0x11, small, a));
+        CK(cudaMemsetAsync(y, 0x22, large, b));
+        SP(sp_free(pool, x, a));
+        SP(sp_free(pool, y, b)); /* y's range is met first in the bin, x's is the best fit */
+        if (policy != SP_CROSS_STREAM_WAIT) {
+            CK(cudaStreamSynchronize(a));
+            CK(cudaStreamSynchronize(b));
+        }
+        SP(sp_alloc(pool, &p, small, c));
+        assert_ptr_equal(p, x);
+        sp_stats st = stats_of(pool);
+        assert_int_equal(st.driver_allocs, 2);
+        if (policy == SP_CROSS_STREAM_WAIT) {
+            assert_int_equal(st.cross_stream_waits, 1); /* on a's fence only */
+            assert_int_equal(st.cross_stream_reuses, 0);
+        } else {
+            assert_int_equal(st.cross_stream_reuses, 1);
+            assert_int_equal(st.cross_stream_waits, 0);
+        }
+        gate_open(ga);
+        gate_open(gb);
+        SP(sp_free(pool, p, c));
+        SP(sp_free(pool, rest, b));
+        drop_stream(f->rt, a);
+        drop_stream(f->rt, b);
+        drop_stream(f->rt, c);
+        SP(sp_pool_destroy(pool));
+    }
+}
+
 /* Huge requests (over 8 MiB) never split a segment: a free one at most 25% larger is reused
  * whole; a larger one goes back to the driver before a new segment is taken, so the driver can
  * remap its pages rather than reserve more. Exact bytes at each step. */
@@ -351,6 +403,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
         T(split_and_merge_bytes_are_exact),
         T(gated_range_stays_with_its_stream),
+        T(best_fit_waits_only_on_the_range_it_takes),
         T(huge_segments_stay_whole),
         T(huge_segments_go_back_unless_one_size),
         T(canary_stress_balanced),

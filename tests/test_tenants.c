@@ -8,7 +8,7 @@
 
 #include "support/sp_test_support.h"
 
-static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
+static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
 static int teardown_tenants(void **state)
 {
@@ -263,6 +263,91 @@ static void limit_rejects_then_recovers(void **state)
     CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent, &reserved));
     assert_true(reserved <= 64 * MiB); /* not above the limit past a synchronize */
     drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
+/* A pool whose limit (11 MiB) is not whole driver pages holds, near it, segments that are not
+ * either: their pages count at the driver's cap (maxSize, 12 MiB) but not in the bytes the
+ * pool holds. When the driver refuses a request at that cap, the pool's cache goes back to it
+ * before the retry, as it would for a pool without a limit: here a free 2 MiB segment, and the
+ * 2.5 MiB request fits in a segment of whole pages. (Before, the pool kept its cache down to the limit less the request,
+ * which its held bytes already were, and failed with SP_ERR_LIMIT.) */
+static void driver_cap_gives_cache_back(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 11 * MiB;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "odd-limit", &cfg, &pool));
+    cudaStream_t s = new_stream();
+    void *big, *x, *y, *n, *r = (void *)0x9;
+    SP(sp_alloc(pool, &big, 11 * MiB, s));         /* the held peak: the whole limit */
+    SP(sp_free(pool, big, s));
+    SP(sp_alloc(pool, &x, 2 * MiB, s));            /* big goes back first */
+    SP(sp_alloc(pool, &y, 2 * MiB, s));
+    SP(sp_alloc(pool, &n, 6 * MiB + 512 * KiB, s)); /* near the limit: not whole pages */
+    SP(sp_free(pool, y, s));
+    SP(sp_pool_trim(pool, 0));                     /* y's segment goes back */
+    SP(sp_free(pool, x, s));                       /* x's stays cached */
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.held.current, 8 * MiB + 512 * KiB);
+    assert_int_equal(st.cached.current, 2 * MiB);
+    assert_int_equal(st.held.peak, 11 * MiB);
+    SP(sp_alloc(pool, &r, 2 * MiB + 512 * KiB, s)); /* x's segment back, then 4 MiB: pages */
+    st = stats_of(pool);
+    assert_int_equal(st.limit_rejections, 0);
+    assert_int_equal(st.held.current, 10 * MiB + 512 * KiB);
+    assert_int_equal(st.cached.current, 1 * MiB + 512 * KiB);
+    assert_int_equal(st.segments, 2);
+    assert_int_equal(st.driver_frees, 3);
+    SP(sp_free(pool, r, s));
+    SP(sp_free(pool, n, s));
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
+/* At its limit, a pool whose free ranges would hold the request once merged: the stream's own
+ * freed range, still pending, next to another stream's settled one. The ladder's last rung
+ * synchronizes every stream of the pool (settling both) and must then merge and reuse them,
+ * not only ask the driver for more: the request succeeds, with no driver call and no
+ * rejection. (A plain retry of the same call succeeded where the first one failed.) */
+static void limit_reuses_ranges_its_synchronize_settled(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 8 * MiB;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "merge-at-limit", &cfg, &pool));
+    cudaStream_t a = new_stream(), b = new_stream();
+    void *whole, *x, *y, *z, *p = (void *)0x9;
+    SP(sp_alloc(pool, &whole, 8 * MiB, a));        /* one 8 MiB segment: the whole limit */
+    SP(sp_free(pool, whole, a));
+    SP(sp_alloc(pool, &x, 3 * MiB, a));            /* [0, 3) */
+    SP(sp_alloc(pool, &y, 2 * MiB, a));            /* [3, 5) */
+    SP(sp_alloc(pool, &z, 3 * MiB, a));            /* [5, 8) */
+    assert_ptr_equal(y, (char *)x + 3 * MiB);
+    assert_ptr_equal(z, (char *)x + 5 * MiB);
+    CK(cudaStreamSynchronize(a));
+    SP(sp_free(pool, z, b));                       /* b is ordered after a's use of z */
+    SP(sp_pool_trim(pool, 8 * MiB));               /* keeps everything; z's free is settled */
+    SP(sp_free(pool, y, a));                       /* pending on a, next to z */
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.held.current, 8 * MiB);
+    assert_int_equal(st.driver_allocs, 1);
+    SP(sp_alloc(pool, &p, 5 * MiB, a));            /* y and z merged */
+    assert_ptr_equal(p, y);
+    st = stats_of(pool);
+    assert_int_equal(st.limit_rejections, 0);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.held.current, 8 * MiB);
+    assert_int_equal(st.active.current, 8 * MiB);
+    assert_int_equal(st.requested.current, 8 * MiB);
+    SP(sp_free(pool, p, a));
+    SP(sp_free(pool, x, a));
+    drop_stream(rt, a);
+    drop_stream(rt, b);
     destroy_runtime(rt);
 }
 
@@ -854,6 +939,8 @@ int main(void)
         T(reclaim_observes_segments_given_back_on_a_stream),
         T(released_stream_give_back_observed_once),
         T(limit_rejects_then_recovers),
+        T(limit_reuses_ranges_its_synchronize_settled),
+        T(driver_cap_gives_cache_back),
         T(oom_callback_and_report),
         T(random_driver_failures),
         T(random_faults_everywhere_lose_nothing),
