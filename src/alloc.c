@@ -41,6 +41,8 @@ static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t by
 static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, size_t bytes,
                       void **ptr);
 static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void **ptr);
+static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes,
+                            void **ptr);
 
 int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
@@ -90,6 +92,12 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
             if (!b)
                 return alloc_miss(pool, c, stream, bytes, ptr);
             sp_spin_lock(&c->lock);
+            if (sp_unlikely(c->released)) {
+                /* released meanwhile (its figures went to the pool): counted as a miss's is,
+                 * in the pool's figures directly */
+                sp_spin_unlock(&c->lock);
+                return served_off_cache(pool, c, b, bytes, ptr);
+            }
         }
         hit_locked(pool, c, b, bytes);
         sp_spin_unlock(&c->lock);
@@ -257,6 +265,19 @@ static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t str
     return b;
 }
 
+/* Hands out b, served off the stream's cache (a miss, or a hit whose cache was released
+ * meanwhile): counted in the pool's figures and for the stream. */
+static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes,
+                            void **ptr)
+{
+    b->requested = bytes;
+    count_miss(pool, b, bytes);
+    sp__note_miss(c, b, bytes);
+    atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+    *ptr = b->ptr;
+    return SP_OK;
+}
+
 static bool held_would_peak(sp_pool *pool, size_t size)
 {
     uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
@@ -387,12 +408,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         return rc;
     if (small)
         b->cls = sp__class_of(b->size);
-    b->requested = bytes;
-    count_miss(pool, b, bytes);
-    sp__note_miss(c, b, bytes);
-    atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
-    *ptr = b->ptr;
-    return SP_OK;
+    return served_off_cache(pool, c, b, bytes, ptr);
 }
 
 /* Rule 24: a capturing stream's allocations become graph nodes; they never touch a cache. */
