@@ -206,27 +206,6 @@ int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream)
     return rc;
 }
 
-int sp__tag_order_service(sp_stream_cache *c, uint64_t epoch)
-{
-    sp_runtime *rt = c->pool->rt;
-    if (sp__tag_settled(c, epoch, false))
-        return SP_OK;
-    if (sp__tag_wait(c, epoch, rt->service) == SP_OK)
-        return SP_OK;
-    /* no fence to wait on: synchronize the freeing stream instead, never free unordered */
-    if (!may_touch_stream(c))
-        return SP_ERR_CUDA;
-    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-    int rc = sp__cuda_stream_sync(c->key.stream);
-    if (rc == SP_OK) {
-        pthread_mutex_lock(&c->fence_lock);
-        if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now)
-            atomic_store_explicit(&c->done_epoch, now, memory_order_release);
-        pthread_mutex_unlock(&c->fence_lock);
-    }
-    return rc;
-}
-
 int sp__cache_final_fence(sp_stream_cache *c)
 {
     sp_runtime *rt = c->pool->rt;

@@ -213,9 +213,6 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
 /* Makes `stream` wait until the tag is settled (a covering fence, recorded if needed);
  * SP_OK if it now is ordered after it. */
 int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream);
-/* Orders the runtime's service stream after the tag, falling back to synchronizing the tagged
- * stream (never an unordered free); SP_OK once ordered. */
-int sp__tag_order_service(sp_stream_cache *c, uint64_t epoch);
 /* Blocks the host until the tag is settled (a covering fence, else the stream), for trim and
  * out of memory only; never on a capturing stream. SP_OK once settled. */
 int sp__tag_sync(sp_stream_cache *c, uint64_t epoch);
