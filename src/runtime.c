@@ -267,8 +267,12 @@ int sp_pool_destroy(sp_pool *pool)
     while (*p != pool)
         p = &(*p)->next;
     *p = pool->next;
+    /* freed under the lock, as sp_runtime_destroy frees its pools: the free may synchronize the
+     * device (frees it cannot order one by one), which a capture declared meanwhile forbids
+     * (rule 25); declaring one takes this lock, so it waits for the free */
+    int rc = sp__pool_free(pool);
     pthread_mutex_unlock(&rt->lock);
-    return sp__pool_free(pool);
+    return rc;
 }
 
 int sp_stream_release(sp_runtime *rt, cudaStream_t stream)

@@ -34,6 +34,8 @@ static _Thread_local bool declaring;
  * faulted), and its first mutex lock after streampool cleared that error waits for `proceed`
  * like a held query */
 static _Thread_local bool fail_event_sync, failed_event_sync, hold_next_lock;
+/* > 0: this thread's mutex lock of that number from now on waits for `proceed` first */
+static _Thread_local int hold_at_lock;
 
 /* Holds the calling thread until `proceed`, telling the test thread it got there. */
 static void hold_here(void)
@@ -51,6 +53,11 @@ int pthread_mutex_lock(pthread_mutex_t *m)
         *(void **)&real = dlsym(RTLD_NEXT, "pthread_mutex_lock");
     if (counting_locks)
         mutex_locks++;
+    if (hold_at_lock > 0 && m != &held_query.mu && --hold_at_lock == 0) {
+        real(&held_query.mu);
+        hold_here();
+        pthread_mutex_unlock(&held_query.mu);
+    }
     if (hold_next_lock && m != &held_query.mu) {
         hold_next_lock = false;
         real(&held_query.mu);
@@ -460,6 +467,101 @@ static void capture_declared_before_a_trims_device_sync_stops_it(void **state)
     drop_stream(f->rt, c);
 }
 
+/* A pool destroyed while a capture is declared elsewhere: the pool's memory freed on another
+ * live thread's cudaStreamPerThread can be settled only by a device synchronize, and none may run
+ * once a capture has begun (rule 25). sp_pool_destroy holds the runtime's lock through the whole
+ * free, so a capture declared meanwhile begins after it. The destroying thread is held at its
+ * first lock inside the free (its third: the runtime's, the pool's stream table, then the free's
+ * first) until the declaring thread blocked on a lock or began its capture. */
+typedef struct {
+    sp_pool *pool;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool freed, exit;
+    int rc;
+} per_thread_arg;
+
+static void *per_thread_frees(void *arg)
+{
+    per_thread_arg *a = arg;
+    void *p;
+    a->rc = sp_alloc(a->pool, &p, 4 * MiB, cudaStreamPerThread);
+    if (a->rc == SP_OK)
+        a->rc = sp_free(a->pool, p, cudaStreamPerThread); /* pending: nobody else may ask it */
+    pthread_mutex_lock(&a->mu);
+    a->freed = true;
+    pthread_cond_broadcast(&a->cv);
+    while (!a->exit) /* alive: its per-thread stream cannot be named from another thread */
+        pthread_cond_wait(&a->cv, &a->mu);
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+typedef struct {
+    sp_pool *pool;
+    int rc;
+} destroy_arg;
+
+static void *destroy_held(void *arg)
+{
+    destroy_arg *d = arg;
+    hold_at_lock = 3;
+    d->rc = sp_pool_destroy(d->pool);
+    hold_at_lock = 0;
+    return NULL;
+}
+
+static void capture_declared_during_a_pool_destroy_waits_for_it(void **state)
+{
+    fixture *f = *state;
+    sp_pool *victim;
+    SP(sp_pool_create(f->rt, "victim", NULL, &victim));
+    per_thread_arg pt = {victim, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false,
+                         -1};
+    pthread_t h, w;
+    assert_int_equal(pthread_create(&h, NULL, per_thread_frees, &pt), 0);
+    pthread_mutex_lock(&pt.mu);
+    while (!pt.freed)
+        pthread_cond_wait(&pt.cv, &pt.mu);
+    pthread_mutex_unlock(&pt.mu);
+    SP(pt.rc);
+    cudaStream_t a = new_stream();
+    pthread_mutex_lock(&held_query.mu);
+    held_query.in_query = held_query.proceed = false;
+    pthread_mutex_unlock(&held_query.mu);
+    destroy_arg d = {victim, -1};
+    assert_int_equal(pthread_create(&w, NULL, destroy_held, &d), 0);
+    pthread_mutex_lock(&held_query.mu);
+    while (!held_query.in_query)
+        pthread_cond_wait(&held_query.cv, &held_query.mu);
+    pthread_mutex_unlock(&held_query.mu);
+    declaring = true;
+    int rc = sp_stream_capture_begin(f->rt, a);
+    declaring = false;
+    SP(rc);
+    f->declared = a, f->is_declared = true;
+    CK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
+    f->capturing = a;
+    pthread_mutex_lock(&held_query.mu);
+    held_query.proceed = true;
+    pthread_cond_broadcast(&held_query.cv);
+    pthread_mutex_unlock(&held_query.mu);
+    assert_int_equal(pthread_join(w, NULL), 0);
+    SP(d.rc);
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamEndCapture(a, &graph)); /* invalidated by a device synchronize */
+    f->capturing = NULL;
+    CK(cudaGraphDestroy(graph));
+    SP(sp_stream_capture_end(f->rt, a));
+    f->is_declared = false;
+    pthread_mutex_lock(&pt.mu);
+    pt.exit = true;
+    pthread_cond_broadcast(&pt.cv);
+    pthread_mutex_unlock(&pt.mu);
+    assert_int_equal(pthread_join(h, NULL), 0);
+    drop_stream(f->rt, a);
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -472,6 +574,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(capture_declared_during_a_query_waits_for_it,
                                         setup_declared, teardown),
         cmocka_unit_test_setup_teardown(capture_declared_before_a_trims_device_sync_stops_it,
+                                        setup_declared, teardown),
+        cmocka_unit_test_setup_teardown(capture_declared_during_a_pool_destroy_waits_for_it,
                                         setup_declared, teardown),
     };
     (void)MiB;
