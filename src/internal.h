@@ -527,6 +527,9 @@ void sp__pool_count(sp_pool *pool, int counter, uint64_t n);
 /* The one stat-update helper: signed changes of requested, active (live) and held bytes of a
  * pool and its runtime, keeping peaks (cached = held - active). */
 void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held);
+/* A current figure of an sp_usage as readers see it: the caches' deltas reach it in any order,
+ * so it may be a negative partial sum for a while, read as 0. */
+uint64_t sp__usage_current(const atomic_uint_least64_t *cur);
 /* Adds a cache's unflushed byte deltas to the pool and runtime figures (c->lock held). */
 void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c);
 /* The pool's live bytes, every cache flushed first: 0 iff it has no live allocation. */

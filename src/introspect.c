@@ -243,8 +243,8 @@ void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
 
 static void usage_reset(sp_usage *u)
 {
-    atomic_store(&u->requested.peak, atomic_load(&u->requested.current));
-    uint64_t active = atomic_load(&u->active.current), held = atomic_load(&u->held.current);
+    atomic_store(&u->requested.peak, sp__usage_current(&u->requested.current));
+    uint64_t active = sp__usage_current(&u->active.current), held = sp__usage_current(&u->held.current);
     atomic_store(&u->active.peak, active);
     atomic_store(&u->held.peak, held);
     atomic_store(&u->cached_peak, held > active ? held - active : 0);

@@ -20,32 +20,42 @@ static void peak_raise(atomic_uint_least64_t *peak, uint64_t now)
         ;
 }
 
-/* Adds a signed change to a current figure and returns the new value, which never wraps below
- * zero (a flush out of order clamps rather than wrapping to 1.8e19). */
+/* Adds a signed change to a current figure and returns the new value. Modular, never clamped:
+ * the caches' unflushed deltas reach it in any order (a block allocated by a hit on one stream
+ * and freed on another: the freeing stream's -bytes may come first), so a partial sum may be
+ * below zero for a while; clamping it would lose those bytes for good when the +bytes follow.
+ * Readers see such a transient value through sp__usage_current, as 0. */
 static uint64_t current_add(atomic_uint_least64_t *cur, int64_t delta)
 {
-    uint64_t old = atomic_load_explicit(cur, memory_order_relaxed), now;
-    do {
-        now = delta >= 0 ? old + (uint64_t)delta
-                         : (old > (uint64_t)-delta ? old - (uint64_t)-delta : 0);
-    } while (!atomic_compare_exchange_weak_explicit(cur, &old, now, memory_order_relaxed,
-                                                    memory_order_relaxed));
-    return now;
+    return atomic_fetch_add_explicit(cur, (uint64_t)delta, memory_order_relaxed) + (uint64_t)delta;
+}
+
+uint64_t sp__usage_current(const atomic_uint_least64_t *cur)
+{
+    uint64_t v = atomic_load_explicit(cur, memory_order_relaxed);
+    return (int64_t)v < 0 ? 0 : v;
+}
+
+/* A peak follows a current that is not a transient negative partial sum. */
+static void peak_follow(atomic_uint_least64_t *peak, uint64_t now)
+{
+    if ((int64_t)now >= 0)
+        peak_raise(peak, now);
 }
 
 static void usage_apply(sp_usage *u, int64_t requested, int64_t active, int64_t held)
 {
     if (requested)
-        peak_raise(&u->requested.peak, current_add(&u->requested.current, requested));
+        peak_follow(&u->requested.peak, current_add(&u->requested.current, requested));
     if (active)
-        peak_raise(&u->active.peak, current_add(&u->active.current, active));
+        peak_follow(&u->active.peak, current_add(&u->active.current, active));
     if (held) {
-        peak_raise(&u->held.peak, current_add(&u->held.current, held));
+        peak_follow(&u->held.peak, current_add(&u->held.current, held));
         if (held > 0)
             atomic_fetch_add_explicit(&u->held.total, (uint64_t)held, memory_order_relaxed);
     }
-    uint64_t h = atomic_load_explicit(&u->held.current, memory_order_relaxed);
-    uint64_t a = atomic_load_explicit(&u->active.current, memory_order_relaxed);
+    uint64_t h = sp__usage_current(&u->held.current);
+    uint64_t a = sp__usage_current(&u->active.current);
     if (h > a && active < 0) /* what the caches keep grows when live memory is freed */
         peak_raise(&u->cached_peak, h - a);
 }
@@ -74,7 +84,7 @@ uint64_t sp__pool_active_bytes(sp_pool *pool)
         sp_spin_unlock(&c->lock);
     }
     pthread_mutex_unlock(&pool->lock);
-    return atomic_load(&pool->usage.active.current);
+    return sp__usage_current(&pool->usage.active.current);
 }
 
 static void count(sp_pool *pool, int counter)
@@ -449,8 +459,8 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
 
 static uint64_t cached_now(sp_pool *pool)
 {
-    uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
-    uint64_t active = atomic_load_explicit(&pool->usage.active.current, memory_order_relaxed);
+    uint64_t held = sp__usage_current(&pool->usage.held.current);
+    uint64_t active = sp__usage_current(&pool->usage.active.current);
     return held > active ? held - active : 0;
 }
 
@@ -467,7 +477,7 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
     if (atomic_flag_test_and_set_explicit(&pool->limit_busy, memory_order_acquire))
         return; /* another thread is at it */
     count(pool, SP_COUNT_trims);
-    uint64_t active = atomic_load_explicit(&pool->usage.active.current, memory_order_relaxed);
+    uint64_t active = sp__usage_current(&pool->usage.active.current);
     uint64_t released = sp__pool_give_back(pool, active + cache_limit, false, NULL);
     if (released) {
         /* rule 13: the cudaMemPool releases only frees the host has seen complete */

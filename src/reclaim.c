@@ -77,8 +77,8 @@ static void describe_pool(sp_pool *p, sp_oom_pool *out)
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", p->name);
     uint64_t active = sp__pool_active_bytes(p); /* flushes the stream caches */
-    uint64_t held = atomic_load(&p->usage.held.current);
-    out->requested = atomic_load(&p->usage.requested.current);
+    uint64_t held = sp__usage_current(&p->usage.held.current);
+    out->requested = sp__usage_current(&p->usage.requested.current);
     out->active = active;
     out->cached = held > active ? held - active : 0;
     uint64_t used;

@@ -71,9 +71,9 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
  * held.peak. Live memory is part of what is held, so active never exceeds held. */
 static void fill_usage(const sp_usage *u, sp_stats *st)
 {
-    uint64_t held = load(&u->held.current);
-    st->requested.current = load(&u->requested.current);
-    st->active.current = load(&u->active.current);
+    uint64_t held = sp__usage_current(&u->held.current);
+    st->requested.current = sp__usage_current(&u->requested.current);
+    st->active.current = sp__usage_current(&u->active.current);
     if (st->active.current > held) /* a block's held bytes landed after its live bytes */
         held = st->active.current;
     st->held.current = held;

@@ -519,6 +519,39 @@ static void stats_current_exact_with_flush_threshold(void **state)
         drop_stream(f->rt, s[i]);
 }
 
+/* A block allocated by a hit on one stream and freed on another: the allocating stream's
+ * unflushed +bytes and the freeing stream's -bytes reach the pool in either order (a read
+ * flushes the newest stream first). On main the -bytes, flushed first, were clamped at zero
+ * and the +bytes then stayed: 1000 bytes live forever, and the pool could not be destroyed. */
+static void stats_exact_when_freed_on_another_stream(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool;
+    SP(sp_pool_create(f->rt, "cross-free", NULL, &pool));
+    void *p, *q;
+    SP(sp_alloc(pool, &p, 1000, a)); /* a miss: straight into the pool's figures */
+    SP(sp_free(pool, p, a));         /* -1000 kept in a's cache */
+    assert_int_equal(stats_of(pool).requested.current, 0); /* flushed: the pool is at 0 */
+    SP(sp_alloc(pool, &q, 1000, a)); /* a hit: +1000 kept in a's cache */
+    assert_ptr_equal(q, p);
+    SP(sp_free(pool, q, b));         /* -1000 kept in b's cache (b is the newest stream) */
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.requested.current, 0);
+    assert_int_equal(st.active.current, 0);
+    assert_int_equal(st.cached.current, 2 * MiB);
+    assert_int_equal(st.requested.peak, 1000);
+    assert_int_equal(st.active.peak, 1024);
+    SP(sp_alloc(pool, &p, 3000, a)); /* the figures go on from there */
+    st = stats_of(pool);
+    assert_int_equal(st.requested.current, 3000);
+    assert_int_equal(st.active.current, 3072);
+    SP(sp_free(pool, p, a));
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+    SP(sp_pool_destroy(pool)); /* nothing is live: not SP_ERR_BUSY */
+}
+
 /* ---- pools ---- */
 
 static void pools_are_isolated(void **state)
@@ -735,6 +768,7 @@ int main(void)
         T(bad_input_gives_errors_and_changes_nothing),
         T(stats_are_exact_after_a_script),
         T(stats_current_exact_with_flush_threshold),
+        T(stats_exact_when_freed_on_another_stream),
         T(pools_are_isolated),
         T(adopted_pool_is_used_and_left_alive),
         T(declared_capture_bypasses_the_caches),
