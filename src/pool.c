@@ -476,6 +476,15 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
         return;
     if (atomic_flag_test_and_set_explicit(&pool->limit_busy, memory_order_acquire))
         return; /* another thread is at it */
+    /* the streams' unflushed hits are live bytes the figures above do not show yet (up to
+     * stats_flush_bytes a stream): judged without them, a cache at its limit looks over it and
+     * settled memory goes back for nothing. Flushed here, past the cheap checks only. */
+    (void)sp__pool_active_bytes(pool);
+    if (cached_now(pool) <= cache_limit) {
+        atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
+        atomic_flag_clear_explicit(&pool->limit_busy, memory_order_release);
+        return;
+    }
     count(pool, SP_COUNT_trims);
     uint64_t active = sp__usage_current(&pool->usage.active.current);
     uint64_t released = sp__pool_give_back(pool, active + cache_limit, false, NULL);

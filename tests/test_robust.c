@@ -243,6 +243,52 @@ static void cache_limit_does_not_rescan_on_every_free(void **state)
     drop_stream(f->rt, s);
 }
 
+/* The cache limit judges the cache by the pool's current figures, which the stream caches feed
+ * only past stats_flush_bytes (default 1 MiB): a hit's live bytes may not have reached them.
+ * Here a's 1 MiB hit is unflushed when c's frees check the limit: on main the pool counted
+ * 1 MiB too little live, took 5 MiB for cached (4 MiB really, at the limit) and gave a
+ * settled slab back to the driver. */
+static void cache_limit_counts_unflushed_hits(void **state)
+{
+    fixture *f = *state;
+    sp_runtime *old = f->rt;
+    f->rt = NULL; /* teardown never destroys it twice, even if what follows fails */
+    SP(sp_runtime_destroy(old));
+    SP(sp_runtime_create(0, NULL, &f->rt)); /* the default stats_flush_bytes */
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.cache_limit = 4 * MiB;
+    sp_pool *pool;
+    SP(sp_pool_create(f->rt, "limited", &cfg, &pool));
+    cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
+    gate *ga = gate_new(), *gb = gate_new();
+    gate_hold(ga, a); /* a's and b's slabs stay theirs: c carves a slab of its own */
+    gate_hold(gb, b);
+    void *x, *x2, *y, *p, *q;
+    SP(sp_alloc(pool, &x, MiB, a));     /* slab 1 */
+    SP(sp_free(pool, x, a));
+    SP(sp_alloc(pool, &x2, MiB, a));    /* a hit: 1 MiB live, kept in a's cache */
+    assert_ptr_equal(x2, x);
+    SP(sp_alloc(pool, &y, MiB, b));     /* slab 2 */
+    SP(sp_alloc(pool, &p, MiB, c));     /* slab 3 */
+    SP(sp_alloc(pool, &q, MiB, c));
+    SP(sp_free(pool, p, c));
+    SP(sp_free(pool, q, c));            /* 2 MiB live (x2, y), 4 MiB cached: at the limit */
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.active.current, 2 * MiB);
+    assert_int_equal(st.cached.current, 4 * MiB);
+    assert_int_equal(st.held.current, 6 * MiB);
+    assert_int_equal(st.driver_frees, 0);
+    assert_exact(st);
+    gate_open(ga);
+    gate_open(gb);
+    SP(sp_free(pool, x2, a));
+    SP(sp_free(pool, y, b));
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+    drop_stream(f->rt, c);
+    SP(sp_pool_destroy(pool));
+}
+
 /* ---- limits ---- */
 
 /* A request within the limit succeeds even where its size class would not fit (580 KiB rounds
@@ -318,6 +364,7 @@ int main(void)
         T(live_threads_cache_is_stolen_behind_its_fence),
         T(cache_limit_lowers_reserved_memory),
         T(cache_limit_does_not_rescan_on_every_free),
+        T(cache_limit_counts_unflushed_hits),
         T(small_request_within_the_limit_fits),
         T(released_streams_leave_small_tombstones),
 #undef T
