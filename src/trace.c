@@ -60,7 +60,9 @@ typedef struct {
 struct sp_trace {
     pthread_mutex_t lock;            /* thread list, pool names, start and stop */
     atomic_bool on;
-    uint64_t uid;                    /* unique for the process: threads' memos key on it */
+    /* unique for the process: threads' memos key on it. Atomic: a thread still inside a call
+     * of the last trace compares it while a restart renews it under `lock` */
+    atomic_uint_least64_t uid;
     uint64_t t0_ns;
     char *path;
     thread_buf *threads;
@@ -87,7 +89,8 @@ static uint64_t now_ns(void)
 
 static thread_buf *my_buf(struct sp_trace *t)
 {
-    if (sp_likely(memo.uid == t->uid))
+    uint64_t uid = atomic_load_explicit(&t->uid, memory_order_relaxed);
+    if (sp_likely(memo.uid == uid))
         return memo.buf;
     long tid = (long)syscall(SYS_gettid);
     pthread_mutex_lock(&t->lock);
@@ -102,7 +105,7 @@ static thread_buf *my_buf(struct sp_trace *t)
     }
     pthread_mutex_unlock(&t->lock);
     if (b) {
-        memo.uid = t->uid;
+        memo.uid = uid;
         memo.buf = b;
     }
     return b;
@@ -289,7 +292,8 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
         b->count = b->dropped = 0;
         sp_spin_unlock(&b->lock);
     }
-    t->uid = atomic_fetch_add(&next_uid, 1); /* threads look their buffers up again */
+    atomic_store_explicit(&t->uid, atomic_fetch_add(&next_uid, 1), /* threads look again */
+                          memory_order_relaxed);
     t->t0_ns = now_ns();
     atomic_store(&t->on, true);
     atomic_fetch_add(&sp__tracing, 1);

@@ -1,6 +1,7 @@
 /* The allocation trace from C: exact CSV rows and outcomes (fresh, hit, steal, fail) for a known
  * sequence, instants for limit and trim, per-thread buffers from several threads, start/stop
  * errors, and trace:FILE in SP_ALLOC_CONF. Portable. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,64 @@ static void trace_keeps_a_buffer_per_thread(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* Tracing turned on and off while other threads allocate: every restart is a new trace the
+ * threads look their buffers up in again, and each written trace is whole (a header, rows that
+ * end in a newline, a JSON document that closes). */
+typedef struct {
+    worker w;
+    atomic_bool *stop;
+} looping;
+
+static void *pairs_until_stopped(void *arg)
+{
+    looping *l = arg;
+    while (!atomic_load(l->stop)) {
+        void *p;
+        if (sp_alloc(l->w.pool, &p, 3000, l->w.stream) != SP_OK ||
+            sp_free(l->w.pool, p, l->w.stream) != SP_OK)
+            return arg;
+    }
+    return NULL;
+}
+
+static void trace_restarts_while_threads_allocate(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    char path[64], jpath[80];
+    snprintf(path, sizeof path, "%s/restarts.csv", dir);
+    snprintf(jpath, sizeof jpath, "%s.json", path);
+    atomic_bool stop = false;
+    pthread_t t[2];
+    looping l[2];
+    for (int i = 0; i < 2; i++) {
+        l[i] = (looping){{pool, new_stream()}, &stop};
+        assert_int_equal(pthread_create(&t[i], NULL, pairs_until_stopped, &l[i]), 0);
+    }
+    for (int round = 0; round < 200; round++) {
+        SP(sp_runtime_trace_start(rt, path));
+        SP(sp_runtime_trace_stop(rt));
+        char *csv = slurp(path);
+        assert_int_equal(strncmp(csv, "Thread,Time,", 12), 0);
+        assert_true(csv[strlen(csv) - 1] == '\n');
+        free(csv);
+        char *json = slurp(jpath);
+        assert_non_null(strstr(json, "\n]}\n"));
+        free(json);
+    }
+    atomic_store(&stop, true);
+    for (int i = 0; i < 2; i++) {
+        void *res;
+        pthread_join(t[i], &res);
+        assert_null(res);
+        drop_stream(rt, l[i].w.stream);
+    }
+    SP(sp_runtime_destroy(rt));
+}
+
 static void trace_from_alloc_conf(void **state)
 {
     (void)state;
@@ -280,6 +339,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_teardown(fn, reset_device)
         T(trace_records_outcomes),
         T(trace_keeps_a_buffer_per_thread),
+        T(trace_restarts_while_threads_allocate),
         T(trace_from_alloc_conf),
 #ifdef SP_CUDASIM
         T(trace_records_calls_made_by_the_oom_callback),
