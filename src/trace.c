@@ -401,7 +401,7 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
                 sp_version_string(), device, dropped);
         fprintf(json, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
                       "\"args\":{\"name\":\"streampool device %d\"}}",
-                device, device);
+                pid, device);
         for (uint32_t i = 0; i < t->nthreads; i++)
             fprintf(json, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,"
                           "\"args\":{\"name\":\"thread %ld\"}}",

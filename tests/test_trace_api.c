@@ -175,6 +175,33 @@ static void trace_keeps_a_buffer_per_thread(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* The JSON's process_name metadata names the process its events are on (pid = device + 1:
+ * viewers treat pid 0 as the kernel's), or the viewer shows an unnamed process. */
+static void trace_names_the_process_of_its_events(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    char path[64], jpath[80];
+    snprintf(path, sizeof path, "%s/pid.csv", dir);
+    snprintf(jpath, sizeof jpath, "%s.json", path);
+    cudaStream_t s = new_stream();
+    SP(sp_runtime_trace_start(rt, path));
+    void *p;
+    SP(sp_alloc(pool, &p, 1000, s));
+    SP(sp_free(pool, p, s));
+    SP(sp_runtime_trace_stop(rt));
+    char *json = slurp(jpath);
+    assert_non_null(strstr(json, "{\"name\":\"alloc\",\"ph\":\"i\",\"s\":\"t\",\"pid\":1,"));
+    assert_non_null(strstr(json, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,"));
+    assert_null(strstr(json, "\"pid\":0,"));
+    free(json);
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+}
+
 /* Tracing turned on and off while other threads allocate: every restart is a new trace the
  * threads look their buffers up in again, and each written trace is whole (a header, rows that
  * end in a newline, a JSON document that closes). */
@@ -340,6 +367,7 @@ int main(void)
         T(trace_records_outcomes),
         T(trace_keeps_a_buffer_per_thread),
         T(trace_restarts_while_threads_allocate),
+        T(trace_names_the_process_of_its_events),
         T(trace_from_alloc_conf),
 #ifdef SP_CUDASIM
         T(trace_records_calls_made_by_the_oom_callback),
