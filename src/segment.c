@@ -129,6 +129,7 @@ static void split(sp_heap *h, sp_block *b, size_t size)
     rest->pool = b->pool;
     rest->tag = b->tag;
     rest->epoch = b->epoch;
+    rest->freed_by = b->freed_by; /* freed by the same stream: another's taking it is a steal */
     rest->seg = b->seg;
     if (sp__ptrmap_insert(&h->pool->rt->ptrmap, rest) != SP_OK) {
         free(rest);

@@ -101,6 +101,37 @@ static void stream_stats_follow_each_stream(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* A steal is a steal for the streams as for the pool (cross_stream_reuses) when the memory
+ * taken is the rest of a range the other stream freed: a large block freed on s1, partly
+ * reused by s1, whose remainder s2 takes behind s1's completed fence. */
+static void stream_stats_count_steals_of_a_split_range(void **state)
+{
+    (void)state;
+    sp_runtime *rt = exact_runtime();
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "p", NULL, &pool));
+    cudaStream_t s1 = new_stream(), s2 = new_stream();
+    void *a, *b, *c;
+    SP(sp_alloc(pool, &a, 3 * MiB, s1));      /* a segment of 4 MiB */
+    SP(sp_free(pool, a, s1));
+    SP(sp_alloc(pool, &b, 3 * MiB / 2, s1));  /* the front of s1's free range */
+    assert_ptr_equal(b, a);
+    CK(cudaStreamSynchronize(s1));
+    SP(sp_alloc(pool, &c, 2 * MiB, s2));      /* the rest, behind s1's completed fence */
+    assert_ptr_equal(c, (char *)a + 3 * MiB / 2);
+    assert_int_equal(stats_of(pool).cross_stream_reuses, 1);
+    sp_stream_usage u1 = usage_of(pool, s1), u2 = usage_of(pool, s2);
+    assert_int_equal(u2.steals_taken, 1);
+    assert_int_equal(u1.steals_given, 1);
+    assert_int_equal(u2.hits + u2.steals_taken, 1);
+    SP(sp_free(pool, b, s1));
+    SP(sp_free(pool, c, s2));
+    drop_stream(rt, s1);
+    drop_stream(rt, s2);
+    SP(sp_pool_destroy(pool));
+    SP(sp_runtime_destroy(rt));
+}
+
 static void reset_peaks_moves_peaks_to_current(void **state)
 {
     (void)state;
@@ -527,6 +558,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(stream_stats_follow_each_stream, reset_device),
+        cmocka_unit_test_teardown(stream_stats_count_steals_of_a_split_range, reset_device),
         cmocka_unit_test_teardown(reset_peaks_moves_peaks_to_current, reset_device),
         cmocka_unit_test_teardown(pointer_info_and_free_any, reset_device),
         cmocka_unit_test_teardown(free_any_refuses_another_threads_stream, reset_device),
