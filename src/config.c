@@ -205,6 +205,7 @@ static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, in
 int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf, char *err,
                     size_t errlen)
 {
+    sp__cuda_error_clear();
     if (!cfg || cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
         return SP_ERR_INVALID;
     if (!conf)

@@ -179,6 +179,7 @@ int sp_runtime_destroy(sp_runtime *rt)
 
 int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out)
 {
+    sp__cuda_error_clear();
     if (!rt || !out)
         return SP_ERR_INVALID;
     *out = rt->default_pool;
@@ -224,6 +225,7 @@ int sp_pool_create(sp_runtime *rt, const char *name, const sp_pool_config *cfg, 
 int sp_pool_adopt(sp_runtime *rt, const char *name, cudaMemPool_t mem_pool,
                   const sp_pool_config *cfg, sp_pool **out)
 {
+    sp__cuda_error_clear();
     if (!mem_pool)
         return SP_ERR_INVALID;
     return pool_register(rt, name, mem_pool, cfg, out);
@@ -231,6 +233,7 @@ int sp_pool_adopt(sp_runtime *rt, const char *name, cudaMemPool_t mem_pool,
 
 int sp_pool_find(sp_runtime *rt, const char *name, sp_pool **out)
 {
+    sp__cuda_error_clear();
     if (!rt || !name || !out)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&rt->lock);

@@ -189,6 +189,33 @@ static void stats_json_reads_only_the_callers_struct(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* The header's promise: every call clears sp_last_cuda_error on entry, so that an error a call
+ * returns is never explained by an older call's CUDA error; the calls that never reach CUDA
+ * too. */
+static void calls_without_cuda_clear_the_last_cuda_error(void **state)
+{
+    (void)state;
+    int count = 0;
+    CK(cudaGetDeviceCount(&count));
+    sp_runtime *rt;
+    SP(sp_runtime_create(0, NULL, &rt));
+    sp_pool *pool = NULL;
+    assert_int_equal(sp_runtime_create(count, NULL, &(sp_runtime *){NULL}), SP_ERR_NO_DEVICE);
+    assert_int_equal(sp_pool_find(rt, "nope", &pool), SP_ERR_NOT_FOUND);
+    assert_int_equal(sp_last_cuda_error(), 0);
+    assert_int_equal(sp_runtime_create(count, NULL, &(sp_runtime *){NULL}), SP_ERR_NO_DEVICE);
+    SP(sp_runtime_default_pool(rt, &pool));
+    assert_int_equal(sp_last_cuda_error(), 0);
+    assert_int_equal(sp_runtime_create(count, NULL, &(sp_runtime *){NULL}), SP_ERR_NO_DEVICE);
+    assert_int_equal(sp_pool_adopt(rt, "adopted", NULL, NULL, &pool), SP_ERR_INVALID);
+    assert_int_equal(sp_last_cuda_error(), 0);
+    assert_int_equal(sp_runtime_create(count, NULL, &(sp_runtime *){NULL}), SP_ERR_NO_DEVICE);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    assert_int_equal(sp_config_apply(&cfg, NULL, "limit:lots", NULL, 0), SP_ERR_CONFIG);
+    assert_int_equal(sp_last_cuda_error(), 0);
+    SP(sp_runtime_destroy(rt));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -198,6 +225,7 @@ int main(void)
         T(unknown_pool_names_in_config_are_reported),
         T(bad_device_has_its_own_status),
         T(stats_json_reads_only_the_callers_struct),
+        T(calls_without_cuda_clear_the_last_cuda_error),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
