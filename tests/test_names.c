@@ -216,6 +216,39 @@ static void calls_without_cuda_clear_the_last_cuda_error(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* A server with many tenants sets many pool-prefixed keys: a pool that existed and was then
+ * destroyed (a tenant unloaded) is no typo, however far down the string its keys stand. */
+static void many_pool_keys_are_all_remembered(void **state)
+{
+    (void)state;
+    char conf[4096] = "";
+    size_t used = 0;
+    for (int i = 0; i < 70; i++)
+        used += (size_t)snprintf(conf + used, sizeof conf - used, "%stenant%d.priority:%d",
+                                 i ? "," : "", i, i);
+    setenv("SP_ALLOC_CONF", conf, 1);
+    setenv("SP_ALLOC_CONF_QUIET", "1", 1);
+    sp_runtime *rt;
+    SP(sp_runtime_create(0, NULL, &rt));
+    unsetenv("SP_ALLOC_CONF");
+    assert_int_equal(sp_runtime_check_config(rt, NULL, 0), 70);
+    for (int i = 0; i < 70; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "tenant%d", i);
+        sp_pool *pool;
+        SP(sp_pool_create(rt, name, NULL, &pool));
+        sp_pool_config got = {.size = sizeof got};
+        SP(sp_pool_get_config(pool, &got));
+        assert_int_equal(got.priority, i);
+        SP(sp_pool_destroy(pool));
+    }
+    char names[256] = "unchanged";
+    assert_int_equal(sp_runtime_check_config(rt, names, sizeof names), 0);
+    assert_string_equal(names, "");
+    unsetenv("SP_ALLOC_CONF_QUIET");
+    SP(sp_runtime_destroy(rt));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -226,6 +259,7 @@ int main(void)
         T(bad_device_has_its_own_status),
         T(stats_json_reads_only_the_callers_struct),
         T(calls_without_cuda_clear_the_last_cuda_error),
+        T(many_pool_keys_are_all_remembered),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
