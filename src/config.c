@@ -205,6 +205,7 @@ static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, in
 int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf, char *err,
                     size_t errlen)
 {
+    sp__cuda_error_clear();
     if (!cfg || cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
         return SP_ERR_INVALID;
     if (!conf)
@@ -223,10 +224,11 @@ int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf
 
 /* ---- pool names in the conf strings that no pool has had (typos) ----
  * The i-th pool-prefixed entry, counting through alloc_conf and then SP_ALLOC_CONF, owns bit i
- * of rt->conf_pools_seen; entries past the 64th are matched against the live pools only. Both
+ * of rt->conf_pools_seen, sized at sp_runtime_create for every such entry: a server with many
+ * tenants sets many keys, and a pool destroyed since (a tenant unloaded) was no typo. Both
  * strings parsed at sp_runtime_create, so the walk below meets only well-formed entries. */
 
-#define CONF_TRACKED 64
+#define CONF_TRACKED 64 /* unknown names listed */
 
 typedef void (*prefix_fn)(sp_runtime *rt, size_t index, slice pool, void *arg);
 
@@ -253,10 +255,30 @@ static void each_prefix(sp_runtime *rt, prefix_fn fn, void *arg)
     }
 }
 
+static void count_prefix(sp_runtime *rt, size_t index, slice pool, void *arg)
+{
+    (void)rt, (void)pool;
+    *(size_t *)arg = index + 1;
+}
+
+int sp__config_seen_init(sp_runtime *rt)
+{
+    size_t n = 0;
+    each_prefix(rt, count_prefix, &n);
+    if (n && !(rt->conf_pools_seen = calloc((n + 63) / 64, sizeof *rt->conf_pools_seen)))
+        return SP_ERR_NO_HOST_MEMORY;
+    return SP_OK;
+}
+
+static bool seen(const sp_runtime *rt, size_t index)
+{
+    return rt->conf_pools_seen[index / 64] >> (index % 64) & 1;
+}
+
 static void mark_seen(sp_runtime *rt, size_t index, slice pool, void *arg)
 {
-    if (index < CONF_TRACKED && equals(pool, (const char *)arg))
-        rt->conf_pools_seen |= (uint64_t)1 << index;
+    if (equals(pool, (const char *)arg))
+        rt->conf_pools_seen[index / 64] |= (uint64_t)1 << (index % 64);
 }
 
 void sp__config_pool_created(sp_runtime *rt, const char *name)
@@ -281,7 +303,7 @@ static bool pool_alive(const sp_runtime *rt, slice name)
 static void collect_unknown(sp_runtime *rt, size_t index, slice pool, void *arg)
 {
     unknown_list *u = arg;
-    if ((index < CONF_TRACKED && (rt->conf_pools_seen >> index & 1)) || pool_alive(rt, pool))
+    if (seen(rt, index) || pool_alive(rt, pool))
         return;
     for (size_t i = 0; i < u->listed; i++)
         if (u->names[i].n == pool.n && memcmp(u->names[i].p, pool.p, pool.n) == 0)

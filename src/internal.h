@@ -542,6 +542,8 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit);
 /* Checks a merged pool config (reserve within limit, a known policy); SP_ERR_CONFIG with the
  * message otherwise. */
 int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
+/* Allocates rt->conf_pools_seen for the pool-prefixed keys of both conf strings. */
+int sp__config_seen_init(sp_runtime *rt);
 /* Notes that a pool called `name` exists, for sp_runtime_check_config (rt->lock held). */
 void sp__config_pool_created(sp_runtime *rt, const char *name);
 /* Prints a warning on stderr for each conf pool name no pool has had (rt->lock held). */
@@ -582,8 +584,9 @@ struct sp_runtime {
     sp_stream_key *capturing;
     size_t capturing_len, capturing_cap;
     _Atomic(struct sp_trace *) trace;    /* trace.c: NULL until a trace is first started */
-    uint64_t conf_pools_seen;            /* config.c, under `lock`: bit i set once a pool named
-                                            by the i-th pool-prefixed conf key has existed */
+    uint64_t *conf_pools_seen;           /* config.c, under `lock`: bit i set once a pool named
+                                            by the i-th pool-prefixed conf key has existed (a
+                                            bit per such key; NULL if none) */
     sp_runtime *next_runtime;            /* in the process's list, for threads that exit */
 };
 

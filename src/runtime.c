@@ -92,12 +92,16 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     rt->cfg = config;
     rt->cfg.alloc_conf = NULL; /* the caller's string need not outlive this call */
     if ((config.alloc_conf && !(rt->alloc_conf = strdup(config.alloc_conf))) ||
-        (env && !(rt->env_conf = strdup(env)))) {
+        (env && !(rt->env_conf = strdup(env))) || sp__config_seen_init(rt) != SP_OK) {
         free(rt->alloc_conf);
+        free(rt->env_conf);
         free(rt);
         return SP_ERR_NO_HOST_MEMORY;
     }
     if (pthread_mutex_init(&rt->lock, NULL) != 0) {
+        free(rt->conf_pools_seen);
+        free(rt->alloc_conf);
+        free(rt->env_conf);
         free(rt);
         return SP_ERR_NO_HOST_MEMORY;
     }
@@ -119,6 +123,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         sp__fence_pool_destroy(&rt->fences);
     }
     pthread_mutex_destroy(&rt->lock);
+    free(rt->conf_pools_seen);
     free(rt->alloc_conf);
     free(rt->env_conf);
     free(rt);
@@ -171,6 +176,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp__ptrmap_free(&rt->ptrmap);
     pthread_mutex_destroy(&rt->lock);
     free(rt->capturing);
+    free(rt->conf_pools_seen);
     free(rt->alloc_conf);
     free(rt->env_conf);
     free(rt);
@@ -179,6 +185,7 @@ int sp_runtime_destroy(sp_runtime *rt)
 
 int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out)
 {
+    sp__cuda_error_clear();
     if (!rt || !out)
         return SP_ERR_INVALID;
     *out = rt->default_pool;
@@ -224,6 +231,7 @@ int sp_pool_create(sp_runtime *rt, const char *name, const sp_pool_config *cfg, 
 int sp_pool_adopt(sp_runtime *rt, const char *name, cudaMemPool_t mem_pool,
                   const sp_pool_config *cfg, sp_pool **out)
 {
+    sp__cuda_error_clear();
     if (!mem_pool)
         return SP_ERR_INVALID;
     return pool_register(rt, name, mem_pool, cfg, out);
@@ -231,6 +239,7 @@ int sp_pool_adopt(sp_runtime *rt, const char *name, cudaMemPool_t mem_pool,
 
 int sp_pool_find(sp_runtime *rt, const char *name, sp_pool **out)
 {
+    sp__cuda_error_clear();
     if (!rt || !name || !out)
         return SP_ERR_INVALID;
     pthread_mutex_lock(&rt->lock);

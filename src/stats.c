@@ -159,29 +159,28 @@ size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)
     if (!st)
         return 0;
     SP_EMIT("{\"version\":%u", st->version);
+    /* a caller built against an older header has a shorter struct: only what its size covers
+     * is read (and written), as sp_pool_stats fills only that much */
+#define SP_HAS(field) (st->size >= offsetof(sp_stats, field) + sizeof st->field)
 #define SP_EMIT_BYTES(field)                                                                  \
-    SP_EMIT(",\"" #field "\":{\"current\":%llu,\"peak\":%llu,\"total\":%llu}",               \
-            (unsigned long long)st->field.current, (unsigned long long)st->field.peak,       \
-            (unsigned long long)st->field.total)
-    SP_EMIT_BYTES(requested);
-    SP_EMIT_BYTES(active);
-    SP_EMIT_BYTES(cached);
-    SP_EMIT_BYTES(held);
+    if (SP_HAS(field))                                                                        \
+        SP_EMIT(",\"" #field "\":{\"current\":%llu,\"peak\":%llu,\"total\":%llu}",           \
+                (unsigned long long)st->field.current, (unsigned long long)st->field.peak,   \
+                (unsigned long long)st->field.total);
+    SP_EMIT_BYTES(requested)
+    SP_EMIT_BYTES(active)
+    SP_EMIT_BYTES(cached)
+    SP_EMIT_BYTES(held)
 #undef SP_EMIT_BYTES
-    SP_EMIT(",\"pool_reserved\":%llu,\"pool_used\":%llu,\"pools\":%llu",
-            (unsigned long long)st->pool_reserved, (unsigned long long)st->pool_used,
-            (unsigned long long)st->pools);
-#define SP_EMIT_COUNTER(name, text) SP_EMIT(",\"" #name "\":%llu", (unsigned long long)st->name);
-    SP_STATS_COUNTERS(SP_EMIT_COUNTER)
-#undef SP_EMIT_COUNTER
-    SP_EMIT(",\"inactive_split\":%llu,\"largest_free\":%llu,\"segments\":%llu,"
-            "\"segment_bytes\":%llu,\"slabs\":%llu,\"slab_bytes\":%llu",
-            (unsigned long long)st->inactive_split, (unsigned long long)st->largest_free,
-            (unsigned long long)st->segments, (unsigned long long)st->segment_bytes,
-            (unsigned long long)st->slabs, (unsigned long long)st->slab_bytes);
-    if (st->size >= offsetof(sp_stats, released_streams) + sizeof st->released_streams)
-        SP_EMIT(",\"streams\":%llu,\"released_streams\":%llu", (unsigned long long)st->streams,
-                (unsigned long long)st->released_streams);
+#define SP_EMIT_FIELD(name, ...)                                                              \
+    if (SP_HAS(name))                                                                         \
+        SP_EMIT(",\"" #name "\":%llu", (unsigned long long)st->name);
+    SP_STATS_GAUGES(SP_EMIT_FIELD)
+    SP_STATS_COUNTERS(SP_EMIT_FIELD)
+    SP_STATS_LAYOUT(SP_EMIT_FIELD)
+    SP_STATS_STREAMS(SP_EMIT_FIELD, SP_EMIT_FIELD)
+#undef SP_EMIT_FIELD
+#undef SP_HAS
     SP_EMIT("}");
 #undef SP_EMIT
     return used;

@@ -157,6 +157,98 @@ static void bad_device_has_its_own_status(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* A caller built against an older header passes a shorter sp_stats: sp_stats_json reads only
+ * what its size covers, never the bytes past it (here poisoned), as sp_pool_stats fills only
+ * that much. */
+static void stats_json_reads_only_the_callers_struct(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    SP(sp_runtime_create(0, NULL, &rt));
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    sp_stats st;
+    memset(&st, 0xab, sizeof st);
+    st.size = offsetof(sp_stats, pool_reserved); /* byte figures only */
+    SP(sp_pool_stats(pool, &st));
+    char json[4096];
+    size_t n = sp_stats_json(&st, json, sizeof json);
+    assert_int_equal(n, strlen(json));
+    assert_string_equal(json, "{\"version\":3,"
+                              "\"requested\":{\"current\":0,\"peak\":0,\"total\":0},"
+                              "\"active\":{\"current\":0,\"peak\":0,\"total\":0},"
+                              "\"cached\":{\"current\":0,\"peak\":0,\"total\":0},"
+                              "\"held\":{\"current\":0,\"peak\":0,\"total\":0}}");
+    memset(&st, 0xab, sizeof st);
+    st.size = offsetof(sp_stats, inactive_split); /* version 1: no layout, no streams */
+    SP(sp_pool_stats(pool, &st));
+    sp_stats_json(&st, json, sizeof json);
+    assert_non_null(strstr(json, "\"give_back_failures\":0}"));
+    assert_null(strstr(json, "inactive_split"));
+    assert_null(strstr(json, "12370169555311111083")); /* 0xabab...: no byte past the size */
+    SP(sp_runtime_destroy(rt));
+}
+
+/* The header's promise: every call clears sp_last_cuda_error on entry, so that an error a call
+ * returns is never explained by an older call's CUDA error; the calls that never reach CUDA
+ * too. */
+static void calls_without_cuda_clear_the_last_cuda_error(void **state)
+{
+    (void)state;
+    int count = 0;
+    CK(cudaGetDeviceCount(&count));
+    sp_runtime *rt;
+    SP(sp_runtime_create(0, NULL, &rt));
+    sp_pool *pool = NULL;
+    assert_int_equal(sp_runtime_create(count, NULL, &(sp_runtime *){NULL}), SP_ERR_NO_DEVICE);
+    assert_int_equal(sp_pool_find(rt, "nope", &pool), SP_ERR_NOT_FOUND);
+    assert_int_equal(sp_last_cuda_error(), 0);
+    assert_int_equal(sp_runtime_create(count, NULL, &(sp_runtime *){NULL}), SP_ERR_NO_DEVICE);
+    SP(sp_runtime_default_pool(rt, &pool));
+    assert_int_equal(sp_last_cuda_error(), 0);
+    assert_int_equal(sp_runtime_create(count, NULL, &(sp_runtime *){NULL}), SP_ERR_NO_DEVICE);
+    assert_int_equal(sp_pool_adopt(rt, "adopted", NULL, NULL, &pool), SP_ERR_INVALID);
+    assert_int_equal(sp_last_cuda_error(), 0);
+    assert_int_equal(sp_runtime_create(count, NULL, &(sp_runtime *){NULL}), SP_ERR_NO_DEVICE);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    assert_int_equal(sp_config_apply(&cfg, NULL, "limit:lots", NULL, 0), SP_ERR_CONFIG);
+    assert_int_equal(sp_last_cuda_error(), 0);
+    SP(sp_runtime_destroy(rt));
+}
+
+/* A server with many tenants sets many pool-prefixed keys: a pool that existed and was then
+ * destroyed (a tenant unloaded) is no typo, however far down the string its keys stand. */
+static void many_pool_keys_are_all_remembered(void **state)
+{
+    (void)state;
+    char conf[4096] = "";
+    size_t used = 0;
+    for (int i = 0; i < 70; i++)
+        used += (size_t)snprintf(conf + used, sizeof conf - used, "%stenant%d.priority:%d",
+                                 i ? "," : "", i, i);
+    setenv("SP_ALLOC_CONF", conf, 1);
+    setenv("SP_ALLOC_CONF_QUIET", "1", 1);
+    sp_runtime *rt;
+    SP(sp_runtime_create(0, NULL, &rt));
+    unsetenv("SP_ALLOC_CONF");
+    assert_int_equal(sp_runtime_check_config(rt, NULL, 0), 70);
+    for (int i = 0; i < 70; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "tenant%d", i);
+        sp_pool *pool;
+        SP(sp_pool_create(rt, name, NULL, &pool));
+        sp_pool_config got = {.size = sizeof got};
+        SP(sp_pool_get_config(pool, &got));
+        assert_int_equal(got.priority, i);
+        SP(sp_pool_destroy(pool));
+    }
+    char names[256] = "unchanged";
+    assert_int_equal(sp_runtime_check_config(rt, names, sizeof names), 0);
+    assert_string_equal(names, "");
+    unsetenv("SP_ALLOC_CONF_QUIET");
+    SP(sp_runtime_destroy(rt));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -165,6 +257,9 @@ int main(void)
         T(oom_report_json_escapes_every_byte),
         T(unknown_pool_names_in_config_are_reported),
         T(bad_device_has_its_own_status),
+        T(stats_json_reads_only_the_callers_struct),
+        T(calls_without_cuda_clear_the_last_cuda_error),
+        T(many_pool_keys_are_all_remembered),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
