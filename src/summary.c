@@ -72,8 +72,14 @@ size_t sp_stats_summary(const sp_stats *st, char *buf, size_t len)
     text t = {buf, len, 0};
     if (len)
         buf[0] = '\0';
-    if (st)
-        stats_block(&t, st);
+    if (st) {
+        /* a caller built against an older header passes a shorter struct (st->size): what it
+         * does not have reads as 0, never as the bytes past its end */
+        sp_stats full;
+        memset(&full, 0, sizeof full);
+        memcpy(&full, st, st->size < sizeof full ? st->size : sizeof full);
+        stats_block(&t, &full);
+    }
     return t.used;
 }
 

@@ -189,6 +189,33 @@ static void stats_json_reads_only_the_callers_struct(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* The summary of an older caller's shorter sp_stats reads nothing past its size: it is the
+ * summary of the same figures with every later field 0. */
+static void stats_summary_reads_only_the_callers_struct(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    SP(sp_runtime_create(0, NULL, &rt));
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    void *p;
+    SP(sp_alloc(pool, &p, 4096, NULL));
+    sp_stats st, full;
+    memset(&st, 0xab, sizeof st);
+    st.size = offsetof(sp_stats, pool_reserved); /* byte figures only */
+    SP(sp_pool_stats(pool, &st));
+    memset(&full, 0, sizeof full);
+    memcpy(&full, &st, st.size);
+    full.size = sizeof full;
+    char got[4096], want[4096];
+    size_t n = sp_stats_summary(&st, got, sizeof got);
+    assert_int_equal(n, strlen(got));
+    assert_int_equal(sp_stats_summary(&full, want, sizeof want), n);
+    assert_string_equal(got, want);
+    SP(sp_free(pool, p, NULL));
+    SP(sp_runtime_destroy(rt));
+}
+
 /* The header's promise: every call clears sp_last_cuda_error on entry, so that an error a call
  * returns is never explained by an older call's CUDA error; the calls that never reach CUDA
  * too. */
@@ -258,6 +285,7 @@ int main(void)
         T(unknown_pool_names_in_config_are_reported),
         T(bad_device_has_its_own_status),
         T(stats_json_reads_only_the_callers_struct),
+        T(stats_summary_reads_only_the_callers_struct),
         T(calls_without_cuda_clear_the_last_cuda_error),
         T(many_pool_keys_are_all_remembered),
 #undef T
