@@ -71,12 +71,15 @@ const char *bench_alloc_name(alloc_kind kind);
  * cudaStreamQuery, which the call counts leave out): the device of a replay, which has no
  * kernels, is idle and runs a free at once. */
 void bench_stream_drain(cudaStream_t s);
+/* cudaStreamSynchronize for the benchmark's own waits, which the call counts leave out. */
+cudaError_t bench_stream_sync(cudaStream_t s);
 
 /* ---- CUDA call counting (cudasim only; -1 on a real runtime) ---- */
 
 void calls_reset(void);
 /* Calls the allocator made since calls_reset: every CUDA call except the benchmark's own work
- * (memsets, copies, host functions, stream synchronization and memory queries). */
+ * (memsets, copies, host functions, and the synchronizations and queries it makes through
+ * bench_stream_sync, bench_stream_drain and device_used_bytes; the allocator's own count). */
 long long calls_by_allocator(void);
 /* Of those, the ones that ask the driver for memory (cudaMalloc, cudaMallocAsync,
  * cudaMallocFromPoolAsync): what a warm cache should bring near zero. */

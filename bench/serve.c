@@ -100,7 +100,7 @@ static double serve_request(stream_worker *w, uint64_t *rng, long r)
     for (int i = 0; i < k; i++)
         if (bufs[i] && bench_alloc_free(w->alloc, bufs[i], w->stream) != 0)
             w->failures++;
-    if (cudaStreamSynchronize(w->stream) != cudaSuccess)
+    if (bench_stream_sync(w->stream) != cudaSuccess)
         w->failures++;
     return (now_s() - t0) * 1e6;
 }
