@@ -736,6 +736,45 @@ static void refused_request_changes_no_figure(void **state)
     destroy_runtime(rt);
 }
 
+/* A pool's unused reservation is no part of what its limit refuses: A (reserve 1 GiB, limit
+ * 2 GiB) holds nothing and asks for 1.5 GiB while B's cache fills the device. The driver remaps
+ * A's free reserved pages into the request, so only 0.5 GiB more is needed: B's cache goes back
+ * (step 3) and A gets it. Judged by A's reserved bytes (1 GiB + 1.5 GiB > 2 GiB), the device's
+ * out-of-memory was taken for A's limit: SP_ERR_LIMIT, and B was never asked. */
+static void free_reservation_is_not_counted_against_the_limit(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool_config ca = SP_POOL_CONFIG_INIT;
+    ca.reserve = 1 * GiB;
+    ca.limit = 2 * GiB;
+    ca.priority = 10;
+    sp_pool *a, *b;
+    SP(sp_pool_create(rt, "A", &ca, &a));
+    SP(sp_pool_create(rt, "B", NULL, &b));
+    cudaStream_t sa = new_stream(), sb = new_stream();
+    void *blk[12], *p = NULL;
+    for (int i = 0; i < 12; i++)
+        SP(sp_alloc(b, &blk[i], 256 * MiB, sb));
+    for (int i = 0; i < 12; i++)
+        SP(sp_free(b, blk[i], sb));
+    assert_int_equal(stats_of(b).cached.current, 3 * GiB);
+    SP(sp_alloc(a, &p, 1536 * MiB, sa));
+    sp_stats st_a = stats_of(a), st_b = stats_of(b);
+    assert_int_equal(st_a.limit_rejections, 0);
+    assert_int_equal(st_a.ooms, 0);
+    assert_int_equal(st_a.requested.current, 1536 * MiB);
+    assert_int_equal(st_a.held.current, 1536 * MiB);
+    assert_int_equal(st_a.pool_reserved, 1536 * MiB);
+    assert_int_equal(st_b.reclaims, 1);
+    assert_int_equal(st_b.cached.current, 0);
+    assert_int_equal(st_b.reclaimed_bytes, 3 * GiB);
+    SP(sp_free(a, p, sa));
+    drop_stream(rt, sa);
+    drop_stream(rt, sb);
+    destroy_runtime(rt);
+}
+
 /* ---- a long randomized run under faults at every CUDA call, at 0.5%, 2% and 5% ---- */
 
 static bool usage_invariants_hold(const sp_stats *st)
@@ -948,6 +987,7 @@ int main(void)
         T(limit_between_driver_pages),
         T(oom_callback_retry_reclaims_every_pool),
         T(refused_request_changes_no_figure),
+        T(free_reservation_is_not_counted_against_the_limit),
         T(long_random_faults_at_every_rate),
 #undef T
     };
