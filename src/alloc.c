@@ -378,13 +378,14 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && limit) {
         /* the driver enforces the limit too (maxSize): a pool at its own cap is at its limit.
-         * Judged by the bytes in use, not reserved: the give-back above settled the pool's free
-         * pages (its reservation among them), which the driver remaps into the request (rule
-         * 13a), so they never stand between it and the cap; counted, a device out of memory
-         * would pass for the limit and the other pools would never be asked */
+         * The give-back above trimmed the cudaMemPool to its reservation or to the pages in
+         * use, whichever is more. Within the reservation, its free pages are no part of that
+         * cap: the driver remaps them into the request (rule 13a), so only the bytes in use
+         * count; counted, a device out of memory would pass for the limit and the other pools
+         * would never be asked */
         uint64_t reserved = 0, used = 0;
         (void)sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used);
-        if (used + size > limit)
+        if ((reserved > pool->cfg.reserve ? reserved : used) + size > limit)
             rc = SP_ERR_LIMIT;
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__reclaim_others(pool, size)) {
