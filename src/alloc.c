@@ -425,6 +425,9 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
         sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
     else if (rc == SP_ERR_OUT_OF_MEMORY)
         sp__pool_count(pool, SP_COUNT_ooms, 1);
+    if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) /* reported like the ladder's failures;
+                                                            * no driver call a capture forbids */
+        sp__oom_record(pool, bytes, sp__round_up(bytes, 256), stream, rc);
     if (rc != SP_OK)
         return rc;
     b->requested = bytes;

@@ -775,6 +775,41 @@ static void free_reservation_is_not_counted_against_the_limit(void **state)
     destroy_runtime(rt);
 }
 
+/* A capture's allocation refused by the pool's limit is a limit rejection like any other: the
+ * report says so (failures, status, pool, sizes, stream), as the counter does. */
+static void capture_limit_rejection_is_reported(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 8 * MiB;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "graphs", &cfg, &pool));
+    cudaStream_t s = new_stream();
+    void *p, *q = (void *)0x5;
+    SP(sp_stream_capture_begin(rt, s));
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    SP(sp_alloc(pool, &p, 6 * MiB, s));
+    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, s), SP_ERR_LIMIT);
+    assert_ptr_equal(q, (void *)0x5);
+    SP(sp_free(pool, p, s));
+    cudaGraph_t g;
+    CK(cudaStreamEndCapture(s, &g));
+    SP(sp_stream_capture_end(rt, s));
+    CK(cudaGraphDestroy(g));
+    assert_int_equal(stats_of(pool).limit_rejections, 1);
+    sp_oom_report r = {.size = sizeof r};
+    SP(sp_runtime_last_oom(rt, &r));
+    assert_int_equal(r.failures, 1);
+    assert_int_equal(r.status, SP_ERR_LIMIT);
+    assert_string_equal(r.pool, "graphs");
+    assert_int_equal(r.bytes, 4 * MiB);
+    assert_int_equal(r.rounded, 4 * MiB);
+    assert_ptr_equal(r.stream, s);
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
 /* ---- a long randomized run under faults at every CUDA call, at 0.5%, 2% and 5% ---- */
 
 static bool usage_invariants_hold(const sp_stats *st)
@@ -988,6 +1023,7 @@ int main(void)
         T(oom_callback_retry_reclaims_every_pool),
         T(refused_request_changes_no_figure),
         T(free_reservation_is_not_counted_against_the_limit),
+        T(capture_limit_rejection_is_reported),
         T(long_random_faults_at_every_rate),
 #undef T
     };
