@@ -810,6 +810,47 @@ static void capture_limit_rejection_is_reported(void **state)
     destroy_runtime(rt);
 }
 
+/* Reclaim goes up the priorities only as far as the request needs: on a 4 GiB device with 1 GiB
+ * free, Y's 1.5 GiB request is met once L (priority -5) gave back its 0.75 GiB; H (priority 5)
+ * keeps its 1.5 GiB cache. (Counting only what the victims gave back, never what the device
+ * already had, H's cache went too.) */
+static void reclaim_stops_below_higher_priorities_once_the_request_fits(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool_config cl = SP_POOL_CONFIG_INIT, ch = SP_POOL_CONFIG_INIT;
+    cl.priority = -5;
+    ch.priority = 5;
+    sp_pool *l, *h, *y;
+    SP(sp_pool_create(rt, "L", &cl, &l));
+    SP(sp_pool_create(rt, "H", &ch, &h));
+    SP(sp_pool_create(rt, "Y", NULL, &y));
+    cudaStream_t s = new_stream();
+    void *blk[6], *live, *big;
+    for (int i = 0; i < 6; i++)
+        SP(sp_alloc(h, &blk[i], 256 * MiB, s));
+    for (int i = 0; i < 6; i++)
+        SP(sp_free(h, blk[i], s));
+    for (int i = 0; i < 3; i++)
+        SP(sp_alloc(l, &blk[i], 256 * MiB, s));
+    for (int i = 0; i < 3; i++)
+        SP(sp_free(l, blk[i], s));
+    SP(sp_alloc(y, &live, 768 * MiB, s));
+    SP(sp_alloc(y, &big, 1536 * MiB, s));
+    sp_stats sl = stats_of(l), sh = stats_of(h);
+    assert_int_equal(sl.reclaims, 1);
+    assert_int_equal(sl.reclaimed_bytes, 768 * MiB);
+    assert_int_equal(sl.cached.current, 0);
+    assert_int_equal(sh.reclaims, 0);
+    assert_int_equal(sh.reclaimed_bytes, 0);
+    assert_int_equal(sh.cached.current, 1536 * MiB);
+    assert_int_equal(stats_of(y).requested.current, 2304 * MiB);
+    SP(sp_free(y, big, s));
+    SP(sp_free(y, live, s));
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
 /* ---- a long randomized run under faults at every CUDA call, at 0.5%, 2% and 5% ---- */
 
 static bool usage_invariants_hold(const sp_stats *st)
@@ -1024,6 +1065,7 @@ int main(void)
         T(refused_request_changes_no_figure),
         T(free_reservation_is_not_counted_against_the_limit),
         T(capture_limit_rejection_is_reported),
+        T(reclaim_stops_below_higher_priorities_once_the_request_fits),
         T(long_random_faults_at_every_rate),
 #undef T
     };
