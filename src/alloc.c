@@ -377,10 +377,15 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         rc = retry_settled(pool, h, c, stream, bytes, size, small, &b);
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && limit) {
-        /* the driver enforces the limit too (maxSize): a pool at its own cap is at its limit */
+        /* the driver enforces the limit too (maxSize): a pool at its own cap is at its limit.
+         * The give-back above trimmed the cudaMemPool to its reservation or to the pages in
+         * use, whichever is more. Within the reservation, its free pages are no part of that
+         * cap: the driver remaps them into the request (rule 13a), so only the bytes in use
+         * count; counted, a device out of memory would pass for the limit and the other pools
+         * would never be asked */
         uint64_t reserved = 0, used = 0;
         (void)sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used);
-        if (reserved + size > limit)
+        if ((reserved > pool->cfg.reserve ? reserved : used) + size > limit)
             rc = SP_ERR_LIMIT;
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__reclaim_others(pool, size)) {
@@ -420,6 +425,9 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
         sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
     else if (rc == SP_ERR_OUT_OF_MEMORY)
         sp__pool_count(pool, SP_COUNT_ooms, 1);
+    if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) /* reported like the ladder's failures;
+                                                            * no driver call a capture forbids */
+        sp__oom_record(pool, bytes, sp__round_up(bytes, 256), stream, rc);
     if (rc != SP_OK)
         return rc;
     b->requested = bytes;

@@ -555,7 +555,8 @@ bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len);
 /* ---- reclaim.c: out of memory across pools ---- */
 
 /* Asks the other pools of the runtime, lowest priority first, to give their cached memory back
- * (never below their reservation) until `bytes` reached the device; true if any did. */
+ * (never below their reservation) until the device has room for `bytes` (or they gave that
+ * much back); true if any did, or if the device has the room already. */
 bool sp__reclaim_others(sp_pool *pool, size_t bytes);
 /* Calls the user's out-of-memory callback (not from inside itself); true: retry. */
 bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream);

@@ -17,10 +17,20 @@ static int by_priority(const void *a, const void *b)
     return (x->cfg.priority > y->cfg.priority) - (x->cfg.priority < y->cfg.priority);
 }
 
+/* The device has the free pages a request of `bytes` needs: the pools not asked yet keep their
+ * cache. */
+static bool device_has_room(sp_runtime *rt, size_t bytes)
+{
+    uint64_t free_b = 0, total = 0;
+    return sp__cuda_mem_info(rt->device, &free_b, &total) == SP_OK &&
+           free_b >= sp__round_up(bytes, SP_DRIVER_GRANULARITY);
+}
+
 bool sp__reclaim_others(sp_pool *pool, size_t bytes)
 {
     sp_runtime *rt = pool->rt;
     uint64_t freed = 0;
+    bool room = false;
     pthread_mutex_lock(&rt->lock); /* pools cannot be destroyed meanwhile */
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
@@ -32,7 +42,11 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
             if (p != pool)
                 order[n++] = p;
         qsort(order, n, sizeof *order, by_priority);
+        /* only as far up the priorities as the request needs: what the device had free
+         * counts with what the victims gave back */
         for (size_t i = 0; i < n && freed < bytes; i++) {
+            if ((room = device_has_room(rt, bytes)))
+                break;
             sp_pool *victim = order[i];
             uint64_t released = sp__pool_give_back(victim, victim->cfg.reserve, true, NULL);
             if (released == 0)
@@ -43,7 +57,7 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
         free(order);
     }
     pthread_mutex_unlock(&rt->lock);
-    return freed > 0;
+    return freed > 0 || room;
 }
 
 bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream)

@@ -736,6 +736,121 @@ static void refused_request_changes_no_figure(void **state)
     destroy_runtime(rt);
 }
 
+/* A pool's unused reservation is no part of what its limit refuses: A (reserve 1 GiB, limit
+ * 2 GiB) holds nothing and asks for 1.5 GiB while B's cache fills the device. The driver remaps
+ * A's free reserved pages into the request, so only 0.5 GiB more is needed: B's cache goes back
+ * (step 3) and A gets it. Judged by A's reserved bytes (1 GiB + 1.5 GiB > 2 GiB), the device's
+ * out-of-memory was taken for A's limit: SP_ERR_LIMIT, and B was never asked. */
+static void free_reservation_is_not_counted_against_the_limit(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool_config ca = SP_POOL_CONFIG_INIT;
+    ca.reserve = 1 * GiB;
+    ca.limit = 2 * GiB;
+    ca.priority = 10;
+    sp_pool *a, *b;
+    SP(sp_pool_create(rt, "A", &ca, &a));
+    SP(sp_pool_create(rt, "B", NULL, &b));
+    cudaStream_t sa = new_stream(), sb = new_stream();
+    void *blk[12], *p = NULL;
+    for (int i = 0; i < 12; i++)
+        SP(sp_alloc(b, &blk[i], 256 * MiB, sb));
+    for (int i = 0; i < 12; i++)
+        SP(sp_free(b, blk[i], sb));
+    assert_int_equal(stats_of(b).cached.current, 3 * GiB);
+    SP(sp_alloc(a, &p, 1536 * MiB, sa));
+    sp_stats st_a = stats_of(a), st_b = stats_of(b);
+    assert_int_equal(st_a.limit_rejections, 0);
+    assert_int_equal(st_a.ooms, 0);
+    assert_int_equal(st_a.requested.current, 1536 * MiB);
+    assert_int_equal(st_a.held.current, 1536 * MiB);
+    assert_int_equal(st_a.pool_reserved, 1536 * MiB);
+    assert_int_equal(st_b.reclaims, 1);
+    assert_int_equal(st_b.cached.current, 0);
+    assert_int_equal(st_b.reclaimed_bytes, 3 * GiB);
+    SP(sp_free(a, p, sa));
+    drop_stream(rt, sa);
+    drop_stream(rt, sb);
+    destroy_runtime(rt);
+}
+
+/* A capture's allocation refused by the pool's limit is a limit rejection like any other: the
+ * report says so (failures, status, pool, sizes, stream), as the counter does. */
+static void capture_limit_rejection_is_reported(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 8 * MiB;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "graphs", &cfg, &pool));
+    cudaStream_t s = new_stream();
+    void *p, *q = (void *)0x5;
+    SP(sp_stream_capture_begin(rt, s));
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    SP(sp_alloc(pool, &p, 6 * MiB, s));
+    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, s), SP_ERR_LIMIT);
+    assert_ptr_equal(q, (void *)0x5);
+    SP(sp_free(pool, p, s));
+    cudaGraph_t g;
+    CK(cudaStreamEndCapture(s, &g));
+    SP(sp_stream_capture_end(rt, s));
+    CK(cudaGraphDestroy(g));
+    assert_int_equal(stats_of(pool).limit_rejections, 1);
+    sp_oom_report r = {.size = sizeof r};
+    SP(sp_runtime_last_oom(rt, &r));
+    assert_int_equal(r.failures, 1);
+    assert_int_equal(r.status, SP_ERR_LIMIT);
+    assert_string_equal(r.pool, "graphs");
+    assert_int_equal(r.bytes, 4 * MiB);
+    assert_int_equal(r.rounded, 4 * MiB);
+    assert_ptr_equal(r.stream, s);
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
+/* Reclaim goes up the priorities only as far as the request needs: on a 4 GiB device with 1 GiB
+ * free, Y's 1.5 GiB request is met once L (priority -5) gave back its 0.75 GiB; H (priority 5)
+ * keeps its 1.5 GiB cache. (Counting only what the victims gave back, never what the device
+ * already had, H's cache went too.) */
+static void reclaim_stops_below_higher_priorities_once_the_request_fits(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_pool_config cl = SP_POOL_CONFIG_INIT, ch = SP_POOL_CONFIG_INIT;
+    cl.priority = -5;
+    ch.priority = 5;
+    sp_pool *l, *h, *y;
+    SP(sp_pool_create(rt, "L", &cl, &l));
+    SP(sp_pool_create(rt, "H", &ch, &h));
+    SP(sp_pool_create(rt, "Y", NULL, &y));
+    cudaStream_t s = new_stream();
+    void *blk[6], *live, *big;
+    for (int i = 0; i < 6; i++)
+        SP(sp_alloc(h, &blk[i], 256 * MiB, s));
+    for (int i = 0; i < 6; i++)
+        SP(sp_free(h, blk[i], s));
+    for (int i = 0; i < 3; i++)
+        SP(sp_alloc(l, &blk[i], 256 * MiB, s));
+    for (int i = 0; i < 3; i++)
+        SP(sp_free(l, blk[i], s));
+    SP(sp_alloc(y, &live, 768 * MiB, s));
+    SP(sp_alloc(y, &big, 1536 * MiB, s));
+    sp_stats sl = stats_of(l), sh = stats_of(h);
+    assert_int_equal(sl.reclaims, 1);
+    assert_int_equal(sl.reclaimed_bytes, 768 * MiB);
+    assert_int_equal(sl.cached.current, 0);
+    assert_int_equal(sh.reclaims, 0);
+    assert_int_equal(sh.reclaimed_bytes, 0);
+    assert_int_equal(sh.cached.current, 1536 * MiB);
+    assert_int_equal(stats_of(y).requested.current, 2304 * MiB);
+    SP(sp_free(y, big, s));
+    SP(sp_free(y, live, s));
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
 /* ---- a long randomized run under faults at every CUDA call, at 0.5%, 2% and 5% ---- */
 
 static bool usage_invariants_hold(const sp_stats *st)
@@ -948,6 +1063,9 @@ int main(void)
         T(limit_between_driver_pages),
         T(oom_callback_retry_reclaims_every_pool),
         T(refused_request_changes_no_figure),
+        T(free_reservation_is_not_counted_against_the_limit),
+        T(capture_limit_rejection_is_reported),
+        T(reclaim_stops_below_higher_priorities_once_the_request_fits),
         T(long_random_faults_at_every_rate),
 #undef T
     };
