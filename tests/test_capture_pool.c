@@ -33,7 +33,7 @@ static _Thread_local bool declaring;
 /* a trimming thread: its next cudaEventSynchronize fails at once (as if the fence's stream had
  * faulted), and its first mutex lock after streampool cleared that error waits for `proceed`
  * like a held query */
-static _Thread_local bool fail_event_sync, failed_event_sync, hold_next_lock;
+static _Thread_local bool fail_event_sync, failed_event_sync;
 /* > 0: this thread's mutex lock of that number from now on waits for `proceed` first */
 static _Thread_local int hold_at_lock;
 
@@ -54,12 +54,6 @@ int pthread_mutex_lock(pthread_mutex_t *m)
     if (counting_locks)
         mutex_locks++;
     if (hold_at_lock > 0 && m != &held_query.mu && --hold_at_lock == 0) {
-        real(&held_query.mu);
-        hold_here();
-        pthread_mutex_unlock(&held_query.mu);
-    }
-    if (hold_next_lock && m != &held_query.mu) {
-        hold_next_lock = false;
         real(&held_query.mu);
         hold_here();
         pthread_mutex_unlock(&held_query.mu);
@@ -112,7 +106,7 @@ cudaError_t cudaGetLastError(void)
     cudaError_t err = real();
     if (failed_event_sync) {
         failed_event_sync = false;
-        hold_next_lock = true;
+        hold_at_lock = 1;
     }
     return err;
 }
@@ -335,6 +329,58 @@ static void declared_capture_keeps_hot_path_lock_free(void **state)
     drop_stream(f->rt, t);
 }
 
+/* ---- holding one thread while this one declares a capture ---- */
+
+/* Arms the hold: the next query of `stream` (NULL: none), or the lock a thread's hold_at_lock
+ * names, waits for hold_release. */
+static void hold_arm(cudaStream_t stream)
+{
+    pthread_mutex_lock(&held_query.mu);
+    held_query.stream = stream;
+    held_query.in_query = held_query.proceed = false;
+    pthread_mutex_unlock(&held_query.mu);
+}
+
+static void hold_wait_arrival(void)
+{
+    pthread_mutex_lock(&held_query.mu);
+    while (!held_query.in_query)
+        pthread_cond_wait(&held_query.cv, &held_query.mu);
+    pthread_mutex_unlock(&held_query.mu);
+}
+
+static void hold_release(void)
+{
+    pthread_mutex_lock(&held_query.mu);
+    held_query.proceed = true;
+    pthread_cond_broadcast(&held_query.cv);
+    pthread_mutex_unlock(&held_query.mu);
+}
+
+/* Declares s capturing and begins its capture; a lock the declaration finds held releases the
+ * held thread, which may then finish first. */
+static void declare_and_begin_capture(fixture *f, cudaStream_t s)
+{
+    declaring = true;
+    int rc = sp_stream_capture_begin(f->rt, s);
+    declaring = false;
+    SP(rc);
+    f->declared = s, f->is_declared = true;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    f->capturing = s;
+}
+
+/* Ends the capture of s, which no illegal call may have invalidated, and its declaration. */
+static void end_declared_capture(fixture *f, cudaStream_t s)
+{
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamEndCapture(s, &graph));
+    f->capturing = NULL;
+    CK(cudaGraphDestroy(graph));
+    SP(sp_stream_capture_end(f->rt, s));
+    f->is_declared = false;
+}
+
 /* A capture declared while another thread's miss is asking about the stream: the miss had found
  * the stream not capturing and is about to query it. sp_stream_capture_begin waits for that
  * query to finish, so that no query reaches the stream once its capture has begun (rule 25: it
@@ -364,37 +410,17 @@ static void capture_declared_during_a_query_waits_for_it(void **state)
     SP(sp_alloc(pool, &x, 4 * MiB, a));
     gate_hold(g, a);
     SP(sp_free(pool, x, a)); /* pending behind the gate: b's miss asks about a */
-    pthread_mutex_lock(&held_query.mu);
-    held_query.stream = a;
-    held_query.in_query = held_query.proceed = false;
-    pthread_mutex_unlock(&held_query.mu);
+    hold_arm(a);
     miss_arg m = {pool, b, NULL, -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread, &m), 0);
-    pthread_mutex_lock(&held_query.mu);
-    while (!held_query.in_query)
-        pthread_cond_wait(&held_query.cv, &held_query.mu);
-    pthread_mutex_unlock(&held_query.mu);
-    declaring = true;
-    int rc = sp_stream_capture_begin(f->rt, a);
-    declaring = false;
-    SP(rc);
-    f->declared = a, f->is_declared = true;
-    CK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
-    f->capturing = a;
-    pthread_mutex_lock(&held_query.mu);
-    held_query.proceed = true;
-    pthread_cond_broadcast(&held_query.cv);
-    pthread_mutex_unlock(&held_query.mu);
+    hold_wait_arrival();
+    declare_and_begin_capture(f, a);
+    hold_release();
     assert_int_equal(pthread_join(t, NULL), 0);
     SP(m.rc);
     assert_ptr_not_equal(m.ptr, x); /* a's free is pending: b grew */
-    cudaGraph_t graph = NULL;
-    CK(cudaStreamEndCapture(a, &graph)); /* invalidated by a query during the capture */
-    f->capturing = NULL;
-    CK(cudaGraphDestroy(graph));
-    SP(sp_stream_capture_end(f->rt, a));
-    f->is_declared = false;
+    end_declared_capture(f, a); /* a query during the capture would have invalidated it */
     gate_open(g);
     SP(sp_free(pool, m.ptr, b));
     assert_exact(pool);
@@ -416,7 +442,8 @@ static void *trim_thread(void *arg)
     trim_arg *t = arg;
     fail_event_sync = true;
     t->rc = sp_pool_trim(t->pool, 0);
-    fail_event_sync = failed_event_sync = hold_next_lock = false;
+    fail_event_sync = failed_event_sync = false;
+    hold_at_lock = 0;
     return NULL;
 }
 
@@ -431,36 +458,16 @@ static void capture_declared_before_a_trims_device_sync_stops_it(void **state)
     gate_hold(g, s);
     SP(sp_free(pool, x, s));
     SP(sp_stream_release(f->rt, s)); /* a final fence, pending behind the gate */
-    pthread_mutex_lock(&held_query.mu);
-    held_query.stream = NULL;
-    held_query.in_query = held_query.proceed = false;
-    pthread_mutex_unlock(&held_query.mu);
+    hold_arm(NULL);
     trim_arg t = {pool, -1};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, trim_thread, &t), 0);
-    pthread_mutex_lock(&held_query.mu);
-    while (!held_query.in_query)
-        pthread_cond_wait(&held_query.cv, &held_query.mu);
-    pthread_mutex_unlock(&held_query.mu);
-    declaring = true;
-    int rc = sp_stream_capture_begin(f->rt, c);
-    declaring = false;
-    SP(rc);
-    f->declared = c, f->is_declared = true;
-    CK(cudaStreamBeginCapture(c, cudaStreamCaptureModeThreadLocal));
-    f->capturing = c;
-    pthread_mutex_lock(&held_query.mu);
-    held_query.proceed = true;
-    pthread_cond_broadcast(&held_query.cv);
-    pthread_mutex_unlock(&held_query.mu);
+    hold_wait_arrival();
+    declare_and_begin_capture(f, c);
+    hold_release();
     assert_int_equal(pthread_join(th, NULL), 0);
-    cudaGraph_t graph = NULL;
-    CK(cudaStreamEndCapture(c, &graph)); /* invalidated by a device synchronize */
-    f->capturing = NULL;
     SP(t.rc);
-    CK(cudaGraphDestroy(graph));
-    SP(sp_stream_capture_end(f->rt, c));
-    f->is_declared = false;
+    end_declared_capture(f, c); /* a device synchronize would have invalidated it */
     gate_open(g);
     CK(cudaStreamSynchronize(s));
     CK(cudaStreamDestroy(s));
@@ -526,34 +533,15 @@ static void capture_declared_during_a_pool_destroy_waits_for_it(void **state)
     pthread_mutex_unlock(&pt.mu);
     SP(pt.rc);
     cudaStream_t a = new_stream();
-    pthread_mutex_lock(&held_query.mu);
-    held_query.in_query = held_query.proceed = false;
-    pthread_mutex_unlock(&held_query.mu);
+    hold_arm(NULL);
     destroy_arg d = {victim, -1};
     assert_int_equal(pthread_create(&w, NULL, destroy_held, &d), 0);
-    pthread_mutex_lock(&held_query.mu);
-    while (!held_query.in_query)
-        pthread_cond_wait(&held_query.cv, &held_query.mu);
-    pthread_mutex_unlock(&held_query.mu);
-    declaring = true;
-    int rc = sp_stream_capture_begin(f->rt, a);
-    declaring = false;
-    SP(rc);
-    f->declared = a, f->is_declared = true;
-    CK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
-    f->capturing = a;
-    pthread_mutex_lock(&held_query.mu);
-    held_query.proceed = true;
-    pthread_cond_broadcast(&held_query.cv);
-    pthread_mutex_unlock(&held_query.mu);
+    hold_wait_arrival();
+    declare_and_begin_capture(f, a);
+    hold_release();
     assert_int_equal(pthread_join(w, NULL), 0);
     SP(d.rc);
-    cudaGraph_t graph = NULL;
-    CK(cudaStreamEndCapture(a, &graph)); /* invalidated by a device synchronize */
-    f->capturing = NULL;
-    CK(cudaGraphDestroy(graph));
-    SP(sp_stream_capture_end(f->rt, a));
-    f->is_declared = false;
+    end_declared_capture(f, a); /* a device synchronize would have invalidated it */
     pthread_mutex_lock(&pt.mu);
     pt.exit = true;
     pthread_cond_broadcast(&pt.cv);
