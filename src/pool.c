@@ -524,18 +524,11 @@ int sp__pool_free(sp_pool *pool)
     if (unsettled) {
         /* frees we could not order one by one (another thread's per-thread stream, a failed
          * fence): the whole device is idle after a synchronize */
-        int rc = sp__cuda_device_sync(pool->rt->device);
-        if (err == SP_OK)
-            err = rc;
-        if (rc == SP_OK) {
-            for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
-                for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
-                    atomic_store(&c->done_epoch, atomic_load(&c->free_epoch));
-            for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
-                (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, NULL, &err);
-                if (h == &pool->slabs)
-                    break;
-            }
+        settle_by_device_sync(pool, &err);
+        for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
+            (void)sp__heap_release(h, UINT64_MAX, true, NULL, NULL, NULL, &err);
+            if (h == &pool->slabs)
+                break;
         }
     }
     int rc = sp__cuda_stream_sync(pool->rt->service);
