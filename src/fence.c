@@ -68,12 +68,18 @@ static void skipped(sp_stream_cache *c)
     sp__pool_count(c->pool, SP_COUNT_skipped_steps, 1);
 }
 
+/* The stream has passed epoch: done_epoch rises to it, never back (fence_lock held). */
+static void raise_done(sp_stream_cache *c, uint64_t epoch)
+{
+    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < epoch)
+        atomic_store_explicit(&c->done_epoch, epoch, memory_order_release);
+}
+
 /* Every fence from f on (f and older) is complete: the stream has passed f->epoch. */
 static void settle_through(sp_stream_cache *c, sp_fence *f)
 {
     sp_fence_pool *fp = &c->pool->rt->fences;
-    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < f->epoch) /* never back */
-        atomic_store_explicit(&c->done_epoch, f->epoch, memory_order_release);
+    raise_done(c, f->epoch);
     sp_fence **p = &c->fences;
     while (*p && *p != f)
         p = &(*p)->next;
@@ -139,7 +145,7 @@ static bool stream_idle_settles(sp_stream_cache *c)
         return false;
     }
     if (idle && atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now) {
-        atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+        raise_done(c, now);
         prune_done(c);
     }
     return idle;
@@ -235,7 +241,7 @@ int sp__cache_final_fence(sp_stream_cache *c)
         (rc = sp__fence_record(&rt->fences, c->key.stream, now, &c->final_fence)) == SP_OK)
         sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
     if (rc != SP_OK && touch && (rc = sp__cuda_stream_sync(c->key.stream)) == SP_OK) {
-        atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+        raise_done(c, now);
         atomic_store_explicit(&c->driver_frees, false, memory_order_release);
     }
     pthread_mutex_unlock(&c->fence_lock);
@@ -269,7 +275,7 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
          * (rule 13), and this stream may also hold frees of whole segments */
         rc = sp__cuda_stream_sync(c->key.stream);
         if (rc == SP_OK)
-            atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+            raise_done(c, now);
     } else {
         sp_fence *f = covering_fence(c, epoch, false);
         if (f) {
@@ -301,8 +307,8 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c)
             c->final_fence = NULL;
         }
     }
-    if (rc == SP_OK && atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now)
-        atomic_store_explicit(&c->done_epoch, now, memory_order_release);
+    if (rc == SP_OK)
+        raise_done(c, now);
     pthread_mutex_unlock(&c->fence_lock);
     if (rc != SP_OK)
         atomic_store_explicit(&c->driver_frees, true, memory_order_release);
