@@ -206,7 +206,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     }
     uint64_t cache_limit = atomic_load_explicit(&pool->cache_limit, memory_order_relaxed);
     if (sp_unlikely(cache_limit != UINT64_MAX || !to_bin ||
-                    (uint64_t)-c->active_delta > pool->stats_flush))
+                    magnitude(c->active_delta) > pool->stats_flush))
         sp__cache_flush_locked(pool, c);
     sp_spin_unlock(&c->lock);
     if (sp_unlikely(note.owner != NULL)) /* allocated on another stream */
