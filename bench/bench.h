@@ -119,7 +119,9 @@ typedef struct {
 typedef struct {
     size_t size;
     int threads;
-    double ns_per_pair, malloc_ns_per_pair;
+    int repeats;                 /* rounds, streampool and malloc alternating in each */
+    double ns_per_pair, malloc_ns_per_pair; /* medians of the rounds */
+    double ratio_median, ratio_min, ratio_max; /* streampool / malloc, round by round */
     double driver_calls_per_1000_pairs; /* streampool's driver allocs + frees while measured */
 } hotpath_row;
 
@@ -188,7 +190,8 @@ long bench_serve_warmup(const serve_options *o, int streams); /* per stream */
 size_t bench_request_buffer_size(uint64_t *rng, int i);
 
 typedef struct {
-    double seconds_per_cell;
+    double seconds_per_cell;     /* per measurement: each round measures both allocators */
+    int repeats;                 /* rounds per cell */
     bool quick;                  /* smaller scaling sweeps (for CI) */
 } hotpath_options;
 

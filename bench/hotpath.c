@@ -93,6 +93,49 @@ static double measure(sp_pool *pool, cudaStream_t *streams, int threads, size_t 
     return sum / threads;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define HOTPATH_MAX_REPEATS 64
+
+/* One cell: o->repeats rounds, each measuring streampool and glibc back to back (which comes
+ * first alternates), so that a slow stretch of the machine falls on both sides of a round's
+ * ratio; medians and the ratios' min-max over the rounds. */
+static hotpath_row measure_cell(sp_pool *pool, cudaStream_t *streams, int threads, size_t size,
+                                const hotpath_options *o)
+{
+    int n = o->repeats < HOTPATH_MAX_REPEATS ? o->repeats : HOTPATH_MAX_REPEATS;
+    double sp[HOTPATH_MAX_REPEATS], libc[HOTPATH_MAX_REPEATS], ratio[HOTPATH_MAX_REPEATS];
+    double driver = 0;
+    for (int k = 0; k < n; k++) {
+        double calls = 0;
+        if (k % 2)
+            libc[k] = measure(NULL, streams, threads, size, o->seconds_per_cell, NULL);
+        sp[k] = measure(pool, streams, threads, size, o->seconds_per_cell, &calls);
+        if (!(k % 2))
+            libc[k] = measure(NULL, streams, threads, size, o->seconds_per_cell, NULL);
+        ratio[k] = sp[k] / libc[k];
+        driver += calls / n;
+    }
+    hotpath_row row = {.size = size, .threads = threads, .repeats = n,
+                       .driver_calls_per_1000_pairs = driver};
+    row.ns_per_pair = median(sp, n);
+    row.malloc_ns_per_pair = median(libc, n);
+    row.ratio_median = median(ratio, n); /* sorts: min and max are the ends */
+    row.ratio_min = ratio[0];
+    row.ratio_max = ratio[n - 1];
+    return row;
+}
+
 /* Pair cost on one stream, round-robin over `nstreams` streams and `npools` pools, with
  * `live` allocations held meanwhile. */
 static double scaled_pair_ns(sp_runtime *rt, long live, int nstreams, int npools, double seconds,
@@ -205,14 +248,11 @@ int bench_hotpath(const hotpath_options *o, bench_results *r)
                                    (size_t)16 << 20, (size_t)64 << 20};
     for (int threads = 1; threads <= 2; threads++) {
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-            hotpath_row row = {sizes[i], threads, 0, 0, 0};
-            row.ns_per_pair = measure(pool, streams, threads, sizes[i], o->seconds_per_cell,
-                                      &row.driver_calls_per_1000_pairs);
-            row.malloc_ns_per_pair = measure(NULL, streams, threads, sizes[i], o->seconds_per_cell,
-                                             NULL);
-            r->hotpath[r->n_hotpath++] = row;
-            fprintf(stderr, "  hotpath: %9zu B x%d  %7.1f ns  (malloc %7.1f ns)\n", row.size,
-                    threads, row.ns_per_pair, row.malloc_ns_per_pair);
+            r->hotpath[r->n_hotpath++] = measure_cell(pool, streams, threads, sizes[i], o);
+            const hotpath_row *row = &r->hotpath[r->n_hotpath - 1];
+            fprintf(stderr, "  hotpath: %9zu B x%d  %7.1f ns  (malloc %7.1f ns)  %.3gx [%.3g-%.3g]\n",
+                    row->size, threads, row->ns_per_pair, row->malloc_ns_per_pair,
+                    row->ratio_median, row->ratio_min, row->ratio_max);
         }
     }
     for (int i = 0; i < 2; i++) {

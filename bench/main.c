@@ -2,7 +2,7 @@
  *
  *   sp-bench serve   [--streams 1,4,16,64] [--requests N] [--warmup W] [--repeat R]
  *                    [--buffers K] [--work-us U] [--memset-bytes B] [--seed S] [--allocators LIST]
- *   sp-bench hotpath [--seconds X] [--quick]
+ *   sp-bench hotpath [--seconds X] [--repeat R] [--quick]
  *   sp-bench replay  LOG [--max-streams N] [--allocators LIST] [--capacity BYTES] [--repeat R]
  *                    [--no-capacity] [--workload NAME]
  *   sp-bench gen-log FILE [--shape serving|training|llm|tenants] [shape options] [--seed S]
@@ -26,7 +26,9 @@ static void usage(void)
             "           --repeat 3           runs per row: median and min-max\n"
             "           --buffers 8 --work-us 50 --memset-bytes 65536 (0: whole buffers) --seed 1\n"
             "           --allocators cudaMalloc,cudaMallocAsync,cudaMallocAsync-max,streampool\n"
-            "  hotpath: --seconds 0.1 (per cell) --quick (smaller scaling sweeps)\n"
+            "  hotpath: --seconds 0.1 (per measurement) --repeat 5 (rounds per cell, each\n"
+            "           streampool and malloc back to back: medians, the ratio's min-max)\n"
+            "           --quick (smaller scaling sweeps)\n"
             "  replay:  --max-streams 64 --allocators LIST (as serve) --repeat 3 (runs per\n"
             "           allocator, and clean runs a capacity needs)\n"
             "           --capacity BYTES (K/M/G: one run per allocator at that device capacity)\n"
@@ -166,7 +168,7 @@ int main(int argc, char **argv)
                         .warmup = -1, .repeats = 3, .buffers = 8, .work_us = 50,
                         .memset_bytes = 65536, .seed = 1,
                         .allocators = {true, true, true, true}};
-    hotpath_options ho = {.seconds_per_cell = 0.1, .quick = false};
+    hotpath_options ho = {.seconds_per_cell = 0.1, .repeats = 5, .quick = false};
     replay_options ro = {.max_streams = 64, .allocators = {true, true, true, true},
                          .find_capacity = true, .repeats = 3};
     genlog_options go;
@@ -207,7 +209,7 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else if (strcmp(a, "--repeat") == 0) {
-            so.repeats = ro.repeats = atoi(v);
+            so.repeats = ro.repeats = ho.repeats = atoi(v);
         } else if (strcmp(a, "--buffers") == 0) {
             so.buffers = atoi(v);
         } else if (strcmp(a, "--work-us") == 0) {
@@ -279,7 +281,7 @@ int main(int argc, char **argv)
         go.streams = streams;
     else if (strcmp(cmd, "gen-log") == 0 && go.shape == SHAPE_TENANTS)
         go.streams = 2;
-    if (so.requests <= 0 || so.repeats <= 0 || so.buffers <= 0 ||
+    if (so.requests <= 0 || so.repeats <= 0 || so.repeats > 64 || so.buffers <= 0 ||
         so.buffers > 64 || so.work_us < 0 || ho.seconds_per_cell <= 0 || ro.max_streams <= 0) {
         fprintf(stderr, "sp-bench: an option is out of range\n");
         return 2;
@@ -312,7 +314,7 @@ int main(int argc, char **argv)
             so.n_stream_counts = 2;
             so.requests = requests > 0 ? requests : 8;
             so.warmup = 2;
-            so.repeats = ro.repeats = 2;
+            so.repeats = ro.repeats = ho.repeats = 2;
             ho.seconds_per_cell = 0.005;
             go.requests = 200;
             go.streams = 4;

@@ -124,12 +124,16 @@ void report_table(const bench_results *r, const bench_env *env)
     if (r->n_hotpath) {
         printf("\nhotpath: ns per alloc+free pair on one stream per thread, beside glibc "
                "malloc+free; streampool's driver calls per 1,000 pairs\n");
-        printf("%12s %8s %14s %14s %10s %10s\n", "size", "threads", "streampool ns", "malloc ns",
-               "ratio", "driver");
+        printf("(medians of %d rounds, each measuring both; the ratio is the median of the rounds' "
+               "ratios, with their min-max)\n", r->hotpath[0].repeats);
+        printf("%12s %8s %14s %14s %10s %19s %10s\n", "size", "threads", "streampool ns",
+               "malloc ns", "ratio", "(min-max)", "driver");
         for (int i = 0; i < r->n_hotpath; i++) {
             const hotpath_row *h = &r->hotpath[i];
-            printf("%12zu %8d %14.1f %14.1f %9.3gx %10.1f\n", h->size, h->threads, h->ns_per_pair,
-                   h->malloc_ns_per_pair, h->ns_per_pair / h->malloc_ns_per_pair,
+            char spread[40];
+            snprintf(spread, sizeof spread, "(%.3g-%.3g)", h->ratio_min, h->ratio_max);
+            printf("%12zu %8d %14.1f %14.1f %9.3gx %19s %10.1f\n", h->size, h->threads,
+                   h->ns_per_pair, h->malloc_ns_per_pair, h->ratio_median, spread,
                    h->driver_calls_per_1000_pairs);
         }
     }
@@ -226,9 +230,12 @@ int report_json(const bench_results *r, const bench_env *env, const char *path)
     fprintf(f, "],\n \"hotpath\": [");
     for (int i = 0; i < r->n_hotpath; i++) {
         const hotpath_row *h = &r->hotpath[i];
-        fprintf(f, "%s\n  {\"size\": %zu, \"threads\": %d, \"ns_per_pair\": %.2f, "
-                   "\"malloc_ns_per_pair\": %.2f, \"driver_calls_per_1000_pairs\": %.2f}",
-                i ? "," : "", h->size, h->threads, h->ns_per_pair, h->malloc_ns_per_pair,
+        fprintf(f, "%s\n  {\"size\": %zu, \"threads\": %d, \"repeats\": %d, "
+                   "\"ns_per_pair\": %.2f, \"malloc_ns_per_pair\": %.2f, "
+                   "\"ratio\": {\"median\": %.6g, \"min\": %.6g, \"max\": %.6g}, "
+                   "\"driver_calls_per_1000_pairs\": %.2f}",
+                i ? "," : "", h->size, h->threads, h->repeats, h->ns_per_pair,
+                h->malloc_ns_per_pair, h->ratio_median, h->ratio_min, h->ratio_max,
                 h->driver_calls_per_1000_pairs);
     }
     fprintf(f, "],\n \"scaling\": [");

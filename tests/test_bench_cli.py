@@ -197,6 +197,13 @@ def _():
     check("sizes up to 64 MiB", max(x["size"] for x in d["hotpath"]) == 64 << 20, d["hotpath"])
     check("every pair cost is positive",
           all(x["ns_per_pair"] > 0 and x["malloc_ns_per_pair"] > 0 for x in d["hotpath"]))
+    check("5 rounds per cell by default", all(x["repeats"] == 5 for x in d["hotpath"]), d["hotpath"])
+    check("the ratio's median lies within its min-max",
+          all(0 < x["ratio"]["min"] <= x["ratio"]["median"] <= x["ratio"]["max"]
+              for x in d["hotpath"]), d["hotpath"])
+    r = run("hotpath", "--quick", "--seconds", "0.002", "--repeat", "3", "--json", out)
+    d = json.load(open(out))
+    check("--repeat sets the rounds", all(x["repeats"] == 3 for x in d["hotpath"]), d["hotpath"])
     dims = {x["dimension"] for x in d["scaling"]}
     check("scaling over live allocations, streams, pools",
           dims == {"live_allocations", "streams", "pools"}, dims)
@@ -213,8 +220,8 @@ SCHEMA = {
     "serve": {"allocator": str, "streams": int, "requests": int, "warmup_requests": int,
               "repeats": int, "requests_per_s": dict, "p99_us": dict, "p50_us": float,
               "peak_reserved_bytes": int, "failures": int},
-    "hotpath": {"size": int, "threads": int, "ns_per_pair": float, "malloc_ns_per_pair": float,
-                "driver_calls_per_1000_pairs": float},
+    "hotpath": {"size": int, "threads": int, "repeats": int, "ns_per_pair": float,
+                "malloc_ns_per_pair": float, "ratio": dict, "driver_calls_per_1000_pairs": float},
     "scaling": {"dimension": str, "value": int, "ns_per_pair": float, "held_bytes": int},
     "calls": {"allocator": str, "calls_per_1000_pairs": (int, float)},
     "replay": {"allocator": str, "workload": str, "events": int, "repeats": int,
