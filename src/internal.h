@@ -416,8 +416,8 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key);
  * per-thread memo or the capture check of sp__cache_get: creating, for sp_stream_capture_begin,
  * under runtime->lock. */
 sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key, bool create);
-/* Detaches the pool's cache for key (NULL if none); the caller empties it. */
-sp_stream_cache *sp__cache_detach(sp_pool *pool, sp_stream_key key);
+/* Detaches the pool's cache for key (NULL if none), pool->lock held; the caller empties it. */
+sp_stream_cache *sp__cache_detach_locked(sp_pool *pool, sp_stream_key key);
 void sp__cache_table_free(sp_pool *pool);
 
 /* ---- pointer map (ptrmap.c): pointer -> block for every block a runtime holds ---- */
@@ -506,8 +506,9 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
 /* Gives all the pool's memory back and frees its structures; the caller has checked it has no
  * live allocation. Returns the first CUDA error. */
 int sp__pool_free(sp_pool *pool);
-/* Returns the blocks of a detached (released) cache to their slabs behind its final fence. */
-int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c);
+/* sp_stream_release for one pool: detaches key's cache, if any, and returns its blocks to their
+ * slabs and segments behind its final fence. */
+int sp__pool_release_stream(sp_pool *pool, sp_stream_key key);
 /* Gives cached memory back to the driver until the pool holds at most `keep` bytes (largest
  * segments first); with `sync`, orders and synchronizes those frees and trims the cudaMemPool
  * (never below the reservation). Returns the bytes the pool stopped holding or, with `sync`,

@@ -547,8 +547,17 @@ int sp__pool_free(sp_pool *pool)
     return err;
 }
 
-int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
+int sp__pool_release_stream(sp_pool *pool, sp_stream_key key)
 {
+    /* The cache leaves the pool's list and its figures move to the pool's in one step under
+     * pool->lock, which a stats read holds while it walks the list and reads the moved
+     * figures: a read finds them in one place or the other, never in neither. */
+    pthread_mutex_lock(&pool->lock);
+    sp_stream_cache *c = sp__cache_detach_locked(pool, key);
+    if (!c) {
+        pthread_mutex_unlock(&pool->lock);
+        return SP_OK;
+    }
     sp_spin_lock(&c->lock);
     c->released = true;
     sp__cache_flush_locked(pool, c);
@@ -567,6 +576,7 @@ int sp__pool_orphan_cache(sp_pool *pool, sp_stream_cache *c)
     sp_bin *bins = c->bins;
     c->bins = NULL;
     sp_spin_unlock(&c->lock);
+    pthread_mutex_unlock(&pool->lock);
     free(bins);
     sp__cache_release_aside(c);
     /* the released stream is named one last time: a fence covering all its frees (or, failing

@@ -293,12 +293,9 @@ int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
     int rc = SP_OK;
     pthread_mutex_lock(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next) {
-        sp_stream_cache *c = sp__cache_detach(p, key);
-        if (c) {
-            int prc = sp__pool_orphan_cache(p, c);
-            if (rc == SP_OK)
-                rc = prc;
-        }
+        int prc = sp__pool_release_stream(p, key);
+        if (rc == SP_OK)
+            rc = prc;
     }
     pthread_mutex_unlock(&rt->lock);
     sp__stream_labels_forget(rt, &stream);

@@ -30,21 +30,23 @@ static void merge_cache(sp_pool *pool, sp_stream_cache *c, sp_stats *st,
 /* Adds one pool's counters to st (current/peak bytes are filled by the caller). */
 static int add_pool(sp_pool *pool, sp_stats *st)
 {
-    /* released streams' counters were merged into the pool's at release: a read costs
-     * O(live streams) however many came and went */
-    uint64_t requested_total = load(&pool->miss_requested_total) +
-                               load(&pool->retired_requested_total);
-    uint64_t active_total = load(&pool->miss_active_total) + load(&pool->retired_active_total);
+    uint64_t requested_total = load(&pool->miss_requested_total);
+    uint64_t active_total = load(&pool->miss_active_total);
+    /* released streams' counters were merged into the pool's at release, under pool->lock
+     * with the cache's unlinking: read under it too, they and the list agree. A read costs
+     * O(live streams) however many came and went. */
+    pthread_mutex_lock(&pool->lock);
+    requested_total += load(&pool->retired_requested_total);
+    active_total += load(&pool->retired_active_total);
     st->same_stream_hits += load(&pool->retired_hits);
     st->allocs += load(&pool->retired_hits);
     st->frees += load(&pool->retired_frees);
     st->cached.total += load(&pool->retired_freed_bytes);
-    pthread_mutex_lock(&pool->lock);
+    st->released_streams += load(&pool->retired_count);
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
         merge_cache(pool, c, st, &requested_total, &active_total);
     st->streams += pool->cache_count;
     pthread_mutex_unlock(&pool->lock);
-    st->released_streams += load(&pool->retired_count);
     st->requested.total += requested_total;
     st->active.total += active_total;
 #define SP_ADD_COUNTER(name, text) st->name += load(&pool->count[SP_COUNT_##name]);

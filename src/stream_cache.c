@@ -145,10 +145,9 @@ sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key, bool create)
     return c;
 }
 
-sp_stream_cache *sp__cache_detach(sp_pool *pool, sp_stream_key key)
+sp_stream_cache *sp__cache_detach_locked(sp_pool *pool, sp_stream_key key)
 {
     size_t h = key_hash(pool->id, key);
-    pthread_mutex_lock(&pool->lock);
     sp_stream_cache *c = table_find(pool, key, h);
     if (c) {
         sp_stream_cache **p = &pool->buckets[h & (pool->bucket_count - 1)];
@@ -165,7 +164,6 @@ sp_stream_cache *sp__cache_detach(sp_pool *pool, sp_stream_key key)
         pool->retired = c;
         atomic_fetch_add_explicit(&pool->stream_gen, 1, memory_order_release);
     }
-    pthread_mutex_unlock(&pool->lock);
     return c;
 }
 

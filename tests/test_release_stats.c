@@ -1,0 +1,124 @@
+/* A stats read while sp_stream_release is under way: the released stream's counters are found
+ * either in its cache or in the pool's figures, never in neither.
+ * The release is held right after the first mutex it unlocks (an interposed
+ * pthread_mutex_unlock: with the fix, the pool's lock once the cache is detached and its
+ * figures moved; before it, the same lock when the cache had left the pool's list and its
+ * figures had not moved yet). The test thread reads the stats meanwhile, then lets it go. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "support/sp_test_support.h"
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool held, proceed;
+} hold = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+static _Thread_local int hold_after_unlocks; /* armed in the releasing thread only */
+static int (*real_unlock)(pthread_mutex_t *);
+
+int pthread_mutex_unlock(pthread_mutex_t *m)
+{
+    if (!real_unlock)
+        *(void **)&real_unlock = dlsym(RTLD_NEXT, "pthread_mutex_unlock");
+    int rc = real_unlock(m);
+    if (hold_after_unlocks > 0 && m != &hold.mu && --hold_after_unlocks == 0) {
+        pthread_mutex_lock(&hold.mu);
+        hold.held = true;
+        pthread_cond_broadcast(&hold.cv);
+        while (!hold.proceed)
+            pthread_cond_wait(&hold.cv, &hold.mu);
+        real_unlock(&hold.mu);
+    }
+    return rc;
+}
+
+typedef struct {
+    sp_runtime *rt;
+    cudaStream_t s;
+    int rc;
+} release_arg;
+
+static void *release_held(void *p)
+{
+    release_arg *a = p;
+    hold_after_unlocks = 1;
+    a->rc = sp_stream_release(a->rt, a->s);
+    hold_after_unlocks = 0;
+    return NULL;
+}
+
+static void let_go(void)
+{
+    pthread_mutex_lock(&hold.mu);
+    hold.proceed = true;
+    pthread_cond_broadcast(&hold.cv);
+    pthread_mutex_unlock(&hold.mu);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    let_go(); /* a failed assertion left the release held, with the runtime's lock */
+    return destroy_tracked_runtimes() ? -1 : 0;
+}
+
+static void stats_during_release_count_every_pair(void **state)
+{
+    (void)state;
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    sp_runtime *rt = track_runtime(0, &cfg);
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "released", NULL, &pool));
+    cudaStream_t s = new_stream();
+    void *p;
+    for (int i = 0; i < 10; i++) { /* one miss, then nine hits on the stream's own bin */
+        SP(sp_alloc(pool, &p, 256, s));
+        SP(sp_free(pool, p, s));
+    }
+    sp_stats before = stats_of(pool);
+    assert_int_equal(before.allocs, 10);
+    assert_int_equal(before.same_stream_hits, 9);
+    assert_int_equal(before.frees, 10);
+    assert_int_equal(before.requested.total, 2560);
+    assert_int_equal(before.streams, 1);
+    assert_int_equal(before.released_streams, 0);
+
+    release_arg a = {rt, s, -1};
+    hold.held = hold.proceed = false;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, release_held, &a), 0);
+    pthread_mutex_lock(&hold.mu);
+    while (!hold.held)
+        pthread_cond_wait(&hold.cv, &hold.mu);
+    pthread_mutex_unlock(&hold.mu); /* not armed in this thread: the real unlock */
+
+    sp_stats during = stats_of(pool); /* the release is held inside sp_stream_release */
+    assert_int_equal(during.allocs, 10);
+    assert_int_equal(during.same_stream_hits, 9);
+    assert_int_equal(during.frees, 10);
+    assert_int_equal(during.requested.total, 2560);
+    assert_int_equal(during.streams + during.released_streams, 1);
+
+    let_go();
+    assert_int_equal(pthread_join(t, NULL), 0);
+    SP(a.rc);
+    sp_stats after = stats_of(pool);
+    assert_int_equal(after.allocs, 10);
+    assert_int_equal(after.frees, 10);
+    assert_int_equal(after.streams, 0);
+    assert_int_equal(after.released_streams, 1);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    SP(sp_pool_destroy(pool));
+    destroy_runtime(rt);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(stats_during_release_count_every_pair, teardown),
+    };
+    return cmocka_run_group_tests_name("release_stats", tests, NULL, NULL);
+}
