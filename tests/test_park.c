@@ -3,7 +3,8 @@
  * lost to the pool: another stream's miss, trim, a stream's release and the stats all see the
  * parked ranges as the heap's own free ranges, to the byte. Emulator-only: counts CUDA calls.
  * One test interposes cudaStreamIsCapturing and sched_yield to see whether a CUDA call is made
- * while the stream's spin lock is held. */
+ * while the stream's spin lock is held; another cudaMallocFromPoolAsync, to release a stream
+ * while its thread's miss is inside the driver. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -332,6 +333,97 @@ static void release_during_large_pairs_counts_every_byte(void **state)
 }
 
 
+/* ---- a stream released while its thread's miss takes a fresh segment ---- */
+
+/* While `stream` is set, the next cudaMallocFromPoolAsync on it waits, inside the call, until
+ * the test thread has released the stream (as another thread may at any moment). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cudaStream_t stream;
+    bool inside, released;
+} held_malloc = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool,
+                                    cudaStream_t stream)
+{
+    static cudaError_t (*real)(void **, size_t, cudaMemPool_t, cudaStream_t);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaMallocFromPoolAsync");
+    pthread_mutex_lock(&held_malloc.mu);
+    if (held_malloc.stream && stream == held_malloc.stream) {
+        held_malloc.stream = NULL;
+        held_malloc.inside = true;
+        pthread_cond_broadcast(&held_malloc.cv);
+        while (!held_malloc.released)
+            pthread_cond_wait(&held_malloc.cv, &held_malloc.mu);
+    }
+    pthread_mutex_unlock(&held_malloc.mu);
+    return real(ptr, size, pool, stream);
+}
+
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t s;
+    void *p;
+    int rc;
+} miss_on;
+
+static void *alloc_3mib(void *arg)
+{
+    miss_on *m = arg;
+    m->rc = sp_alloc(m->pool, &m->p, 3 * MiB, m->s);
+    return NULL;
+}
+
+/* A miss takes a 4 MiB segment for 3 MiB on stream s while another thread releases s: the
+ * segment's free 1 MiB is tagged with s's released cache, after the final fence its release
+ * recorded. Once s is idle, its whole segment (that 1 MiB and the 3 MiB freed on s) must
+ * serve another stream's 4 MiB request. A tag no fence covers stayed pending for good: the
+ * rest could neither merge nor go to another stream, and a new segment was taken. */
+static void segment_taken_as_its_stream_is_released_still_settles(void **state)
+{
+    (void)state;
+    sp_runtime *rt = exact_runtime();
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream(), b = new_stream();
+    miss_on m = {pool, s, NULL, -1};
+    held_malloc.stream = s;
+    held_malloc.inside = held_malloc.released = false;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, alloc_3mib, &m), 0);
+    pthread_mutex_lock(&held_malloc.mu);
+    while (!held_malloc.inside)
+        pthread_cond_wait(&held_malloc.cv, &held_malloc.mu);
+    pthread_mutex_unlock(&held_malloc.mu);
+    int rc = sp_stream_release(rt, s); /* the miss is inside the driver, its cache in hand */
+    pthread_mutex_lock(&held_malloc.mu);
+    held_malloc.released = true;
+    pthread_cond_broadcast(&held_malloc.cv);
+    pthread_mutex_unlock(&held_malloc.mu);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    SP(rc);
+    SP(m.rc);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.segment_bytes, 4 * MiB);
+    SP(sp_free(pool, m.p, s));
+    CK(cudaStreamSynchronize(s)); /* everything s did is complete */
+    void *q;
+    SP(sp_alloc(pool, &q, 4 * MiB, b));
+    assert_ptr_equal(q, m.p);
+    st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.held.current, 4 * MiB);
+    assert_int_equal(st.active.current, 4 * MiB);
+    SP(sp_free(pool, q, b));
+    drop_stream(rt, s);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
 /* ---- no CUDA call under a stream's spin lock ---- */
 
 /* While `stream` is set, each cudaStreamIsCapturing about it has a second thread read the
@@ -449,6 +541,7 @@ int main(void)
         T(parked_huge_range_goes_back_for_another_streams_miss),
         T(park_follows_the_freeing_stream),
         T(release_during_large_pairs_counts_every_byte),
+        T(segment_taken_as_its_stream_is_released_still_settles),
         T(huge_give_back_asks_no_cuda_under_the_spin_lock),
 #undef T
     };
