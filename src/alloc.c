@@ -159,6 +159,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
      * in the stream's cache and goes back to its slab or segment when the capture ends. */
     sp_stream_key key = sp__stream_key(stream);
     bool capturing = false;
+    bool touch = false; /* a huge segment may go back to the driver on this stream */
     sp_stream_cache *c;
     for (;;) {
         c = sp__cache_get(pool, key);
@@ -168,6 +169,9 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         }
         if (sp_unlikely(capture_possible(pool->rt)) && sp__cache_capturing(c, &capturing) != SP_OK)
             capturing = true; /* unknown: the careful choice */
+        /* asked before the spin lock: under SP_CAPTURE_ALWAYS it is a CUDA call */
+        touch = b->cls == SP_CLASS_COUNT && !capturing && b->seg->huge &&
+                sp__may_touch_stream(c);
         sp_spin_lock(&c->lock);
         if (sp_likely(!c->released))
             break;
@@ -191,7 +195,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         c->last_huge_free = b->size;
         give_huge = last && !(b->size <= last + last / SP_HUGE_SAME &&
                               last <= b->size + b->size / SP_HUGE_SAME) &&
-                    sp__may_touch_stream(c);
+                    touch;
     }
     if (to_bin) {
         sp__bin_push(&c->bins[b->cls], b);

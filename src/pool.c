@@ -278,7 +278,14 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
     sp_spin_lock(&me->lock); /* free_epoch's writers hold the cache's lock */
     uint64_t epoch = atomic_load_explicit(&me->free_epoch, memory_order_relaxed) + 1;
     atomic_store_explicit(&me->free_epoch, epoch, memory_order_release);
+    bool released = atomic_load_explicit(&me->released, memory_order_relaxed);
     sp_spin_unlock(&me->lock);
+    /* released meanwhile by another thread: its final fence may precede this allocation, and
+     * no fence is recorded on a released cache again, so the tag would never settle and the
+     * rest of the segment would be lost to every other stream. The final fence is extended
+     * over it (or, failing that, the stream synchronized), while the stream is still in use. */
+    if (sp_unlikely(released))
+        (void)sp__cache_final_fence(me);
     pthread_mutex_lock(&h->lock);
     rc = sp__heap_add_segment(h, ptr, bytes, !h->small && size > SP_MEDIUM_MAX, me, epoch);
     *out = rc == SP_OK ? sp__heap_take(h, size, me, stream, SP_TAKE_KNOWN, NULL) : NULL;

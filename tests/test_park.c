@@ -1,8 +1,16 @@
 /* A stream's park (src/segment.c): the large ranges it freed last come back to its next large
  * requests without the segment heap's shared mutex and without a CUDA call; and nothing parked is
  * lost to the pool: another stream's miss, trim, a stream's release and the stats all see the
- * parked ranges as the heap's own free ranges, to the byte. Emulator-only: counts CUDA calls. */
+ * parked ranges as the heap's own free ranges, to the byte. Emulator-only: counts CUDA calls.
+ * One test interposes cudaStreamIsCapturing and sched_yield to see whether a CUDA call is made
+ * while the stream's spin lock is held; another cudaMallocFromPoolAsync, to release a stream
+ * while its thread's miss is inside the driver. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -324,6 +332,206 @@ static void release_during_large_pairs_counts_every_byte(void **state)
     destroy_runtime(rt);
 }
 
+
+/* ---- a stream released while its thread's miss takes a fresh segment ---- */
+
+/* While `stream` is set, the next cudaMallocFromPoolAsync on it waits, inside the call, until
+ * the test thread has released the stream (as another thread may at any moment). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cudaStream_t stream;
+    bool inside, released;
+} held_malloc = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool,
+                                    cudaStream_t stream)
+{
+    static cudaError_t (*real)(void **, size_t, cudaMemPool_t, cudaStream_t);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaMallocFromPoolAsync");
+    pthread_mutex_lock(&held_malloc.mu);
+    if (held_malloc.stream && stream == held_malloc.stream) {
+        held_malloc.stream = NULL;
+        held_malloc.inside = true;
+        pthread_cond_broadcast(&held_malloc.cv);
+        while (!held_malloc.released)
+            pthread_cond_wait(&held_malloc.cv, &held_malloc.mu);
+    }
+    pthread_mutex_unlock(&held_malloc.mu);
+    return real(ptr, size, pool, stream);
+}
+
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t s;
+    void *p;
+    int rc;
+} miss_on;
+
+static void *alloc_3mib(void *arg)
+{
+    miss_on *m = arg;
+    m->rc = sp_alloc(m->pool, &m->p, 3 * MiB, m->s);
+    return NULL;
+}
+
+/* A miss takes a 4 MiB segment for 3 MiB on stream s while another thread releases s: the
+ * segment's free 1 MiB is tagged with s's released cache, after the final fence its release
+ * recorded. Once s is idle, its whole segment (that 1 MiB and the 3 MiB freed on s) must
+ * serve another stream's 4 MiB request. A tag no fence covers stayed pending for good: the
+ * rest could neither merge nor go to another stream, and a new segment was taken. */
+static void segment_taken_as_its_stream_is_released_still_settles(void **state)
+{
+    (void)state;
+    sp_runtime *rt = exact_runtime();
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream(), b = new_stream();
+    miss_on m = {pool, s, NULL, -1};
+    held_malloc.stream = s;
+    held_malloc.inside = held_malloc.released = false;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, alloc_3mib, &m), 0);
+    pthread_mutex_lock(&held_malloc.mu);
+    while (!held_malloc.inside)
+        pthread_cond_wait(&held_malloc.cv, &held_malloc.mu);
+    pthread_mutex_unlock(&held_malloc.mu);
+    int rc = sp_stream_release(rt, s); /* the miss is inside the driver, its cache in hand */
+    pthread_mutex_lock(&held_malloc.mu);
+    held_malloc.released = true;
+    pthread_cond_broadcast(&held_malloc.cv);
+    pthread_mutex_unlock(&held_malloc.mu);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    SP(rc);
+    SP(m.rc);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.segment_bytes, 4 * MiB);
+    SP(sp_free(pool, m.p, s));
+    CK(cudaStreamSynchronize(s)); /* everything s did is complete */
+    void *q;
+    SP(sp_alloc(pool, &q, 4 * MiB, b));
+    assert_ptr_equal(q, m.p);
+    st = stats_of(pool);
+    assert_int_equal(st.driver_allocs, 1);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.held.current, 4 * MiB);
+    assert_int_equal(st.active.current, 4 * MiB);
+    SP(sp_free(pool, q, b));
+    drop_stream(rt, s);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
+/* ---- no CUDA call under a stream's spin lock ---- */
+
+/* While `stream` is set, each cudaStreamIsCapturing about it has a second thread read the
+ * stream's figures, which takes the stream cache's spin lock. A lock held for long makes the
+ * reader yield (sp_spin_lock): that thread's first sched_yield counts the call as made under
+ * the lock and lets the call go on, so that its caller can drop the lock and the reader end. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sp_pool *pool;
+    cudaStream_t stream;
+    bool answered;  /* the reader read the figures, or found the lock held */
+    int calls, under_lock;
+    pthread_t readers[8];
+    int nreaders;
+} probe = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+static _Thread_local bool probe_reader, probe_yielded;
+
+static void probe_answer(void)
+{
+    pthread_mutex_lock(&probe.mu);
+    probe.answered = true;
+    pthread_cond_broadcast(&probe.cv);
+    pthread_mutex_unlock(&probe.mu);
+}
+
+int sched_yield(void)
+{
+    static int (*real)(void);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "sched_yield");
+    if (probe_reader && !probe_yielded) {
+        probe_yielded = true;
+        pthread_mutex_lock(&probe.mu);
+        probe.under_lock++;
+        pthread_mutex_unlock(&probe.mu);
+        probe_answer();
+    }
+    return real();
+}
+
+static void *probe_read(void *arg)
+{
+    (void)arg;
+    probe_reader = true;
+    sp_stream_usage u = {.size = sizeof u};
+    (void)sp_stream_stats(probe.pool, probe.stream, &u);
+    if (!probe_yielded)
+        probe_answer();
+    return NULL;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status)
+{
+    static cudaError_t (*real)(cudaStream_t, enum cudaStreamCaptureStatus *);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaStreamIsCapturing");
+    if (probe.stream && stream == probe.stream && probe.nreaders < 8) {
+        probe.answered = false;
+        probe.calls++;
+        pthread_t *t = &probe.readers[probe.nreaders++];
+        if (pthread_create(t, NULL, probe_read, NULL) != 0) {
+            probe.nreaders--;
+        } else {
+            pthread_mutex_lock(&probe.mu);
+            while (!probe.answered)
+                pthread_cond_wait(&probe.cv, &probe.mu);
+            pthread_mutex_unlock(&probe.mu);
+        }
+    }
+    return real(stream, status);
+}
+
+/* SP_CAPTURE_ALWAYS asks CUDA whether a stream captures. A huge free of another size than the
+ * stream's last gives its segment back at once, if the library may name the stream: that
+ * question must be asked before the stream's spin lock is taken, never under it (internal.h:
+ * no driver call while a spin lock is held; every other thread on the stream spins meanwhile). */
+static void huge_give_back_asks_no_cuda_under_the_spin_lock(void **state)
+{
+    (void)state;
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.stats_flush_bytes = 0;
+    cfg.capture_check = SP_CAPTURE_ALWAYS;
+    sp_runtime *rt = track_runtime(0, &cfg);
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream();
+    void *a, *b;
+    SP(sp_alloc(pool, &a, 16 * MiB, s));
+    SP(sp_alloc(pool, &b, 40 * MiB, s));
+    SP(sp_free(pool, a, s)); /* the stream's first huge free: parked */
+    probe.pool = pool;
+    probe.stream = s;
+    int rc = sp_free(pool, b, s); /* 40 after 16: back to the driver on s */
+    probe.stream = NULL;
+    for (int i = 0; i < probe.nreaders; i++)
+        assert_int_equal(pthread_join(probe.readers[i], NULL), 0);
+    SP(rc);
+    assert_true(probe.calls > 0);
+    assert_int_equal(probe.under_lock, 0);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.driver_frees, 1);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.held.current, 16 * MiB);
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +541,8 @@ int main(void)
         T(parked_huge_range_goes_back_for_another_streams_miss),
         T(park_follows_the_freeing_stream),
         T(release_during_large_pairs_counts_every_byte),
+        T(segment_taken_as_its_stream_is_released_still_settles),
+        T(huge_give_back_asks_no_cuda_under_the_spin_lock),
 #undef T
     };
     return cmocka_run_group_tests_name("park", tests, NULL, NULL);
