@@ -86,6 +86,8 @@
  *    and itself), cudaMemPoolSetAccess refuses read or write access for another device with
  *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone.
  *  - cudaStreamGetId: ids are never reused, not even across cudasimReset.
+ *  - cudaEventRecord of an event on another device's stream is cudaErrorInvalidResourceHandle
+ *    (cuEventRecord: both must be of one context); cudaStreamWaitEvent across devices is legal.
  *  - Host threads: cudaMallocAsync, cudaMallocFromPoolAsync and cudaFreeAsync on a stream other
  *    than the legacy one, outside capture, run concurrently with each other, one at a time per
  *    stream and per pool (each call sees its pool as it would under one lock, so the reuse

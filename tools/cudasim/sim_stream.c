@@ -778,6 +778,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
         err = cudaErrorInvalidResourceHandle;
     else
         s = resolve_live(stream, &err);
+    if (s && s->device != event->device) {
+        err = cudaErrorInvalidResourceHandle; /* cuEventRecord: not the event's context */
+        s = NULL;
+    }
     if (s && sim_graph_event_record(event, s, &err))
         s = NULL; /* recorded into the capture (no node), or refused */
     if (s) {
