@@ -31,11 +31,126 @@ static void event_record_on_another_devices_stream_is_rejected(void **state)
     unsetenv("CUDASIM_DEVICE_COUNT");
 }
 
+/* Rule 3: a free on another stream must be ordered after every use. Freed on b while a's memset
+ * of the block is still pending and b does not wait for it, the block could be handed out and
+ * overwritten under that memset: on a GPU a silent race, here a device fault (sticky
+ * cudaErrorIllegalAddress) when the free runs. The same free after an event wait is legal. */
+static void free_unordered_with_pending_use_is_a_fault(void **state)
+{
+    (void)state;
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    void *p, *q;
+    CK(cudaMallocAsync(&p, MiB, a));
+    CK(cudaMallocAsync(&q, MiB, a));
+    CK(cudaStreamSynchronize(a));
+    gate_hold(g, a);
+    CK(cudaMemsetAsync(p, 1, MiB, a));
+    CK(cudaMemsetAsync(q, 2, MiB, a));
+    CK(cudaEventRecord(e, a));
+    CK(cudaStreamWaitEvent(b, e, 0));
+    CK(cudaFreeAsync(p, b)); /* ordered after the memset: legal */
+    CK(cudaMemsetAsync(q, 3, MiB, a));  /* a use the wait does not cover */
+    CK(cudaFreeAsync(q, b));           /* returns: CUDA cannot tell */
+    gate_open(g);
+    assert_int_equal(cudaStreamSynchronize(b), cudaErrorIllegalAddress);
+    CK(cudaEventDestroy(e));
+}
+
+/* The legal cases the check must not flag: a use that has already run, a use on the freeing
+ * stream itself, and uses of separate allocations on other streams. */
+static void free_after_completed_or_same_stream_use_is_legal(void **state)
+{
+    (void)state;
+    cudaStream_t a, b;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    void *p, *q, *r;
+    CK(cudaMallocAsync(&p, MiB, a));
+    CK(cudaMallocAsync(&q, MiB, b));
+    CK(cudaMallocAsync(&r, MiB, a));
+    CK(cudaMemsetAsync(p, 1, MiB, a));
+    CK(cudaStreamSynchronize(a));
+    CK(cudaStreamSynchronize(b));
+    CK(cudaFreeAsync(p, b)); /* its use on a has completed */
+    gate_hold(g, a);
+    CK(cudaMemsetAsync(r, 1, MiB, a));
+    CK(cudaMemsetAsync(q, 2, MiB, b));
+    CK(cudaFreeAsync(q, b)); /* used on b only */
+    CK(cudaFreeAsync(r, a)); /* same stream */
+    gate_open(g);
+    CK(cudaStreamSynchronize(a));
+    CK(cudaStreamSynchronize(b));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+}
+
+/* cudaFree of stream-ordered memory: "callers must ensure that all accesses to these pointers
+ * have completed" (Runtime API). With a memset of it still pending the memory is gone under
+ * the memset: a device fault. After the stream is synchronized, cudaFree is legal. */
+static void cudafree_with_pending_use_is_a_fault(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p, *q;
+    CK(cudaMallocAsync(&p, MiB, s));
+    CK(cudaMallocAsync(&q, MiB, s));
+    CK(cudaMemsetAsync(q, 1, MiB, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaFree(q)); /* every use done */
+    gate_hold(g, s);
+    CK(cudaMemsetAsync(p, 1, MiB, s));
+    CK(cudaFree(p));
+    gate_open(g);
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+}
+
+/* Rule 2: another stream may use an allocation only once ordered after it. A memset on b of
+ * memory allocated on a busy stream a, with no event wait, is a fault when it runs; after a
+ * wait, or once a has run past the allocation, it is legal. */
+static void use_on_other_stream_before_allocation_is_a_fault(void **state)
+{
+    (void)state;
+    cudaStream_t a, b, c;
+    cudaEvent_t e;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    void *idle, *p;
+    CK(cudaMallocAsync(&idle, MiB, a));
+    CK(cudaStreamSynchronize(a));
+    CK(cudaMemsetAsync(idle, 1, MiB, b)); /* a has run past the allocation */
+    CK(cudaStreamSynchronize(b));
+    gate_hold(g, a);
+    CK(cudaMallocAsync(&p, MiB, a));
+    CK(cudaEventRecord(e, a));
+    CK(cudaStreamWaitEvent(c, e, 0));
+    CK(cudaMemsetAsync(p, 2, MiB, c)); /* ordered after the allocation: legal */
+    CK(cudaMemsetAsync(p, 3, MiB, b)); /* not ordered: the fault */
+    gate_open(g);
+    CK(cudaStreamSynchronize(c));
+    assert_int_equal(cudaStreamSynchronize(b), cudaErrorIllegalAddress);
+    CK(cudaEventDestroy(e));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_teardown(fn, reset_device)
         T(event_record_on_another_devices_stream_is_rejected),
+        T(free_unordered_with_pending_use_is_a_fault),
+        T(free_after_completed_or_same_stream_use_is_legal),
+        T(cudafree_with_pending_use_is_a_fault),
+        T(use_on_other_stream_before_allocation_is_a_fault),
 #undef T
     };
     return cmocka_run_group_tests_name("sim_strict", tests, NULL, NULL);
