@@ -135,9 +135,14 @@ static void use_on_other_stream_before_allocation_is_a_fault(void **state)
     CK(cudaEventRecord(e, a));
     CK(cudaStreamWaitEvent(c, e, 0));
     CK(cudaMemsetAsync(p, 2, MiB, c)); /* ordered after the allocation: legal */
-    CK(cudaMemsetAsync(p, 3, MiB, b)); /* not ordered: the fault */
     gate_open(g);
     CK(cudaStreamSynchronize(c));
+    assert_true(device_bytes_are(p, MiB, 2, c));
+    gate *g2 = gate_new();
+    gate_hold(g2, a);
+    CK(cudaMallocAsync(&p, MiB, a));
+    CK(cudaMemsetAsync(p, 3, MiB, b)); /* not ordered: the fault */
+    gate_open(g2);
     assert_int_equal(cudaStreamSynchronize(b), cudaErrorIllegalAddress);
     CK(cudaEventDestroy(e));
 }

@@ -39,6 +39,14 @@
  *  - cudaMemsetAsync/cudaMemcpyAsync are checked against live allocations when enqueued (in
  *    stream order, as the device would see them); a bad range fails when the op executes,
  *    setting the sticky cudaErrorIllegalAddress on its device. No memory is touched.
+ *  - Stream order of pool memory (rules 2, 3, 13b), where a GPU races silently: a memset or copy
+ *    on a stream not ordered after the allocation (same stream, event or legacy dependency)
+ *    while the allocating stream has not yet run past it, and a cudaFreeAsync not ordered after
+ *    the allocation and every memset/copy of the block still pending on another stream, fault
+ *    (sticky cudaErrorIllegalAddress) when they execute; a cudaFree of stream-ordered memory
+ *    with such a use pending faults at once. A use or allocation that has already executed is
+ *    never a fault: the check flags only what could still run out of order. Graph-launched
+ *    copies and memsets are not tracked.
  *  - A host function that calls any CUDA API gets cudaErrorNotPermitted (rule 19).
  *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the

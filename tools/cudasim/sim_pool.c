@@ -123,22 +123,106 @@ static sim_pool *pool_of(const void *p)
     return NULL;
 }
 
-bool sim_range_live(const void *p, size_t n)
+/* Under the exclusive lock: the pool allocation holding [p, p+n) (n 0: p), or NULL. */
+static sim_seg *live_seg(const void *p, size_t n)
 {
-    if (sim_graph_owns(p))
-        return sim_graph_range_live(p, n);
     sim_chunk *c = chunk_at(p, NULL);
-    if (c == &retired_range)
-        return false; /* no allocation lives there any more */
-    if (!c || n == 0)
-        return c != NULL;
+    if (!c || c == &retired_range)
+        return NULL; /* no allocation lives in a retired range any more */
     const char *q = p;
     /* the common case: the allocation's start */
     sim_seg *seg = sim_map_get(&c->pool->allocs, p, SIM_H_ALLOC);
     for (sim_seg *s = c->segs; !seg && s; s = s->next)
         if (q >= s->addr && q < s->addr + s->size)
             seg = s;
-    return seg && seg->allocated && n <= (size_t)(seg->addr + seg->size - q);
+    return seg && seg->allocated && n <= (size_t)(seg->addr + seg->size - q) ? seg : NULL;
+}
+
+bool sim_range_live(const void *p, size_t n)
+{
+    if (sim_graph_owns(p))
+        return sim_graph_range_live(p, n);
+    if (n == 0) {
+        sim_chunk *c = chunk_at(p, NULL);
+        return c && c != &retired_range;
+    }
+    return live_seg(p, n) != NULL;
+}
+
+/* Is op `seq` of stream a (NULL: none) ordered before the next op on b, or executed already?
+ * Either lock mode: b's clock is stable under the caller's lock, `completed` is atomic. */
+static bool ordered_or_done(sim_stream *a, uint64_t seq, sim_stream *b)
+{
+    return !a || a == b || sim_clock_get(&b->clock, a->id) >= seq || a->completed >= seq;
+}
+
+bool sim_range_ordered(const void *p, sim_stream *s)
+{
+    if (sim_graph_owns(p))
+        return true;
+    sim_seg *seg = live_seg(p, 0);
+    return !seg || ordered_or_done(seg->alloc_on, seg->alloc_seq, s);
+}
+
+void sim_range_note_use(const void *p, sim_stream *s, uint64_t seq)
+{
+    sim_seg *seg = sim_graph_owns(p) ? NULL : live_seg(p, 0);
+    if (!seg)
+        return;
+    uint32_t keep = 0;
+    bool noted = false;
+    for (uint32_t i = 0; i < seg->n_uses; i++) {
+        sim_use u = seg->uses[i];
+        if (u.stream == s) {
+            u.seq = seq;
+            noted = true;
+        } else if (u.stream->completed >= u.seq) {
+            sim_stream_unref(u.stream); /* done: nothing can race with it any more */
+            continue;
+        }
+        seg->uses[keep++] = u;
+    }
+    seg->n_uses = keep;
+    if (noted)
+        return;
+    if (seg->n_uses == seg->cap_uses) {
+        uint32_t cap = seg->cap_uses ? seg->cap_uses * 2 : 2;
+        sim_use *v = realloc(seg->uses, cap * sizeof *v);
+        if (!v)
+            abort(); /* out of host memory in the emulator itself */
+        seg->uses = v;
+        seg->cap_uses = cap;
+    }
+    sim_stream_ref(s);
+    seg->uses[seg->n_uses++] = (sim_use){s, seq};
+}
+
+/* A free of allocation s as the next op on stream b (NULL: cudaFree, in no stream's order): is
+ * it ordered after the allocation and every use, or have they executed (rules 2, 3, 13b)? */
+static bool free_ordered(const sim_seg *s, sim_stream *b)
+{
+    if (b && !ordered_or_done(s->alloc_on, s->alloc_seq, b))
+        return false;
+    for (uint32_t i = 0; i < s->n_uses; i++) {
+        sim_use u = s->uses[i];
+        if (b ? !ordered_or_done(u.stream, u.seq, b) : u.stream->completed < u.seq)
+            return false;
+    }
+    return true;
+}
+
+/* Drops the allocation's stream-order bookkeeping (it is freed, or the pool goes). */
+static void seg_forget_uses(sim_seg *s)
+{
+    if (s->alloc_on)
+        sim_stream_unref(s->alloc_on);
+    s->alloc_on = NULL;
+    s->alloc_seq = 0;
+    for (uint32_t i = 0; i < s->n_uses; i++)
+        sim_stream_unref(s->uses[i].stream);
+    free(s->uses);
+    s->uses = NULL;
+    s->n_uses = s->cap_uses = 0;
 }
 
 /* ---- segments and free lists ---- */
@@ -272,12 +356,19 @@ static sim_seg *seg_split(sim_pool *pool, sim_seg *s, char *at)
     return rest;
 }
 
-static void seg_take(sim_pool *pool, sim_seg *s, size_t need)
+/* Allocates `need` bytes at the start of free segment s, as the next point of stream b's order
+ * (b NULL: cudaMalloc, at once). */
+static void seg_take(sim_pool *pool, sim_seg *s, size_t need, sim_stream *b)
 {
     if (s->size > need)
         (void)seg_split(pool, s, s->addr + need);
     free_list_remove(pool, s);
     tag_set(s, NULL, 0);
+    if (b && b->completed < b->submitted) { /* rule 2: other streams must wait for this point */
+        sim_stream_ref(b);
+        s->alloc_on = b;
+        s->alloc_seq = b->submitted;
+    }
     s->allocated = true;
     pool->used += need;
     if (pool->used > pool->used_high)
@@ -626,6 +717,7 @@ void sim_pools_reset(void)
                 for (sim_seg *s = c->segs, *n; s; s = n) {
                     n = s->next;
                     tag_set(s, NULL, 0);
+                    seg_forget_uses(s);
                     free(s);
                 }
                 c->segs = NULL;
@@ -683,7 +775,7 @@ static cudaError_t pool_alloc(sim_pool *pool, sim_stream *b, size_t size, void *
     }
     if (!found)
         return cudaErrorMemoryAllocation;
-    seg_take(pool, found, need);
+    seg_take(pool, found, need, b);
     *out = found->addr;
     return cudaSuccess;
 }
@@ -707,6 +799,7 @@ static void pool_release_alloc(sim_seg *s, sim_stream *stream, uint64_t seq)
     sim_chunk *c = s->chunk;
     sim_pool *pool = c->pool;
     sim_map_remove(&pool->allocs, s->addr);
+    seg_forget_uses(s);
     s->allocated = false;
     pool->used -= s->size;
     pool->live_allocs--;
@@ -736,6 +829,9 @@ static cudaError_t free_on_stream(void *ptr, sim_stream *s, bool shared, bool *r
         err = cudaErrorMemoryAllocation;
     if (!err) {
         sim_stream_implicit_sync(s);
+        /* Rule 3: unordered with a pending use, the block could be reused under it: on a GPU a
+         * silent race, here a device fault when the free runs. */
+        op->bad_address = !free_ordered(seg, s);
         err = sim_stream_enqueue(s, op);
     }
     if (!err) {
@@ -905,6 +1001,9 @@ cudaError_t cudaFree(void *devPtr)
         /* rules 4 and 13b: a stream-ordered pointer is freed at once, without synchronizing
          * and without stream ordering: the caller has made every access complete */
         sim_pool *pool = seg->chunk->pool;
+        sim_device *d = &sim_g.devices[pool->device];
+        if (!free_ordered(seg, NULL) && !d->sticky)
+            d->sticky = cudaErrorIllegalAddress; /* a pending use runs on freed memory */
         pool_release_alloc(seg, NULL, 0);
         pool_reap(pool);
     } else {

@@ -195,7 +195,7 @@ static void stream_complete(sim_stream *s, uint64_t seq)
 /* Runs one op on s's worker, without the global lock held; takes it for shared state. */
 static void run_op(sim_stream *s, sim_op *op)
 {
-    if (op->kind == OP_FREE)
+    if (op->kind == OP_FREE && !op->bad_address)
         return; /* its seq marks the point from which the block may be reused (rule 11) */
     if (op->kind == OP_HOST) {
         sim_in_host_fn = true;
@@ -234,6 +234,7 @@ static void run_op(sim_stream *s, sim_op *op)
     switch (op->kind) {
     case OP_MEMSET:
     case OP_MEMCPY: /* a bad address (a good one returned above) */
+    case OP_FREE:   /* a free out of order with a pending use (free_on_stream) */
         if (!d->sticky)
             d->sticky = cudaErrorIllegalAddress; /* a device fault: sticky for the context */
         break;
@@ -249,7 +250,6 @@ static void run_op(sim_stream *s, sim_op *op)
     }
     case OP_WAIT:
     case OP_HOST:
-    case OP_FREE:
     case OP_UNMAP:
         break;
     }
@@ -651,9 +651,12 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
             op->u.set.value = value;
             op->u.set.count = count;
             if (!sim_graph_capture_op(s, op, true, false, &err)) {
-                op->bad_address = !sim_range_live(devPtr, count);
                 sim_stream_implicit_sync(s);
+                op->bad_address = !sim_range_live(devPtr, count) || !sim_range_ordered(devPtr, s);
+                bool bad = op->bad_address;
                 err = sim_stream_enqueue(s, op);
+                if (!err && !bad)
+                    sim_range_note_use(devPtr, s, s->submitted);
             }
         }
     }
@@ -686,10 +689,16 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
             op->u.copy.src = src;
             op->u.copy.count = count;
             if (!sim_graph_capture_op(s, op, dst_dev, src_dev, &err)) {
-                op->bad_address = (dst_dev && !sim_range_live(dst, count)) ||
-                                  (src_dev && !sim_range_live(src, count));
                 sim_stream_implicit_sync(s);
+                op->bad_address =
+                    (dst_dev && (!sim_range_live(dst, count) || !sim_range_ordered(dst, s))) ||
+                    (src_dev && (!sim_range_live(src, count) || !sim_range_ordered(src, s)));
+                bool bad = op->bad_address;
                 err = sim_stream_enqueue(s, op);
+                if (!err && !bad && dst_dev)
+                    sim_range_note_use(dst, s, s->submitted);
+                if (!err && !bad && src_dev)
+                    sim_range_note_use(src, s, s->submitted);
             }
         }
     }
