@@ -147,6 +147,83 @@ static void use_on_other_stream_before_allocation_is_a_fault(void **state)
     CK(cudaEventDestroy(e));
 }
 
+/* A capture in global mode on another thread, held open while the test thread calls. */
+typedef struct {
+    cudaStream_t s;
+    enum cudaStreamCaptureMode mode;
+    gate *begun, *end;
+    cudaError_t end_err;
+} capture_thread_args;
+
+static void *capture_thread(void *arg)
+{
+    capture_thread_args *a = arg;
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamBeginCapture(a->s, a->mode));
+    gate_open(a->begun);
+    gate_wait_fn(a->end);
+    a->end_err = cudaStreamEndCapture(a->s, &graph);
+    if (graph)
+        CK(cudaGraphDestroy(graph));
+    return NULL;
+}
+
+/* Runs `call` on this thread (in `my_mode`) while another thread captures in global mode;
+ * returns the call's result and, through *end_err, how that capture ended. */
+static cudaError_t during_global_capture(cudaError_t (*call)(void *), void *arg,
+                                         enum cudaStreamCaptureMode my_mode, cudaError_t *end_err)
+{
+    cudaStream_t cs;
+    CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    capture_thread_args a = {cs, cudaStreamCaptureModeGlobal, gate_new(), gate_new(), cudaSuccess};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, capture_thread, &a), 0);
+    gate_wait_fn(a.begun);
+    enum cudaStreamCaptureMode mode = my_mode;
+    CK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaError_t err = call(arg);
+    CK(cudaThreadExchangeStreamCaptureMode(&mode));
+    gate_open(a.end);
+    pthread_join(t, NULL);
+    CK(cudaStreamDestroy(cs));
+    *end_err = a.end_err;
+    (void)cudaGetLastError();
+    return err;
+}
+
+static cudaError_t query_event(void *e) { return cudaEventQuery(e); }
+static cudaError_t sync_event(void *e) { return cudaEventSynchronize(e); }
+
+/* Rule 25, cudaThreadExchangeStreamCaptureMode: while another thread captures in global mode, a
+ * thread in global mode may make no potentially unsafe call; cudaEventQuery and
+ * cudaEventSynchronize of an event recorded outside any capture are such calls (PyTorch runs its
+ * allocator's and NCCL watchdog's event queries in relaxed or thread-local mode for this
+ * reason): cudaErrorStreamCaptureUnsupported, and the capture is invalidated. A thread in
+ * thread-local or relaxed mode ignores other threads' captures. */
+static void event_query_and_sync_during_another_threads_global_capture(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    cudaEvent_t e;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CK(cudaEventRecord(e, s));
+    CK(cudaStreamSynchronize(s));
+    cudaError_t end_err;
+    assert_int_equal(during_global_capture(query_event, e, cudaStreamCaptureModeGlobal, &end_err),
+                     cudaErrorStreamCaptureUnsupported);
+    assert_int_equal(end_err, cudaErrorStreamCaptureInvalidated);
+    assert_int_equal(during_global_capture(sync_event, e, cudaStreamCaptureModeGlobal, &end_err),
+                     cudaErrorStreamCaptureUnsupported);
+    assert_int_equal(end_err, cudaErrorStreamCaptureInvalidated);
+    CK(during_global_capture(query_event, e, cudaStreamCaptureModeThreadLocal, &end_err));
+    CK(end_err);
+    CK(during_global_capture(sync_event, e, cudaStreamCaptureModeRelaxed, &end_err));
+    CK(end_err);
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(s));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -156,6 +233,7 @@ int main(void)
         T(free_after_completed_or_same_stream_use_is_legal),
         T(cudafree_with_pending_use_is_a_fault),
         T(use_on_other_stream_before_allocation_is_a_fault),
+        T(event_query_and_sync_during_another_threads_global_capture),
 #undef T
     };
     return cmocka_run_group_tests_name("sim_strict", tests, NULL, NULL);
