@@ -375,6 +375,9 @@ cudaError_t sim_graph_device_sync_check(int device);
 /* Takes the lock: potentially unsafe calls (cudaMalloc, cudaFree) under the calling thread's
  * capture interaction mode; the captures that forbid the call are invalidated. */
 cudaError_t sim_graph_unsafe_call(void);
+/* The same under the lock, for calls that first check what necessarily conflicts with a
+ * capture (a captured event, a capturing stream), whatever the thread's mode. */
+cudaError_t sim_graph_unsafe_call_locked(void);
 /* Entry-point interceptions (take the lock): true if capture or graph memory handled the call. */
 bool sim_graph_malloc_async(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream,
                             cudaError_t *err);

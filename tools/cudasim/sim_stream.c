@@ -839,6 +839,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
         err = sim_g.devices[event->device].sticky;
     else if ((err = sim_graph_event_usable(event)))
         ; /* Programming Guide: a captured event cannot be queried */
+    else if ((err = sim_graph_unsafe_call_locked()))
+        ; /* potentially unsafe during a capture (cudaThreadExchangeStreamCaptureMode) */
     else if (!event_complete(event))
         err = cudaErrorNotReady;
     sim_unlock();
@@ -855,6 +857,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
         err = cudaErrorInvalidResourceHandle;
     } else if ((err = sim_graph_event_usable(event))) {
         /* Programming Guide: nor synchronized */
+    } else if ((err = sim_graph_unsafe_call_locked())) {
+        /* potentially unsafe during a capture (cudaThreadExchangeStreamCaptureMode) */
     } else if (event->recorded) {
         sim_stream *s = event->stream;
         sim_stream_ref(s);
