@@ -224,6 +224,69 @@ static void event_query_and_sync_during_another_threads_global_capture(void **st
     CK(cudaStreamDestroy(s));
 }
 
+/* cudaErrorIllegalAddress (driver_types.h): "any further CUDA work will return the same error".
+ * After a device fault every call on the device's context fails with it, outputs untouched;
+ * only calls that need no context (device count and attributes, the current device, versions)
+ * still answer. */
+static void sticky_fault_fails_every_context_call(void **state)
+{
+    (void)state;
+    cudaStream_t s, spare;
+    cudaEvent_t e, never;
+    cudaMemPool_t pool = new_pool(0), cur = NULL;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&spare, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e));
+    CK(cudaEventCreate(&never));
+    void *p, *q;
+    CK(cudaMallocAsync(&p, 4096, s));
+    CK(cudaMallocFromPoolAsync(&q, 4096, pool, s));
+    CK(cudaEventRecord(e, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemsetAsync((char *)p + 4000, 0, 4096, s)); /* runs past the allocation */
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+
+    const cudaError_t bad = cudaErrorIllegalAddress;
+    cudaEvent_t e2 = NULL;
+    assert_int_equal(cudaEventCreate(&e2), bad);
+    assert_int_equal(cudaEventCreateWithFlags(&e2, cudaEventDisableTiming), bad);
+    assert_null(e2);
+    assert_int_equal(cudaEventSynchronize(never), bad); /* never recorded: still the error */
+    float ms = -1.0f;
+    assert_int_equal(cudaEventElapsedTime(&ms, e, e), bad);
+    assert_true(ms == -1.0f);
+    size_t free_b = 1, total = 1;
+    assert_int_equal(cudaMemGetInfo(&free_b, &total), bad);
+    assert_int_equal(free_b, 1);
+    assert_int_equal(total, 1);
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    cudaMemPool_t p2 = NULL;
+    assert_int_equal(cudaMemPoolCreate(&p2, &props), bad);
+    assert_null(p2);
+    uint64_t v = 7;
+    assert_int_equal(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v), bad);
+    assert_int_equal(v, 7);
+    assert_int_equal(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &v), bad);
+    assert_int_equal(cudaMemPoolTrimTo(pool, 0), bad);
+    assert_int_equal(cudaDeviceGetMemPool(&cur, 0), bad);
+    assert_null(cur);
+    void *h = NULL;
+    assert_int_equal(cudaMallocHost(&h, 64), bad);
+    assert_null(h);
+    assert_int_equal(cudaFree(q), bad);
+    assert_int_equal(cudaEventDestroy(never), bad);
+    assert_int_equal(cudaStreamDestroy(spare), bad);
+    assert_int_equal(cudaMemPoolDestroy(pool), bad);
+    int n = 0, dev = -1, attr = 0;
+    CK(cudaGetDeviceCount(&n));
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&attr, cudaDevAttrMemoryPoolsSupported, 0));
+    assert_int_equal(cudaGetLastError(), bad);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +297,7 @@ int main(void)
         T(cudafree_with_pending_use_is_a_fault),
         T(use_on_other_stream_before_allocation_is_a_fault),
         T(event_query_and_sync_during_another_threads_global_capture),
+        T(sticky_fault_fails_every_context_call),
 #undef T
     };
     return cmocka_run_group_tests_name("sim_strict", tests, NULL, NULL);
