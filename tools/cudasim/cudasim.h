@@ -39,6 +39,11 @@
  *  - cudaMemsetAsync/cudaMemcpyAsync are checked against live allocations when enqueued (in
  *    stream order, as the device would see them); a bad range fails when the op executes,
  *    setting the sticky cudaErrorIllegalAddress on its device. No memory is touched.
+ *  - A sticky error fails every later call on its device's context ("any further CUDA work
+ *    will return the same error"): streams, events (a never-recorded one's synchronize too),
+ *    pools and their attributes, cudaMemGetInfo, cudaMalloc/cudaFree, pinned memory. The
+ *    destroy and free calls report it but still release the handle or memory. Calls that need
+ *    no context (device count, attributes and properties, versions, the current device) do not.
  *  - Stream order of pool memory (rules 2, 3, 13b), where a GPU races silently: a memset or copy
  *    on a stream not ordered after the allocation (same stream, event or legacy dependency)
  *    while the allocating stream has not yet run past it, and a cudaFreeAsync not ordered after

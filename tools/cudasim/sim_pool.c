@@ -1002,6 +1002,7 @@ cudaError_t cudaFree(void *devPtr)
          * and without stream ordering: the caller has made every access complete */
         sim_pool *pool = seg->chunk->pool;
         sim_device *d = &sim_g.devices[pool->device];
+        err = d->sticky; /* an earlier fault is reported; the memory goes all the same */
         if (!free_ordered(seg, NULL) && !d->sticky)
             d->sticky = cudaErrorIllegalAddress; /* a pending use runs on freed memory */
         pool_release_alloc(seg, NULL, 0);
@@ -1026,12 +1027,16 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
     sim_device *d = sim_dev(sim_current_device());
-    if (d) {
+    if (!d) {
+        err = cudaErrorInvalidDevice;
+    } else if (d->sticky) {
+        err = d->sticky;
+    } else {
         *free_bytes = d->capacity - d->reserved;
         *total = d->capacity;
     }
     sim_unlock();
-    return d ? cudaSuccess : sim_ret(cudaErrorInvalidDevice);
+    return sim_ret(err);
 }
 
 /* ---- API: pinned host memory (plain host memory here) ---- */
@@ -1043,6 +1048,12 @@ static cudaError_t host_alloc(sim_api api, void **ptr, size_t size, unsigned fla
         return sim_ret(err);
     if (!ptr || flags > (cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
         return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_device *d = sim_dev(sim_current_device());
+    err = !d ? cudaErrorInvalidDevice : d->sticky;
+    sim_unlock();
+    if (err)
+        return sim_ret(err); /* pinned memory is the context's */
     void *p = NULL;
     if (size && posix_memalign(&p, 4096, size) != 0)
         return sim_ret(cudaErrorMemoryAllocation);
@@ -1076,11 +1087,13 @@ cudaError_t cudaFreeHost(void *ptr)
     bool ok = sim_handle_valid(ptr, SIM_H_HOST);
     if (ok)
         sim_handle_remove(ptr);
+    sim_device *d = sim_dev_ready(sim_current_device());
+    err = d ? d->sticky : cudaSuccess; /* reported; the memory goes all the same */
     sim_unlock();
     if (!ok)
         return sim_ret(cudaErrorInvalidValue);
     free(ptr);
-    return cudaSuccess;
+    return sim_ret(err);
 }
 
 /* ---- API: pools ---- */
@@ -1109,6 +1122,8 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolPr
     sim_pool *p = NULL;
     if (!d)
         err = cudaErrorInvalidDevice;
+    else if (d->sticky)
+        err = d->sticky;
     else if (!(p = pool_new(props->location.id, false, false)))
         err = cudaErrorMemoryAllocation;
 #if CUDART_VERSION >= 12020
@@ -1133,6 +1148,7 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
         err = cudaErrorInvalidValue;
     } else {
         sim_device *d = &sim_g.devices[p->device];
+        err = d->sticky; /* reported; the pool goes all the same */
         if (d->current_pool == p)
             d->current_pool = d->default_pool;
         /* rule 7: returns at once; the memory goes when nothing is outstanding */
@@ -1152,10 +1168,14 @@ static cudaError_t device_pool(sim_api api, cudaMemPool_t *out, int device, bool
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
     sim_device *d = sim_dev(device);
-    if (d)
+    if (!d)
+        err = cudaErrorInvalidDevice;
+    else if (d->sticky)
+        err = d->sticky;
+    else
         *out = (cudaMemPool_t)(current ? d->current_pool : d->default_pool);
     sim_unlock();
-    return d ? cudaSuccess : sim_ret(cudaErrorInvalidDevice);
+    return sim_ret(err);
 }
 
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
@@ -1180,6 +1200,8 @@ cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
         err = cudaErrorInvalidDevice;
     else if (!p || p->device != device)
         err = cudaErrorInvalidValue;
+    else if (d->sticky)
+        err = d->sticky;
     else
         d->current_pool = p;
     sim_unlock();
@@ -1197,6 +1219,8 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     sim_pool *p = pool_resolve(memPool);
     if (!p) {
         err = cudaErrorInvalidValue;
+    } else if (sim_g.devices[p->device].sticky) {
+        err = sim_g.devices[p->device].sticky;
     } else {
         int flag = *(int *)value;
         uint64_t v64 = 0;
@@ -1238,6 +1262,8 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     uint64_t v64 = 0;
     if (!p) {
         err = cudaErrorInvalidValue;
+    } else if (sim_g.devices[p->device].sticky) {
+        err = sim_g.devices[p->device].sticky;
     } else {
         switch (attr) {
         case cudaMemPoolReuseFollowEventDependencies: flag = p->reuse_follow; break;
@@ -1268,10 +1294,14 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
         return sim_ret(err);
     sim_lock();
     sim_pool *p = pool_resolve(memPool);
-    if (p)
+    if (!p)
+        err = cudaErrorInvalidValue;
+    else if (sim_g.devices[p->device].sticky)
+        err = sim_g.devices[p->device].sticky;
+    else
         pool_release_to(p, minBytesToKeep); /* rule 13: unobserved frees stay outstanding */
     sim_unlock();
-    return p ? cudaSuccess : sim_ret(cudaErrorInvalidValue);
+    return sim_ret(err);
 }
 
 cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList,
@@ -1286,6 +1316,8 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
     sim_pool *p = pool_resolve(memPool);
     if (!p)
         err = cudaErrorInvalidValue;
+    else if (sim_g.devices[p->device].sticky)
+        err = sim_g.devices[p->device].sticky;
     for (size_t i = 0; !err && i < count; i++) {
         const struct cudaMemAccessDesc *a = &descList[i];
         if (a->location.type != cudaMemLocationTypeDevice || !sim_dev(a->location.id))
@@ -1314,6 +1346,8 @@ cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t m
     enum cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
     if (!p || location->type != cudaMemLocationTypeDevice)
         err = cudaErrorInvalidValue;
+    else if (sim_g.devices[p->device].sticky)
+        err = sim_g.devices[p->device].sticky;
     else if (!sim_dev(location->id))
         err = cudaErrorInvalidDevice;
     else if (location->id == p->device)

@@ -564,6 +564,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
         return sim_ret(cudaErrorInvalidResourceHandle);
     }
     sim_stream *s = &stream->s;
+    err = sim_g.devices[s->device].sticky; /* reported; the handle goes all the same */
     sim_handle_remove(stream);
     sim_graph_stream_destroyed(s);
     pthread_mutex_lock(&s->qlock);
@@ -572,7 +573,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     pthread_mutex_unlock(&s->qlock);
     stream_maybe_retire(s);
     sim_unlock();
-    return cudaSuccess;
+    return sim_ret(err);
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
@@ -743,8 +744,18 @@ static cudaError_t event_create(sim_api api, cudaEvent_t *out, unsigned flags)
     e->flags = flags;
     sim_lock();
     e->device = sim_current_device();
-    sim_handle_add(e, SIM_H_EVENT);
+    sim_device *d = sim_dev(e->device);
+    if (!d)
+        err = cudaErrorInvalidDevice;
+    else if (d->sticky)
+        err = d->sticky; /* a device fault: no further work on the context */
+    else
+        sim_handle_add(e, SIM_H_EVENT);
     sim_unlock();
+    if (err) {
+        free(e);
+        return sim_ret(err);
+    }
     *out = e;
     return cudaSuccess;
 }
@@ -768,6 +779,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
     if (!sim_handle_valid(event, SIM_H_EVENT)) {
         err = cudaErrorInvalidResourceHandle;
     } else {
+        err = sim_g.devices[event->device].sticky; /* reported; the handle goes all the same */
         sim_handle_remove(event);
         event->destroyed = true;
         event_release_if_done(event);
@@ -855,6 +867,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
     sim_lock();
     if (!sim_handle_valid(event, SIM_H_EVENT)) {
         err = cudaErrorInvalidResourceHandle;
+    } else if (sim_g.devices[event->device].sticky) {
+        err = sim_g.devices[event->device].sticky; /* recorded or not */
     } else if ((err = sim_graph_event_usable(event))) {
         /* Programming Guide: nor synchronized */
     } else if ((err = sim_graph_unsafe_call_locked())) {
@@ -907,6 +921,8 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
         !start->recorded || !end->recorded || (start->flags & cudaEventDisableTiming) ||
         (end->flags & cudaEventDisableTiming))
         err = cudaErrorInvalidResourceHandle;
+    else if (sim_g.devices[start->device].sticky)
+        err = sim_g.devices[start->device].sticky;
     else if ((err = sim_graph_event_usable(start)) || (err = sim_graph_event_usable(end)))
         ;
     else if (!event_complete(start) || !event_complete(end))
