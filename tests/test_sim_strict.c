@@ -285,6 +285,61 @@ static void sticky_fault_fails_every_context_call(void **state)
     assert_int_equal(cudaGetLastError(), bad);
 }
 
+/* Rule 2 within one allocation (a caching allocator hands parts of one driver allocation to
+ * several streams): a memset or copy that writes bytes another stream's pending memset or copy
+ * reads or writes, or reads bytes it writes, with no ordering between them, races on a GPU;
+ * here it is a device fault when it runs. */
+static void conflicting_uses_on_two_streams_are_a_fault(void **state)
+{
+    (void)state;
+    cudaStream_t a, b;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    char *p;
+    CK(cudaMallocAsync((void **)&p, 2 * MiB, a));
+    CK(cudaStreamSynchronize(a));
+    gate_hold(g, a);
+    CK(cudaMemsetAsync(p, 1, MiB + 512, a));       /* pending on a */
+    CK(cudaMemsetAsync(p + MiB, 2, MiB, b));       /* overlaps a's last 512 bytes */
+    gate_open(g);
+    assert_int_equal(cudaStreamSynchronize(b), cudaErrorIllegalAddress);
+}
+
+/* What must stay legal: disjoint parts of one allocation written on two streams at once, the
+ * same bytes read on two streams at once, and a conflicting use ordered by an event. */
+static void disjoint_reads_and_ordered_uses_on_two_streams_are_legal(void **state)
+{
+    (void)state;
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    gate *g = gate_new();
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    char *p;
+    static char host_a[4096], host_b[4096];
+    CK(cudaMallocAsync((void **)&p, 2 * MiB, a));
+    CK(cudaStreamSynchronize(a));
+    gate_hold(g, a);
+    CK(cudaMemsetAsync(p, 1, MiB, a));
+    CK(cudaMemsetAsync(p + MiB, 2, MiB, b));       /* disjoint */
+    CK(cudaMemcpyAsync(host_a, p + MiB, sizeof host_a, cudaMemcpyDeviceToHost, b));
+    CK(cudaMemcpyAsync(host_b, p + MiB, sizeof host_b, cudaMemcpyDeviceToHost, a)); /* reads */
+    CK(cudaEventRecord(e, a));
+    CK(cudaStreamWaitEvent(b, e, 0));
+    CK(cudaMemsetAsync(p, 3, 2 * MiB, b));         /* after a's uses */
+    gate_open(g);
+    CK(cudaStreamSynchronize(b));
+    CK(cudaStreamSynchronize(a));
+    assert_true(device_bytes_are(p, 2 * MiB, 3, b));
+    CK(cudaFreeAsync(p, b));
+    CK(cudaStreamSynchronize(b));
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +351,8 @@ int main(void)
         T(use_on_other_stream_before_allocation_is_a_fault),
         T(event_query_and_sync_during_another_threads_global_capture),
         T(sticky_fault_fails_every_context_call),
+        T(conflicting_uses_on_two_streams_are_a_fault),
+        T(disjoint_reads_and_ordered_uses_on_two_streams_are_legal),
 #undef T
     };
     return cmocka_run_group_tests_name("sim_strict", tests, NULL, NULL);
