@@ -320,12 +320,14 @@ static void disjoint_reads_and_ordered_uses_on_two_streams_are_legal(void **stat
     char *p;
     static char host_a[4096], host_b[4096];
     CK(cudaMallocAsync((void **)&p, 2 * MiB, a));
+    CK(cudaMemsetAsync(p, 5, 2 * MiB, a));
     CK(cudaStreamSynchronize(a));
     gate_hold(g, a);
     CK(cudaMemsetAsync(p, 1, MiB, a));
-    CK(cudaMemsetAsync(p + MiB, 2, MiB, b));       /* disjoint */
-    CK(cudaMemcpyAsync(host_a, p + MiB, sizeof host_a, cudaMemcpyDeviceToHost, b));
-    CK(cudaMemcpyAsync(host_b, p + MiB, sizeof host_b, cudaMemcpyDeviceToHost, a)); /* reads */
+    CK(cudaMemsetAsync(p + MiB, 2, MiB / 2, b));   /* disjoint */
+    char *shared = p + MiB + MiB / 2;              /* written by neither meanwhile */
+    CK(cudaMemcpyAsync(host_a, shared, sizeof host_a, cudaMemcpyDeviceToHost, b));
+    CK(cudaMemcpyAsync(host_b, shared, sizeof host_b, cudaMemcpyDeviceToHost, a)); /* reads */
     CK(cudaEventRecord(e, a));
     CK(cudaStreamWaitEvent(b, e, 0));
     CK(cudaMemsetAsync(p, 3, 2 * MiB, b));         /* after a's uses */
@@ -333,6 +335,8 @@ static void disjoint_reads_and_ordered_uses_on_two_streams_are_legal(void **stat
     CK(cudaStreamSynchronize(b));
     CK(cudaStreamSynchronize(a));
     assert_true(device_bytes_are(p, 2 * MiB, 3, b));
+    assert_int_equal(host_a[0], 5);
+    assert_int_equal(host_b[sizeof host_b - 1], 5);
     CK(cudaFreeAsync(p, b));
     CK(cudaStreamSynchronize(b));
     CK(cudaEventDestroy(e));

@@ -46,12 +46,14 @@
  *    no context (device count, attributes and properties, versions, the current device) do not.
  *  - Stream order of pool memory (rules 2, 3, 13b), where a GPU races silently: a memset or copy
  *    on a stream not ordered after the allocation (same stream, event or legacy dependency)
- *    while the allocating stream has not yet run past it, and a cudaFreeAsync not ordered after
- *    the allocation and every memset/copy of the block still pending on another stream, fault
- *    (sticky cudaErrorIllegalAddress) when they execute; a cudaFree of stream-ordered memory
- *    with such a use pending faults at once. A use or allocation that has already executed is
- *    never a fault: the check flags only what could still run out of order. Graph-launched
- *    copies and memsets are not tracked.
+ *    while the allocating stream has not yet run past it; one that writes bytes a pending
+ *    memset/copy of another stream reads or writes, or reads bytes it writes, not ordered after
+ *    it (two streams may read the same bytes, or write disjoint parts of one allocation, at
+ *    once); and a cudaFreeAsync not ordered after the allocation and every memset/copy of the
+ *    block still pending on another stream, fault (sticky cudaErrorIllegalAddress) when they
+ *    execute; a cudaFree of stream-ordered memory with such a use pending faults at once. A
+ *    use or allocation that has already executed is never a fault: the check flags only what
+ *    could still run out of order. Graph-launched copies and memsets are not tracked.
  *  - A host function that calls any CUDA API gets cudaErrorNotPermitted (rule 19).
  *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the

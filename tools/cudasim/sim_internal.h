@@ -157,10 +157,12 @@ struct CUevent_st {
     struct sim_event_capture *capture; /* sim_graph.c: last recorded inside a capture */
 };
 
-/* A stream's latest memset/memcpy of an allocation: its op `seq`. */
+/* A memset/memcpy of [lo, hi) of an allocation, op `seq` of `stream`. */
 typedef struct {
     sim_stream *stream;      /* a reference */
     uint64_t seq;
+    const char *lo, *hi;
+    bool write;
 } sim_use;
 
 /* A range inside a chunk: allocated, or free with the stream-ordered free that released it. */
@@ -174,8 +176,9 @@ typedef struct sim_seg {
     sim_stream *freed_on;    /* NULL: free and known complete to the host (reusable anywhere) */
     uint64_t freed_seq;
     /* Allocated: the point in stream order it was allocated at (a reference; NULL when that
-     * point had already executed), and the uses still pending when last noted, per stream:
-     * a use or free not ordered after them, while they are pending, is a device fault. */
+     * point had already executed), and its uses, pruned of those found executed: a use
+     * conflicting with one of them, or a free, not ordered after it while it is pending is a
+     * device fault. */
     sim_stream *alloc_on;
     uint64_t alloc_seq;
     sim_use *uses;
@@ -340,12 +343,13 @@ void sim_stream_destroy_internal(sim_stream *s);
 /* ---- sim_pool.c ---- */
 /* Is [p, p+n) inside one live allocation of device `device`? */
 bool sim_range_live(const void *p, size_t n);
-/* Exclusive lock, for a live range about to be used by the next op on s: is that op ordered
- * after the allocation (same stream, an event or legacy dependency, or the allocation point
- * has executed)? Rule 2; always true for cudaMalloc and graph memory. */
-bool sim_range_ordered(const void *p, sim_stream *s);
-/* Exclusive lock: op `seq` of s (just enqueued) uses the live range at p (rule 3's uses). */
-void sim_range_note_use(const void *p, sim_stream *s, uint64_t seq);
+/* Exclusive lock, for a live range [p, p+n) the next op on s reads or writes: is that op
+ * ordered (same stream, an event or legacy dependency, or executed already) after the
+ * allocation and after every pending use of another stream that writes bytes it touches or
+ * touches bytes it writes? Rule 2; always true for graph memory. */
+bool sim_range_ordered(const void *p, size_t n, sim_stream *s, bool write);
+/* Exclusive lock: op `seq` of s (just enqueued) reads or writes the live range [p, p+n). */
+void sim_range_note_use(const void *p, size_t n, sim_stream *s, uint64_t seq, bool write);
 bool sim_is_device_address(const void *p);
 cudaError_t sim_device_memory_init(sim_device *d, int device);
 /* Releases memory above each pool's threshold after a host synchronize (rule 12). */

@@ -156,28 +156,41 @@ static bool ordered_or_done(sim_stream *a, uint64_t seq, sim_stream *b)
     return !a || a == b || sim_clock_get(&b->clock, a->id) >= seq || a->completed >= seq;
 }
 
-bool sim_range_ordered(const void *p, sim_stream *s)
+bool sim_range_ordered(const void *p, size_t n, sim_stream *s, bool write)
 {
     if (sim_graph_owns(p))
         return true;
     sim_seg *seg = live_seg(p, 0);
-    return !seg || ordered_or_done(seg->alloc_on, seg->alloc_seq, s);
+    if (!seg)
+        return true;
+    if (!ordered_or_done(seg->alloc_on, seg->alloc_seq, s))
+        return false;
+    const char *lo = p, *hi = lo + n;
+    for (uint32_t i = 0; i < seg->n_uses; i++) {
+        const sim_use *u = &seg->uses[i];
+        if ((write || u->write) && lo < u->hi && u->lo < hi &&
+            !ordered_or_done(u->stream, u->seq, s))
+            return false; /* a race: reads alone never conflict */
+    }
+    return true;
 }
 
-void sim_range_note_use(const void *p, sim_stream *s, uint64_t seq)
+void sim_range_note_use(const void *p, size_t n, sim_stream *s, uint64_t seq, bool write)
 {
     sim_seg *seg = sim_graph_owns(p) ? NULL : live_seg(p, 0);
     if (!seg)
         return;
+    const char *lo = p, *hi = lo + n;
     uint32_t keep = 0;
     bool noted = false;
     for (uint32_t i = 0; i < seg->n_uses; i++) {
         sim_use u = seg->uses[i];
-        if (u.stream == s) {
-            u.seq = seq;
+        if (u.stream == s && u.lo == lo && u.hi == hi) {
+            u.seq = seq; /* s's later use of the same bytes stands for both */
+            u.write = u.write || write;
             noted = true;
         } else if (u.stream->completed >= u.seq) {
-            sim_stream_unref(u.stream); /* done: nothing can race with it any more */
+            sim_stream_unref(u.stream); /* executed: nothing can race with it any more */
             continue;
         }
         seg->uses[keep++] = u;
@@ -194,7 +207,7 @@ void sim_range_note_use(const void *p, sim_stream *s, uint64_t seq)
         seg->cap_uses = cap;
     }
     sim_stream_ref(s);
-    seg->uses[seg->n_uses++] = (sim_use){s, seq};
+    seg->uses[seg->n_uses++] = (sim_use){s, seq, lo, hi, write};
 }
 
 /* A free of allocation s as the next op on stream b (NULL: cudaFree, in no stream's order): is
