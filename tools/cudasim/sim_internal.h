@@ -343,13 +343,15 @@ void sim_stream_destroy_internal(sim_stream *s);
 /* ---- sim_pool.c ---- */
 /* Is [p, p+n) inside one live allocation of device `device`? */
 bool sim_range_live(const void *p, size_t n);
-/* Exclusive lock, for a live range [p, p+n) the next op on s reads or writes: is that op
- * ordered (same stream, an event or legacy dependency, or executed already) after the
- * allocation and after every pending use of another stream that writes bytes it touches or
- * touches bytes it writes? Rule 2; always true for graph memory. */
-bool sim_range_ordered(const void *p, size_t n, sim_stream *s, bool write);
-/* Exclusive lock: op `seq` of s (just enqueued) reads or writes the live range [p, p+n). */
-void sim_range_note_use(const void *p, size_t n, sim_stream *s, uint64_t seq, bool write);
+/* Exclusive lock, for [p, p+n) (n > 0) that the next op on s reads or writes: is it inside one
+ * live allocation, and is that op ordered (same stream, an event or legacy dependency, or
+ * executed already) after the allocation and after every pending use of another stream that
+ * writes bytes it touches or touches bytes it writes (rule 2)? *seg: the pool allocation, for
+ * sim_range_note_use (NULL for graph memory, whose uses are not tracked). */
+bool sim_range_use_ok(const void *p, size_t n, sim_stream *s, bool write, sim_seg **seg);
+/* Exclusive lock: op `seq` of s (just enqueued) reads or writes [p, p+n) of seg (NULL: none). */
+void sim_range_note_use(sim_seg *seg, const void *p, size_t n, sim_stream *s, uint64_t seq,
+                        bool write);
 bool sim_is_device_address(const void *p);
 cudaError_t sim_device_memory_init(sim_device *d, int device);
 /* Releases memory above each pool's threshold after a host synchronize (rule 12). */

@@ -156,13 +156,15 @@ static bool ordered_or_done(sim_stream *a, uint64_t seq, sim_stream *b)
     return !a || a == b || sim_clock_get(&b->clock, a->id) >= seq || a->completed >= seq;
 }
 
-bool sim_range_ordered(const void *p, size_t n, sim_stream *s, bool write)
+bool sim_range_use_ok(const void *p, size_t n, sim_stream *s, bool write, sim_seg **segp)
 {
+    *segp = NULL;
     if (sim_graph_owns(p))
-        return true;
-    sim_seg *seg = live_seg(p, 0);
+        return sim_graph_range_live(p, n);
+    sim_seg *seg = live_seg(p, n);
     if (!seg)
-        return true;
+        return false;
+    *segp = seg;
     if (!ordered_or_done(seg->alloc_on, seg->alloc_seq, s))
         return false;
     const char *lo = p, *hi = lo + n;
@@ -175,9 +177,9 @@ bool sim_range_ordered(const void *p, size_t n, sim_stream *s, bool write)
     return true;
 }
 
-void sim_range_note_use(const void *p, size_t n, sim_stream *s, uint64_t seq, bool write)
+void sim_range_note_use(sim_seg *seg, const void *p, size_t n, sim_stream *s, uint64_t seq,
+                        bool write)
 {
-    sim_seg *seg = sim_graph_owns(p) ? NULL : live_seg(p, 0);
     if (!seg)
         return;
     const char *lo = p, *hi = lo + n;

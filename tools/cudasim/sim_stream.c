@@ -653,12 +653,12 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
             op->u.set.count = count;
             if (!sim_graph_capture_op(s, op, true, false, &err)) {
                 sim_stream_implicit_sync(s);
-                op->bad_address = !sim_range_live(devPtr, count) ||
-                                  !sim_range_ordered(devPtr, count, s, true);
+                sim_seg *seg;
+                op->bad_address = !sim_range_use_ok(devPtr, count, s, true, &seg);
                 bool bad = op->bad_address;
                 err = sim_stream_enqueue(s, op);
                 if (!err && !bad)
-                    sim_range_note_use(devPtr, count, s, s->submitted, true);
+                    sim_range_note_use(seg, devPtr, count, s, s->submitted, true);
             }
         }
     }
@@ -692,17 +692,15 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
             op->u.copy.count = count;
             if (!sim_graph_capture_op(s, op, dst_dev, src_dev, &err)) {
                 sim_stream_implicit_sync(s);
-                op->bad_address =
-                    (dst_dev &&
-                     (!sim_range_live(dst, count) || !sim_range_ordered(dst, count, s, true))) ||
-                    (src_dev &&
-                     (!sim_range_live(src, count) || !sim_range_ordered(src, count, s, false)));
+                sim_seg *dseg = NULL, *sseg = NULL;
+                op->bad_address = (dst_dev && !sim_range_use_ok(dst, count, s, true, &dseg)) ||
+                                  (src_dev && !sim_range_use_ok(src, count, s, false, &sseg));
                 bool bad = op->bad_address;
                 err = sim_stream_enqueue(s, op);
                 if (!err && !bad && dst_dev)
-                    sim_range_note_use(dst, count, s, s->submitted, true);
+                    sim_range_note_use(dseg, dst, count, s, s->submitted, true);
                 if (!err && !bad && src_dev)
-                    sim_range_note_use(src, count, s, s->submitted, false);
+                    sim_range_note_use(sseg, src, count, s, s->submitted, false);
             }
         }
     }
