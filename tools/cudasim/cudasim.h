@@ -39,6 +39,21 @@
  *  - cudaMemsetAsync/cudaMemcpyAsync are checked against live allocations when enqueued (in
  *    stream order, as the device would see them); a bad range fails when the op executes,
  *    setting the sticky cudaErrorIllegalAddress on its device. No memory is touched.
+ *  - A sticky error fails every later call on its device's context ("any further CUDA work
+ *    will return the same error"): streams, events (a never-recorded one's synchronize too),
+ *    pools and their attributes, cudaMemGetInfo, cudaMalloc/cudaFree, pinned memory. The
+ *    destroy and free calls report it but still release the handle or memory. Calls that need
+ *    no context (device count, attributes and properties, versions, the current device) do not.
+ *  - Stream order of pool memory (rules 2, 3, 13b), where a GPU races silently: a memset or copy
+ *    on a stream not ordered after the allocation (same stream, event or legacy dependency)
+ *    while the allocating stream has not yet run past it; one that writes bytes a pending
+ *    memset/copy of another stream reads or writes, or reads bytes it writes, not ordered after
+ *    it (two streams may read the same bytes, or write disjoint parts of one allocation, at
+ *    once); and a cudaFreeAsync not ordered after the allocation and every memset/copy of the
+ *    block still pending on another stream, fault (sticky cudaErrorIllegalAddress) when they
+ *    execute; a cudaFree of stream-ordered memory with such a use pending faults at once. A
+ *    use or allocation that has already executed is never a fault: the check flags only what
+ *    could still run out of order. Graph-launched copies and memsets are not tracked.
  *  - A host function that calls any CUDA API gets cudaErrorNotPermitted (rule 19).
  *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
@@ -61,7 +76,9 @@
  *    capture of a blocking stream, in any mode, makes the legacy stream unusable
  *    (cudaErrorStreamCaptureImplicit, invalidating it); cudaDeviceSynchronize fails while any
  *    stream of the device captures, in any mode; cudaFree(NULL) and cudaFreeHost count as
- *    potentially unsafe calls, like cudaMalloc and cudaFree;
+ *    potentially unsafe calls, like cudaMalloc and cudaFree; so do cudaEventQuery and
+ *    cudaEventSynchronize of any event (PyTorch moves its event queries to relaxed or
+ *    thread-local mode for this; a captured event gives cudaErrorCapturedEvent first);
  *    destroying a capture's origin stream ends the capture, a joined stream invalidates it.
  *  - Error codes where the Runtime API lists none: capture of the legacy stream is
  *    cudaErrorStreamCaptureUnsupported, beginning on a capturing stream or ending on a stream
@@ -86,6 +103,8 @@
  *    and itself), cudaMemPoolSetAccess refuses read or write access for another device with
  *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone.
  *  - cudaStreamGetId: ids are never reused, not even across cudasimReset.
+ *  - cudaEventRecord of an event on another device's stream is cudaErrorInvalidResourceHandle
+ *    (cuEventRecord: both must be of one context); cudaStreamWaitEvent across devices is legal.
  *  - Host threads: cudaMallocAsync, cudaMallocFromPoolAsync and cudaFreeAsync on a stream other
  *    than the legacy one, outside capture, run concurrently with each other, one at a time per
  *    stream and per pool (each call sees its pool as it would under one lock, so the reuse

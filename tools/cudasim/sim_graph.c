@@ -416,6 +416,15 @@ cudaError_t sim_graph_unsafe_call(void)
     if (!sim_graph_capturing_any())
         return cudaSuccess;
     sim_lock();
+    cudaError_t err = sim_graph_unsafe_call_locked();
+    sim_unlock();
+    return err;
+}
+
+cudaError_t sim_graph_unsafe_call_locked(void)
+{
+    if (!sim_graph_capturing_any())
+        return cudaSuccess;
     /* cudaThreadExchangeStreamCaptureMode: which captures forbid this thread's unsafe calls */
     pthread_t self = pthread_self();
     bool bad = false;
@@ -430,7 +439,6 @@ cudaError_t sim_graph_unsafe_call(void)
             bad = true;
         }
     }
-    sim_unlock();
     return bad ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 

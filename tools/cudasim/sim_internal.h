@@ -157,6 +157,14 @@ struct CUevent_st {
     struct sim_event_capture *capture; /* sim_graph.c: last recorded inside a capture */
 };
 
+/* A memset/memcpy of [lo, hi) of an allocation, op `seq` of `stream`. */
+typedef struct {
+    sim_stream *stream;      /* a reference */
+    uint64_t seq;
+    const char *lo, *hi;
+    bool write;
+} sim_use;
+
 /* A range inside a chunk: allocated, or free with the stream-ordered free that released it. */
 typedef struct sim_seg {
     struct sim_seg *prev, *next;           /* address order within the chunk */
@@ -167,6 +175,14 @@ typedef struct sim_seg {
     bool allocated;
     sim_stream *freed_on;    /* NULL: free and known complete to the host (reusable anywhere) */
     uint64_t freed_seq;
+    /* Allocated: the point in stream order it was allocated at (a reference; NULL when that
+     * point had already executed), and its uses, pruned of those found executed: a use
+     * conflicting with one of them, or a free, not ordered after it while it is pending is a
+     * device fault. */
+    sim_stream *alloc_on;
+    uint64_t alloc_seq;
+    sim_use *uses;
+    uint32_t n_uses, cap_uses;
 } sim_seg;
 
 /* A contiguous range of the pool's address space, backed by whole 2 MiB pages. Remapping and
@@ -327,6 +343,15 @@ void sim_stream_destroy_internal(sim_stream *s);
 /* ---- sim_pool.c ---- */
 /* Is [p, p+n) inside one live allocation of device `device`? */
 bool sim_range_live(const void *p, size_t n);
+/* Exclusive lock, for [p, p+n) (n > 0) that the next op on s reads or writes: is it inside one
+ * live allocation, and is that op ordered (same stream, an event or legacy dependency, or
+ * executed already) after the allocation and after every pending use of another stream that
+ * writes bytes it touches or touches bytes it writes (rule 2)? *seg: the pool allocation, for
+ * sim_range_note_use (NULL for graph memory, whose uses are not tracked). */
+bool sim_range_use_ok(const void *p, size_t n, sim_stream *s, bool write, sim_seg **seg);
+/* Exclusive lock: op `seq` of s (just enqueued) reads or writes [p, p+n) of seg (NULL: none). */
+void sim_range_note_use(sim_seg *seg, const void *p, size_t n, sim_stream *s, uint64_t seq,
+                        bool write);
 bool sim_is_device_address(const void *p);
 cudaError_t sim_device_memory_init(sim_device *d, int device);
 /* Releases memory above each pool's threshold after a host synchronize (rule 12). */
@@ -356,6 +381,9 @@ cudaError_t sim_graph_device_sync_check(int device);
 /* Takes the lock: potentially unsafe calls (cudaMalloc, cudaFree) under the calling thread's
  * capture interaction mode; the captures that forbid the call are invalidated. */
 cudaError_t sim_graph_unsafe_call(void);
+/* The same under the lock, for calls that first check what necessarily conflicts with a
+ * capture (a captured event, a capturing stream), whatever the thread's mode. */
+cudaError_t sim_graph_unsafe_call_locked(void);
 /* Entry-point interceptions (take the lock): true if capture or graph memory handled the call. */
 bool sim_graph_malloc_async(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream,
                             cudaError_t *err);

@@ -123,22 +123,121 @@ static sim_pool *pool_of(const void *p)
     return NULL;
 }
 
-bool sim_range_live(const void *p, size_t n)
+/* Under the exclusive lock: the pool allocation holding [p, p+n) (n 0: p), or NULL. */
+static sim_seg *live_seg(const void *p, size_t n)
 {
-    if (sim_graph_owns(p))
-        return sim_graph_range_live(p, n);
     sim_chunk *c = chunk_at(p, NULL);
-    if (c == &retired_range)
-        return false; /* no allocation lives there any more */
-    if (!c || n == 0)
-        return c != NULL;
+    if (!c || c == &retired_range)
+        return NULL; /* no allocation lives in a retired range any more */
     const char *q = p;
     /* the common case: the allocation's start */
     sim_seg *seg = sim_map_get(&c->pool->allocs, p, SIM_H_ALLOC);
     for (sim_seg *s = c->segs; !seg && s; s = s->next)
         if (q >= s->addr && q < s->addr + s->size)
             seg = s;
-    return seg && seg->allocated && n <= (size_t)(seg->addr + seg->size - q);
+    return seg && seg->allocated && n <= (size_t)(seg->addr + seg->size - q) ? seg : NULL;
+}
+
+bool sim_range_live(const void *p, size_t n)
+{
+    if (sim_graph_owns(p))
+        return sim_graph_range_live(p, n);
+    if (n == 0) {
+        sim_chunk *c = chunk_at(p, NULL);
+        return c && c != &retired_range;
+    }
+    return live_seg(p, n) != NULL;
+}
+
+/* Is op `seq` of stream a (NULL: none) ordered before the next op on b, or executed already?
+ * Either lock mode: b's clock is stable under the caller's lock, `completed` is atomic. */
+static bool ordered_or_done(sim_stream *a, uint64_t seq, sim_stream *b)
+{
+    return !a || a == b || sim_clock_get(&b->clock, a->id) >= seq || a->completed >= seq;
+}
+
+bool sim_range_use_ok(const void *p, size_t n, sim_stream *s, bool write, sim_seg **segp)
+{
+    *segp = NULL;
+    if (sim_graph_owns(p))
+        return sim_graph_range_live(p, n);
+    sim_seg *seg = live_seg(p, n);
+    if (!seg)
+        return false;
+    *segp = seg;
+    if (!ordered_or_done(seg->alloc_on, seg->alloc_seq, s))
+        return false;
+    const char *lo = p, *hi = lo + n;
+    for (uint32_t i = 0; i < seg->n_uses; i++) {
+        const sim_use *u = &seg->uses[i];
+        if ((write || u->write) && lo < u->hi && u->lo < hi &&
+            !ordered_or_done(u->stream, u->seq, s))
+            return false; /* a race: reads alone never conflict */
+    }
+    return true;
+}
+
+void sim_range_note_use(sim_seg *seg, const void *p, size_t n, sim_stream *s, uint64_t seq,
+                        bool write)
+{
+    if (!seg)
+        return;
+    const char *lo = p, *hi = lo + n;
+    uint32_t keep = 0;
+    bool noted = false;
+    for (uint32_t i = 0; i < seg->n_uses; i++) {
+        sim_use u = seg->uses[i];
+        if (u.stream == s && u.lo == lo && u.hi == hi) {
+            u.seq = seq; /* s's later use of the same bytes stands for both */
+            u.write = u.write || write;
+            noted = true;
+        } else if (u.stream->completed >= u.seq) {
+            sim_stream_unref(u.stream); /* executed: nothing can race with it any more */
+            continue;
+        }
+        seg->uses[keep++] = u;
+    }
+    seg->n_uses = keep;
+    if (noted)
+        return;
+    if (seg->n_uses == seg->cap_uses) {
+        uint32_t cap = seg->cap_uses ? seg->cap_uses * 2 : 2;
+        sim_use *v = realloc(seg->uses, cap * sizeof *v);
+        if (!v)
+            abort(); /* out of host memory in the emulator itself */
+        seg->uses = v;
+        seg->cap_uses = cap;
+    }
+    sim_stream_ref(s);
+    seg->uses[seg->n_uses++] = (sim_use){s, seq, lo, hi, write};
+}
+
+/* A free of allocation s as the next op on stream b (NULL: cudaFree, in no stream's order): is
+ * it ordered after the allocation and every use, or have they executed (rules 2, 3, 13b)? */
+static bool free_ordered(const sim_seg *s, sim_stream *b)
+{
+    if (b && !ordered_or_done(s->alloc_on, s->alloc_seq, b))
+        return false;
+    for (uint32_t i = 0; i < s->n_uses; i++) {
+        sim_use u = s->uses[i];
+        if (b ? !ordered_or_done(u.stream, u.seq, b) : u.stream->completed < u.seq)
+            return false;
+    }
+    return true;
+}
+
+/* Drops the allocation's stream-order bookkeeping (it is freed, or the pool goes). */
+static void seg_forget_uses(sim_seg *s)
+{
+    if (s->alloc_on)
+        sim_stream_unref(s->alloc_on);
+    s->alloc_on = NULL;
+    s->alloc_seq = 0;
+    for (uint32_t i = 0; i < s->n_uses; i++)
+        sim_stream_unref(s->uses[i].stream);
+    free(s->uses);
+    s->uses = NULL;
+    s->n_uses = s->cap_uses = 0;
 }
 
 /* ---- segments and free lists ---- */
@@ -272,12 +371,19 @@ static sim_seg *seg_split(sim_pool *pool, sim_seg *s, char *at)
     return rest;
 }
 
-static void seg_take(sim_pool *pool, sim_seg *s, size_t need)
+/* Allocates `need` bytes at the start of free segment s, as the next point of stream b's order
+ * (b NULL: cudaMalloc, at once). */
+static void seg_take(sim_pool *pool, sim_seg *s, size_t need, sim_stream *b)
 {
     if (s->size > need)
         (void)seg_split(pool, s, s->addr + need);
     free_list_remove(pool, s);
     tag_set(s, NULL, 0);
+    if (b && b->completed < b->submitted) { /* rule 2: other streams must wait for this point */
+        sim_stream_ref(b);
+        s->alloc_on = b;
+        s->alloc_seq = b->submitted;
+    }
     s->allocated = true;
     pool->used += need;
     if (pool->used > pool->used_high)
@@ -626,6 +732,7 @@ void sim_pools_reset(void)
                 for (sim_seg *s = c->segs, *n; s; s = n) {
                     n = s->next;
                     tag_set(s, NULL, 0);
+                    seg_forget_uses(s);
                     free(s);
                 }
                 c->segs = NULL;
@@ -683,7 +790,7 @@ static cudaError_t pool_alloc(sim_pool *pool, sim_stream *b, size_t size, void *
     }
     if (!found)
         return cudaErrorMemoryAllocation;
-    seg_take(pool, found, need);
+    seg_take(pool, found, need, b);
     *out = found->addr;
     return cudaSuccess;
 }
@@ -707,6 +814,7 @@ static void pool_release_alloc(sim_seg *s, sim_stream *stream, uint64_t seq)
     sim_chunk *c = s->chunk;
     sim_pool *pool = c->pool;
     sim_map_remove(&pool->allocs, s->addr);
+    seg_forget_uses(s);
     s->allocated = false;
     pool->used -= s->size;
     pool->live_allocs--;
@@ -736,6 +844,9 @@ static cudaError_t free_on_stream(void *ptr, sim_stream *s, bool shared, bool *r
         err = cudaErrorMemoryAllocation;
     if (!err) {
         sim_stream_implicit_sync(s);
+        /* Rule 3: unordered with a pending use, the block could be reused under it: on a GPU a
+         * silent race, here a device fault when the free runs. */
+        op->bad_address = !free_ordered(seg, s);
         err = sim_stream_enqueue(s, op);
     }
     if (!err) {
@@ -905,6 +1016,10 @@ cudaError_t cudaFree(void *devPtr)
         /* rules 4 and 13b: a stream-ordered pointer is freed at once, without synchronizing
          * and without stream ordering: the caller has made every access complete */
         sim_pool *pool = seg->chunk->pool;
+        sim_device *d = &sim_g.devices[pool->device];
+        err = d->sticky; /* an earlier fault is reported; the memory goes all the same */
+        if (!free_ordered(seg, NULL) && !d->sticky)
+            d->sticky = cudaErrorIllegalAddress; /* a pending use runs on freed memory */
         pool_release_alloc(seg, NULL, 0);
         pool_reap(pool);
     } else {
@@ -927,12 +1042,16 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
     sim_device *d = sim_dev(sim_current_device());
-    if (d) {
+    if (!d) {
+        err = cudaErrorInvalidDevice;
+    } else if (d->sticky) {
+        err = d->sticky;
+    } else {
         *free_bytes = d->capacity - d->reserved;
         *total = d->capacity;
     }
     sim_unlock();
-    return d ? cudaSuccess : sim_ret(cudaErrorInvalidDevice);
+    return sim_ret(err);
 }
 
 /* ---- API: pinned host memory (plain host memory here) ---- */
@@ -944,6 +1063,12 @@ static cudaError_t host_alloc(sim_api api, void **ptr, size_t size, unsigned fla
         return sim_ret(err);
     if (!ptr || flags > (cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
         return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_device *d = sim_dev(sim_current_device());
+    err = !d ? cudaErrorInvalidDevice : d->sticky;
+    sim_unlock();
+    if (err)
+        return sim_ret(err); /* pinned memory is the context's */
     void *p = NULL;
     if (size && posix_memalign(&p, 4096, size) != 0)
         return sim_ret(cudaErrorMemoryAllocation);
@@ -977,11 +1102,13 @@ cudaError_t cudaFreeHost(void *ptr)
     bool ok = sim_handle_valid(ptr, SIM_H_HOST);
     if (ok)
         sim_handle_remove(ptr);
+    sim_device *d = sim_dev_ready(sim_current_device());
+    err = d ? d->sticky : cudaSuccess; /* reported; the memory goes all the same */
     sim_unlock();
     if (!ok)
         return sim_ret(cudaErrorInvalidValue);
     free(ptr);
-    return cudaSuccess;
+    return sim_ret(err);
 }
 
 /* ---- API: pools ---- */
@@ -1010,6 +1137,8 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolPr
     sim_pool *p = NULL;
     if (!d)
         err = cudaErrorInvalidDevice;
+    else if (d->sticky)
+        err = d->sticky;
     else if (!(p = pool_new(props->location.id, false, false)))
         err = cudaErrorMemoryAllocation;
 #if CUDART_VERSION >= 12020
@@ -1034,6 +1163,7 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
         err = cudaErrorInvalidValue;
     } else {
         sim_device *d = &sim_g.devices[p->device];
+        err = d->sticky; /* reported; the pool goes all the same */
         if (d->current_pool == p)
             d->current_pool = d->default_pool;
         /* rule 7: returns at once; the memory goes when nothing is outstanding */
@@ -1053,10 +1183,14 @@ static cudaError_t device_pool(sim_api api, cudaMemPool_t *out, int device, bool
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
     sim_device *d = sim_dev(device);
-    if (d)
+    if (!d)
+        err = cudaErrorInvalidDevice;
+    else if (d->sticky)
+        err = d->sticky;
+    else
         *out = (cudaMemPool_t)(current ? d->current_pool : d->default_pool);
     sim_unlock();
-    return d ? cudaSuccess : sim_ret(cudaErrorInvalidDevice);
+    return sim_ret(err);
 }
 
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
@@ -1081,6 +1215,8 @@ cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
         err = cudaErrorInvalidDevice;
     else if (!p || p->device != device)
         err = cudaErrorInvalidValue;
+    else if (d->sticky)
+        err = d->sticky;
     else
         d->current_pool = p;
     sim_unlock();
@@ -1098,6 +1234,8 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     sim_pool *p = pool_resolve(memPool);
     if (!p) {
         err = cudaErrorInvalidValue;
+    } else if (sim_g.devices[p->device].sticky) {
+        err = sim_g.devices[p->device].sticky;
     } else {
         int flag = *(int *)value;
         uint64_t v64 = 0;
@@ -1139,6 +1277,8 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
     uint64_t v64 = 0;
     if (!p) {
         err = cudaErrorInvalidValue;
+    } else if (sim_g.devices[p->device].sticky) {
+        err = sim_g.devices[p->device].sticky;
     } else {
         switch (attr) {
         case cudaMemPoolReuseFollowEventDependencies: flag = p->reuse_follow; break;
@@ -1169,10 +1309,14 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
         return sim_ret(err);
     sim_lock();
     sim_pool *p = pool_resolve(memPool);
-    if (p)
+    if (!p)
+        err = cudaErrorInvalidValue;
+    else if (sim_g.devices[p->device].sticky)
+        err = sim_g.devices[p->device].sticky;
+    else
         pool_release_to(p, minBytesToKeep); /* rule 13: unobserved frees stay outstanding */
     sim_unlock();
-    return p ? cudaSuccess : sim_ret(cudaErrorInvalidValue);
+    return sim_ret(err);
 }
 
 cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList,
@@ -1187,6 +1331,8 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
     sim_pool *p = pool_resolve(memPool);
     if (!p)
         err = cudaErrorInvalidValue;
+    else if (sim_g.devices[p->device].sticky)
+        err = sim_g.devices[p->device].sticky;
     for (size_t i = 0; !err && i < count; i++) {
         const struct cudaMemAccessDesc *a = &descList[i];
         if (a->location.type != cudaMemLocationTypeDevice || !sim_dev(a->location.id))
@@ -1215,6 +1361,8 @@ cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t m
     enum cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
     if (!p || location->type != cudaMemLocationTypeDevice)
         err = cudaErrorInvalidValue;
+    else if (sim_g.devices[p->device].sticky)
+        err = sim_g.devices[p->device].sticky;
     else if (!sim_dev(location->id))
         err = cudaErrorInvalidDevice;
     else if (location->id == p->device)

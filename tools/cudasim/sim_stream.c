@@ -195,7 +195,7 @@ static void stream_complete(sim_stream *s, uint64_t seq)
 /* Runs one op on s's worker, without the global lock held; takes it for shared state. */
 static void run_op(sim_stream *s, sim_op *op)
 {
-    if (op->kind == OP_FREE)
+    if (op->kind == OP_FREE && !op->bad_address)
         return; /* its seq marks the point from which the block may be reused (rule 11) */
     if (op->kind == OP_HOST) {
         sim_in_host_fn = true;
@@ -234,6 +234,7 @@ static void run_op(sim_stream *s, sim_op *op)
     switch (op->kind) {
     case OP_MEMSET:
     case OP_MEMCPY: /* a bad address (a good one returned above) */
+    case OP_FREE:   /* a free out of order with a pending use (free_on_stream) */
         if (!d->sticky)
             d->sticky = cudaErrorIllegalAddress; /* a device fault: sticky for the context */
         break;
@@ -249,7 +250,6 @@ static void run_op(sim_stream *s, sim_op *op)
     }
     case OP_WAIT:
     case OP_HOST:
-    case OP_FREE:
     case OP_UNMAP:
         break;
     }
@@ -564,6 +564,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
         return sim_ret(cudaErrorInvalidResourceHandle);
     }
     sim_stream *s = &stream->s;
+    err = sim_g.devices[s->device].sticky; /* reported; the handle goes all the same */
     sim_handle_remove(stream);
     sim_graph_stream_destroyed(s);
     pthread_mutex_lock(&s->qlock);
@@ -572,7 +573,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     pthread_mutex_unlock(&s->qlock);
     stream_maybe_retire(s);
     sim_unlock();
-    return cudaSuccess;
+    return sim_ret(err);
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
@@ -651,9 +652,13 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
             op->u.set.value = value;
             op->u.set.count = count;
             if (!sim_graph_capture_op(s, op, true, false, &err)) {
-                op->bad_address = !sim_range_live(devPtr, count);
                 sim_stream_implicit_sync(s);
+                sim_seg *seg;
+                op->bad_address = !sim_range_use_ok(devPtr, count, s, true, &seg);
+                bool bad = op->bad_address;
                 err = sim_stream_enqueue(s, op);
+                if (!err && !bad)
+                    sim_range_note_use(seg, devPtr, count, s, s->submitted, true);
             }
         }
     }
@@ -686,10 +691,16 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
             op->u.copy.src = src;
             op->u.copy.count = count;
             if (!sim_graph_capture_op(s, op, dst_dev, src_dev, &err)) {
-                op->bad_address = (dst_dev && !sim_range_live(dst, count)) ||
-                                  (src_dev && !sim_range_live(src, count));
                 sim_stream_implicit_sync(s);
+                sim_seg *dseg = NULL, *sseg = NULL;
+                op->bad_address = (dst_dev && !sim_range_use_ok(dst, count, s, true, &dseg)) ||
+                                  (src_dev && !sim_range_use_ok(src, count, s, false, &sseg));
+                bool bad = op->bad_address;
                 err = sim_stream_enqueue(s, op);
+                if (!err && !bad && dst_dev)
+                    sim_range_note_use(dseg, dst, count, s, s->submitted, true);
+                if (!err && !bad && src_dev)
+                    sim_range_note_use(sseg, src, count, s, s->submitted, false);
             }
         }
     }
@@ -734,8 +745,18 @@ static cudaError_t event_create(sim_api api, cudaEvent_t *out, unsigned flags)
     e->flags = flags;
     sim_lock();
     e->device = sim_current_device();
-    sim_handle_add(e, SIM_H_EVENT);
+    sim_device *d = sim_dev(e->device);
+    if (!d)
+        err = cudaErrorInvalidDevice;
+    else if (d->sticky)
+        err = d->sticky; /* a device fault: no further work on the context */
+    else
+        sim_handle_add(e, SIM_H_EVENT);
     sim_unlock();
+    if (err) {
+        free(e);
+        return sim_ret(err);
+    }
     *out = e;
     return cudaSuccess;
 }
@@ -759,6 +780,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
     if (!sim_handle_valid(event, SIM_H_EVENT)) {
         err = cudaErrorInvalidResourceHandle;
     } else {
+        err = sim_g.devices[event->device].sticky; /* reported; the handle goes all the same */
         sim_handle_remove(event);
         event->destroyed = true;
         event_release_if_done(event);
@@ -778,6 +800,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
         err = cudaErrorInvalidResourceHandle;
     else
         s = resolve_live(stream, &err);
+    if (s && s->device != event->device) {
+        err = cudaErrorInvalidResourceHandle; /* cuEventRecord: not the event's context */
+        s = NULL;
+    }
     if (s && sim_graph_event_record(event, s, &err))
         s = NULL; /* recorded into the capture (no node), or refused */
     if (s) {
@@ -826,6 +852,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
         err = sim_g.devices[event->device].sticky;
     else if ((err = sim_graph_event_usable(event)))
         ; /* Programming Guide: a captured event cannot be queried */
+    else if ((err = sim_graph_unsafe_call_locked()))
+        ; /* potentially unsafe during a capture (cudaThreadExchangeStreamCaptureMode) */
     else if (!event_complete(event))
         err = cudaErrorNotReady;
     sim_unlock();
@@ -840,8 +868,12 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
     sim_lock();
     if (!sim_handle_valid(event, SIM_H_EVENT)) {
         err = cudaErrorInvalidResourceHandle;
+    } else if (sim_g.devices[event->device].sticky) {
+        err = sim_g.devices[event->device].sticky; /* recorded or not */
     } else if ((err = sim_graph_event_usable(event))) {
         /* Programming Guide: nor synchronized */
+    } else if ((err = sim_graph_unsafe_call_locked())) {
+        /* potentially unsafe during a capture (cudaThreadExchangeStreamCaptureMode) */
     } else if (event->recorded) {
         sim_stream *s = event->stream;
         sim_stream_ref(s);
@@ -890,6 +922,8 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
         !start->recorded || !end->recorded || (start->flags & cudaEventDisableTiming) ||
         (end->flags & cudaEventDisableTiming))
         err = cudaErrorInvalidResourceHandle;
+    else if (sim_g.devices[start->device].sticky)
+        err = sim_g.devices[start->device].sticky;
     else if ((err = sim_graph_event_usable(start)) || (err = sim_graph_event_usable(end)))
         ;
     else if (!event_complete(start) || !event_complete(end))
