@@ -7,12 +7,6 @@
 #include "internal.h"
 #include "introspect.h"
 
-static bool capture_possible(const sp_runtime *rt)
-{
-    return rt->cfg.capture_check == SP_CAPTURE_ALWAYS ||
-           atomic_load_explicit(&rt->captures, memory_order_relaxed) != 0;
-}
-
 static size_t large_size(size_t bytes)
 {
     return sp__round_up(bytes, SP_LARGE_ALIGN);
@@ -58,7 +52,7 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
     if (sp_unlikely(bytes > SP_MAX_ALLOC))
         return SP_ERR_TOO_LARGE;
     sp_stream_key key = sp__stream_key(stream);
-    if (sp_unlikely(capture_possible(pool->rt))) {
+    if (sp_unlikely(sp__capture_possible(pool->rt))) {
         /* the stream's own cache says whether it is declared capturing: no lock, so that other
          * streams' hot path stays as it is while a capture is under way */
         sp_stream_cache *c = sp__cache_get(pool, key);
@@ -167,7 +161,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
             atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
             return SP_ERR_NO_HOST_MEMORY;
         }
-        if (sp_unlikely(capture_possible(pool->rt)) && sp__cache_capturing(c, &capturing) != SP_OK)
+        if (sp_unlikely(sp__capture_possible(pool->rt)) && sp__cache_capturing(c, &capturing) != SP_OK)
             capturing = true; /* unknown: the careful choice */
         /* asked before the spin lock: under SP_CAPTURE_ALWAYS it is a CUDA call */
         touch = b->cls == SP_CLASS_COUNT && !capturing && b->seg->huge &&

@@ -144,16 +144,42 @@ int sp__cuda_event_record(cudaEvent_t event, cudaStream_t stream)
     return check(cudaEventRecord(event, stream));
 }
 
-int sp__cuda_event_query(cudaEvent_t event, bool *done)
+/* cudaEventQuery and cudaEventSynchronize are "potentially unsafe" while a graph capture is
+ * under way: in CUDA's default (global) mode they fail with cudaErrorStreamCaptureUnsupported and
+ * invalidate the capture, this thread's or any other thread's global one. streampool never asks
+ * about a capturing stream's events (rule 25), so with `relaxed` (a capture may be under way) it
+ * makes them in relaxed mode, as PyTorch's allocator does, and puts the thread's mode back. */
+static enum cudaStreamCaptureMode relax(bool relaxed)
 {
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (relaxed && cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+        (void)cudaGetLastError(); /* the call after it fails alike and says why */
+        mode = cudaStreamCaptureModeRelaxed; /* unchanged: nothing to put back */
+    }
+    return mode;
+}
+
+static void unrelax(bool relaxed, enum cudaStreamCaptureMode mode)
+{
+    if (relaxed && mode != cudaStreamCaptureModeRelaxed)
+        (void)cudaThreadExchangeStreamCaptureMode(&mode);
+}
+
+int sp__cuda_event_query(cudaEvent_t event, bool relaxed, bool *done)
+{
+    enum cudaStreamCaptureMode mode = relax(relaxed);
     cudaError_t err = cudaEventQuery(event);
+    unrelax(relaxed, mode);
     *done = err == cudaSuccess;
     return err == cudaErrorNotReady ? SP_OK : check(err);
 }
 
-int sp__cuda_event_sync(cudaEvent_t event)
+int sp__cuda_event_sync(cudaEvent_t event, bool relaxed)
 {
-    return check(cudaEventSynchronize(event));
+    enum cudaStreamCaptureMode mode = relax(relaxed);
+    cudaError_t err = cudaEventSynchronize(event);
+    unrelax(relaxed, mode);
+    return check(err);
 }
 
 int sp__cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event)

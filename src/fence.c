@@ -63,6 +63,14 @@ void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f)
     pthread_mutex_unlock(&fp->lock);
 }
 
+/* Queries and synchronizes of events in relaxed capture mode while a capture may be under way
+ * (cuda.c). Read under c's fence_lock: sp_stream_capture_begin drains every fence step of the
+ * runtime after it counts the capture, so none that read no capture reaches CUDA after it. */
+static bool relaxed(const sp_stream_cache *c)
+{
+    return sp__capture_possible(c->pool->rt);
+}
+
 static void skipped(sp_stream_cache *c)
 {
     sp__pool_count(c->pool, SP_COUNT_skipped_steps, 1);
@@ -156,7 +164,7 @@ static bool stream_idle_settles(sp_stream_cache *c)
 static bool read_covering_fence(sp_stream_cache *c, uint64_t epoch)
 {
     sp_fence *f = covering_fence(c, epoch, false);
-    if (f && !f->done && sp__cuda_event_query(f->event, &f->done) != SP_OK)
+    if (f && !f->done && sp__cuda_event_query(f->event, relaxed(c), &f->done) != SP_OK)
         skipped(c);
     if (f && f->done)
         settle_through(c, f);
@@ -279,7 +287,7 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
     } else {
         sp_fence *f = covering_fence(c, epoch, false);
         if (f) {
-            rc = sp__cuda_event_sync(f->event);
+            rc = sp__cuda_event_sync(f->event, relaxed(c));
             if (rc == SP_OK) {
                 f->done = true;
                 settle_through(c, f);
@@ -302,7 +310,7 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c)
         rc = sp__cuda_stream_sync(c->key.stream);
     } else if (c->final_fence) { /* released: the fence recorded behind its give-backs */
         now = c->final_fence->epoch;
-        if ((rc = sp__cuda_event_sync(c->final_fence->event)) == SP_OK) {
+        if ((rc = sp__cuda_event_sync(c->final_fence->event, relaxed(c))) == SP_OK) {
             sp__fence_recycle(&c->pool->rt->fences, c->final_fence);
             c->final_fence = NULL;
         }

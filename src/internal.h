@@ -28,7 +28,9 @@
  *    segment when the capture ends. Nothing queries, records a fence on, waits on or
  *    synchronizes a capturing stream (declared: its caches' `capturing` flag; ALWAYS: asked of
  *    cudaStreamIsCapturing first), nor the legacy stream while any capture is declared;
- *    fences recorded before the capture are still queried.
+ *    fences recorded before the capture are still queried. While a capture may be under way,
+ *    event queries and synchronizes run in relaxed capture mode (in global mode they would
+ *    invalidate the capture: cuda.c).
  *
  * LOCK ORDER (take only in this order; never the other way round):
  *    runtime->lock  >  pool->lock (stream table)  >  heap->lock (slabs, then segments)
@@ -418,6 +420,9 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key);
 sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key, bool create);
 /* Detaches the pool's cache for key (NULL if none), pool->lock held; the caller empties it. */
 sp_stream_cache *sp__cache_detach_locked(sp_pool *pool, sp_stream_key key);
+/* Waits for every fence step under way on the pool's caches, live and released (each takes and
+ * drops its fence_lock, under pool->lock). */
+void sp__cache_drain_fence_steps(sp_pool *pool);
 void sp__cache_table_free(sp_pool *pool);
 
 /* ---- pointer map (ptrmap.c): pointer -> block for every block a runtime holds ---- */
@@ -592,6 +597,14 @@ struct sp_runtime {
     sp_runtime *next_runtime;            /* in the process's list, for threads that exit */
 };
 
+/* A graph capture may be under way in the process: one is declared, or SP_CAPTURE_ALWAYS, under
+ * which streampool is not told. */
+static inline bool sp__capture_possible(const sp_runtime *rt)
+{
+    return rt->cfg.capture_check == SP_CAPTURE_ALWAYS ||
+           atomic_load_explicit(&rt->captures, memory_order_relaxed) != 0;
+}
+
 /* A thread that made a cudaStreamPerThread cache: at its exit, its caches in every runtime are
  * released from that thread, behind a final fence it can still record. */
 void sp__thread_watch(void);
@@ -624,8 +637,9 @@ int sp__cuda_free(void *ptr, cudaStream_t stream);
 int sp__cuda_event_create(int device, cudaEvent_t *out);
 int sp__cuda_event_destroy(cudaEvent_t event);
 int sp__cuda_event_record(cudaEvent_t event, cudaStream_t stream);
-int sp__cuda_event_query(cudaEvent_t event, bool *done);
-int sp__cuda_event_sync(cudaEvent_t event);
+/* relaxed: a graph capture may be under way (sp__capture_possible); see cuda.c */
+int sp__cuda_event_query(cudaEvent_t event, bool relaxed, bool *done);
+int sp__cuda_event_sync(cudaEvent_t event, bool relaxed);
 int sp__cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event);
 int sp__cuda_stream_create(int device, cudaStream_t *out);
 int sp__cuda_stream_destroy(cudaStream_t stream);

@@ -312,21 +312,13 @@ static size_t capture_find(const sp_runtime *rt, sp_stream_key key)
     return SIZE_MAX;
 }
 
-/* Waits for a fence step on c's stream already under way: another thread's miss may have found
- * the stream not capturing, under c's fence_lock, and be about to query, fence or synchronize
- * it. Every such step checks and calls under that lock, so once it is taken here after the flag
- * was set, none reaches the stream after the caller returns and the capture begins (rule 25). */
-static void fence_steps_drain(sp_stream_cache *c)
-{
-    if (!c)
-        return;
-    pthread_mutex_lock(&c->fence_lock);
-    pthread_mutex_unlock(&c->fence_lock);
-}
-
 /* Sets or clears the capturing flag of key's cache in every pool (created for `on`, so that the
- * hot path reads one flag and no lock); runtime->lock held. Setting it waits for fence steps on
- * the stream, and on the legacy stream (which a capture forbids too), already under way. */
+ * hot path reads one flag and no lock); runtime->lock held. Setting it then waits for every fence
+ * step already under way in the pool (sp__cache_drain_fence_steps). Each checks and calls under
+ * its cache's fence_lock: one may have found the stream (or the legacy stream, which a capture
+ * forbids too) not capturing and be about to query, fence or synchronize it (rule 25), or found
+ * no capture counted and be about to query an event in the thread's own capture mode (cuda.c).
+ * Once the caller returns and the capture begins, none of them reaches CUDA any more. */
 static int capture_flag_all(sp_runtime *rt, sp_stream_key key, bool on)
 {
     for (sp_pool *p = rt->pools; p; p = p->next) {
@@ -340,9 +332,7 @@ static int capture_flag_all(sp_runtime *rt, sp_stream_key key, bool on)
             sp__cache_release_aside(c);
             continue;
         }
-        fence_steps_drain(c);
-        fence_steps_drain(sp__cache_find(p, sp__stream_key(NULL), false));
-        fence_steps_drain(sp__cache_find(p, sp__stream_key(cudaStreamLegacy), false));
+        sp__cache_drain_fence_steps(p);
     }
     return SP_OK;
 }

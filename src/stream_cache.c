@@ -167,6 +167,18 @@ sp_stream_cache *sp__cache_detach_locked(sp_pool *pool, sp_stream_key key)
     return c;
 }
 
+void sp__cache_drain_fence_steps(sp_pool *pool)
+{
+    pthread_mutex_lock(&pool->lock);
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {
+        for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
+            pthread_mutex_lock(&c->fence_lock);
+            pthread_mutex_unlock(&c->fence_lock);
+        }
+    }
+    pthread_mutex_unlock(&pool->lock);
+}
+
 void sp__cache_table_free(sp_pool *pool)
 {
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {

@@ -550,6 +550,66 @@ static void capture_declared_during_a_pool_destroy_waits_for_it(void **state)
     drop_stream(f->rt, a);
 }
 
+/* A server captures graphs on one thread (global mode, CUDA's default) while other threads
+ * allocate. A miss there that queries another stream's fence makes cudaEventQuery, a
+ * "potentially unsafe" call while a global capture is under way: in the thread's default mode it
+ * fails and invalidates the capture (PyTorch's allocator and NCCL watchdog query in relaxed
+ * mode for this reason). The miss must still learn the fence is complete, and the capture must
+ * stay valid. */
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t stream;
+    size_t n;
+    void *p;
+    int rc;
+} alloc_job;
+
+static void *alloc_job_run(void *arg)
+{
+    alloc_job *j = arg;
+    j->rc = sp_alloc(j->pool, &j->p, j->n, j->stream);
+    return NULL;
+}
+
+static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = f->pool;
+    cudaStream_t s = new_stream(), t = new_stream(), u = new_stream();
+    const size_t n = 16 * MiB; /* huge: whole segments, no shared rest to take instead */
+    gate *g = gate_new();
+    gate_hold(g, u);
+    void *pu, *pt;
+    SP(sp_alloc(pool, &pu, n, u));
+    SP(sp_free(pool, pu, u)); /* pending behind the gate */
+    SP(sp_alloc(pool, &pt, n, t)); /* u is busy: the miss leaves a fence on u, takes fresh memory */
+    assert_ptr_not_equal(pt, pu);
+    gate_open(g);
+    CK(cudaStreamSynchronize(u)); /* the fence is complete; streampool has not been told */
+
+    atomic_int runs = 0;
+    SP(sp_stream_capture_begin(f->rt, s));
+    f->declared = s, f->is_declared = true;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    f->capturing = s;
+    CK(cudaLaunchHostFunc(s, count_fn, &runs));
+    alloc_job j = {pool, t, n, NULL, -1};
+    pthread_t h;
+    assert_int_equal(pthread_create(&h, NULL, alloc_job_run, &j), 0);
+    assert_int_equal(pthread_join(h, NULL), 0);
+    SP(j.rc);
+    assert_ptr_equal(j.p, pu); /* u's range: the miss queried u's fence and found it complete */
+    end_and_replay(f, s, &runs); /* the capture stayed valid */
+    SP(sp_stream_capture_end(f->rt, s));
+    f->is_declared = false;
+    SP(sp_free(pool, j.p, t));
+    SP(sp_free(pool, pt, t));
+    assert_exact(pool);
+    drop_stream(f->rt, s);
+    drop_stream(f->rt, t);
+    drop_stream(f->rt, u);
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -564,6 +624,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(capture_declared_before_a_trims_device_sync_stops_it,
                                         setup_declared, teardown),
         cmocka_unit_test_setup_teardown(capture_declared_during_a_pool_destroy_waits_for_it,
+                                        setup_declared, teardown),
+        cmocka_unit_test_setup_teardown(fence_query_during_a_global_capture_leaves_it_valid,
                                         setup_declared, teardown),
     };
     (void)MiB;
