@@ -54,9 +54,12 @@ static void usage_apply(sp_usage *u, int64_t requested, int64_t active, int64_t 
         if (held > 0)
             atomic_fetch_add_explicit(&u->held.total, (uint64_t)held, memory_order_relaxed);
     }
+    /* what the caches keep grows when live memory is freed, and when a fresh slab or segment
+     * leaves more than the request cached (its commit raised held before this allocation's
+     * live bytes came in): after every change, not only after frees */
     uint64_t h = sp__usage_current(&u->held.current);
     uint64_t a = sp__usage_current(&u->active.current);
-    if (h > a && active < 0) /* what the caches keep grows when live memory is freed */
+    if (h > a)
         peak_raise(&u->cached_peak, h - a);
 }
 
