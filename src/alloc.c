@@ -322,7 +322,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     if (small && limit && size > large_size(bytes)) {
         /* near the limit, a small request whose size class would not fit, though the request
          * does, is carved from the segments at 512-byte rounding instead */
-        uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+        uint64_t held = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
         uint64_t room = held < limit ? limit - held : 0;
         if (size > room && large_size(bytes) <= limit) {
             small = false;

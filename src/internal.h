@@ -483,6 +483,9 @@ struct sp_pool {
      * that any request of at most the limit less what is held fits; the cudaMemPool's maxSize
      * is the limit at the driver's granularity (SP_DRIVER_GRANULARITY). 0: none. */
     uint64_t limit_bytes;
+    /* held bytes plus the claims of driver allocations in flight: what the limit is judged by
+     * (held_claim). usage.held counts a claim only once the driver granted it */
+    atomic_uint_least64_t limit_used;
     atomic_uint_least64_t cache_limit;   /* cfg.cache_limit, read on the hot path */
     uint64_t stats_flush;                /* the runtime's stats_flush_bytes */
     pthread_mutex_t lock;                /* the stream table and the cache list */

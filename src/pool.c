@@ -54,14 +54,19 @@ static void usage_apply(sp_usage *u, int64_t requested, int64_t active, int64_t 
         if (held > 0)
             atomic_fetch_add_explicit(&u->held.total, (uint64_t)held, memory_order_relaxed);
     }
+    /* what the caches keep grows when live memory is freed, and when a fresh slab or segment
+     * leaves more than the request cached (its commit raised held before this allocation's
+     * live bytes came in): after every change, not only after frees */
     uint64_t h = sp__usage_current(&u->held.current);
     uint64_t a = sp__usage_current(&u->active.current);
-    if (h > a && active < 0) /* what the caches keep grows when live memory is freed */
+    if (h > a)
         peak_raise(&u->cached_peak, h - a);
 }
 
 void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held)
 {
+    if (held) /* bytes given back leave room under the limit */
+        (void)current_add(&pool->limit_used, held);
     usage_apply(&pool->usage, requested, active, held);
     usage_apply(&pool->rt->usage, requested, active, held);
 }
@@ -93,37 +98,35 @@ static void count(sp_pool *pool, int counter)
 }
 
 /* Claims `size` bytes of the pool's limit before the driver is asked, so that concurrent
- * allocations can never together pass it. Only the current figures move: peaks and totals follow
- * when the driver said yes (held_commit), so that a refused request changes nothing. *level gets
- * the pool's held bytes with the claim. */
-static bool held_claim(sp_pool *pool, uint64_t size, uint64_t *level)
+ * allocations can never together pass it. The claim moves limit_used only: held bytes and
+ * their peaks and totals follow when the driver said yes (held_commit), so that a refused
+ * request changes nothing, not even for a stats read made while the driver is asked. */
+static bool held_claim(sp_pool *pool, uint64_t size)
 {
     uint64_t limit = pool->limit_bytes;
-    uint64_t cur = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+    uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
     do {
         if (limit && (size > limit || cur > limit - size))
             return false;
-    } while (!atomic_compare_exchange_weak_explicit(&pool->usage.held.current, &cur, cur + size,
+    } while (!atomic_compare_exchange_weak_explicit(&pool->limit_used, &cur, cur + size,
                                                     memory_order_relaxed, memory_order_relaxed));
-    *level = cur + size;
-    atomic_fetch_add_explicit(&pool->rt->usage.held.current, size, memory_order_relaxed);
     return true;
 }
 
-static void held_commit(sp_pool *pool, uint64_t size, uint64_t level)
+static void held_commit(sp_pool *pool, uint64_t size)
 {
-    sp_usage *u = &pool->usage, *r = &pool->rt->usage;
-    peak_raise(&u->held.peak, level);
-    peak_raise(&r->held.peak, atomic_load_explicit(&r->held.current, memory_order_relaxed));
-    atomic_fetch_add_explicit(&u->held.total, size, memory_order_relaxed);
-    atomic_fetch_add_explicit(&r->held.total, size, memory_order_relaxed);
+    for (sp_usage *u = &pool->usage;; u = &pool->rt->usage) {
+        peak_follow(&u->held.peak, current_add(&u->held.current, (int64_t)size));
+        atomic_fetch_add_explicit(&u->held.total, size, memory_order_relaxed);
+        if (u == &pool->rt->usage)
+            break;
+    }
 }
 
 /* Undoes a claim the driver refused. */
 static void held_unclaim(sp_pool *pool, uint64_t size)
 {
-    (void)current_add(&pool->usage.held.current, -(int64_t)size);
-    (void)current_add(&pool->rt->usage.held.current, -(int64_t)size);
+    (void)current_add(&pool->limit_used, -(int64_t)size);
 }
 
 void sp__pool_count(sp_pool *pool, int counter, uint64_t n)
@@ -250,7 +253,7 @@ static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
 {
     size_t want = h->small ? SP_SLAB_BYTES : sp__round_up(size, SP_DRIVER_GRANULARITY);
     uint64_t limit = pool->limit_bytes;
-    uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+    uint64_t held = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
     if (limit && held < limit && want > limit - held && size <= limit - held) {
         size_t rounded = sp__round_up(size, SP_SEGMENT_ROUND);
         want = limit - held >= rounded ? rounded : size;
@@ -262,8 +265,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
                   cudaStream_t stream, sp_block **out)
 {
     size_t bytes = grow_size(pool, h, size);
-    uint64_t level;
-    if (!held_claim(pool, bytes, &level))
+    if (!held_claim(pool, bytes))
         return SP_ERR_LIMIT;
     void *ptr;
     int rc = sp__cuda_malloc(pool->cuda_pool, &ptr, bytes, stream);
@@ -271,7 +273,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
         held_unclaim(pool, bytes);
         return rc;
     }
-    held_commit(pool, bytes, level);
+    held_commit(pool, bytes);
     count(pool, SP_COUNT_driver_allocs);
     /* the allocation is ordered on `stream` only: tag it like a free there, so another stream
      * uses what is left of the segment only behind a fence recorded after it */
@@ -303,8 +305,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
 int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_block **out)
 {
     size_t size = sp__round_up(bytes, 256);
-    uint64_t level;
-    if (!held_claim(pool, size, &level))
+    if (!held_claim(pool, size))
         return SP_ERR_LIMIT;
     sp_block *b = calloc(1, sizeof *b);
     int rc = b ? sp__cuda_malloc(pool->cuda_pool, &b->ptr, size, stream) : SP_ERR_NO_HOST_MEMORY;
@@ -321,7 +322,7 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_b
         held_unclaim(pool, size);
         return rc;
     }
-    held_commit(pool, size, level);
+    held_commit(pool, size);
     count(pool, SP_COUNT_driver_allocs);
     *out = b;
     return SP_OK;

@@ -439,7 +439,7 @@ static void stats_are_exact_after_a_script(void **state)
     assert_int_equal(st.active.peak, 1024 + 5120 + 256);
     assert_int_equal(st.active.total, 1024 + 5120 + 1024 + 256);
     assert_int_equal(st.cached.current, 2 * MiB - 1024 - 256); /* p2 in a's bin + the slab's rest */
-    assert_int_equal(st.cached.peak, 2 * MiB - 1024 - 256);
+    assert_int_equal(st.cached.peak, 2 * MiB - 1024); /* after p1: the slab but its block */
     assert_int_equal(st.cached.total, 1024 + 5120);
     assert_int_equal(st.held.current, 2 * MiB);
     assert_int_equal(st.held.peak, 2 * MiB);
@@ -749,6 +749,48 @@ static void per_thread_default_stream_is_per_thread(void **state)
     SP(sp_stream_release(f->rt, cudaStreamPerThread));
 }
 
+/* cached.peak is the high-water mark of cached bytes, like every other peak: a fresh slab's
+ * remainder is cached (held, not live) as soon as the allocation that took the slab returns,
+ * and a later read never shows a lower peak. Before, the stored peak rose only when live memory
+ * was freed, so a read right after the first allocation reported the remainder as the peak (it
+ * was the current figure) and the read after a second allocation reported less. */
+static void cached_peak_never_goes_down(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t s = new_stream();
+    sp_pool *read_between, *unread;
+    SP(sp_pool_create(f->rt, "read_between", NULL, &read_between));
+    SP(sp_pool_create(f->rt, "unread", NULL, &unread));
+    void *p1, *p2, *q1, *q2;
+    SP(sp_alloc(read_between, &p1, 256, s)); /* a 2 MiB slab: 256 live, the rest cached */
+    sp_stats st = stats_of(read_between);
+    assert_int_equal(st.cached.current, 2 * MiB - 256);
+    assert_int_equal(st.cached.peak, 2 * MiB - 256);
+    SP(sp_alloc(read_between, &p2, 256, s)); /* carved from the same slab: no driver call */
+    st = stats_of(read_between);
+    assert_int_equal(st.held.current, 2 * MiB);
+    assert_int_equal(st.cached.current, 2 * MiB - 512);
+    assert_int_equal(st.cached.peak, 2 * MiB - 256);
+
+    SP(sp_alloc(unread, &q1, 256, s)); /* the same, with no read in between */
+    SP(sp_alloc(unread, &q2, 256, s));
+    st = stats_of(unread);
+    assert_int_equal(st.cached.current, 2 * MiB - 512);
+    assert_int_equal(st.cached.peak, 2 * MiB - 256);
+    sp_stats rst = {.size = sizeof rst};
+    SP(sp_runtime_stats(f->rt, &rst));
+    assert_int_equal(rst.cached.current, 4 * MiB - 1024);
+    assert_int_equal(rst.cached.peak, 4 * MiB - 768); /* after q1: 2 MiB - 512 + 2 MiB - 256 */
+
+    SP(sp_free(read_between, p1, s));
+    SP(sp_free(read_between, p2, s));
+    SP(sp_free(unread, q1, s));
+    SP(sp_free(unread, q2, s));
+    drop_stream(f->rt, s);
+    SP(sp_pool_destroy(read_between));
+    SP(sp_pool_destroy(unread));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -767,6 +809,7 @@ int main(void)
         T(released_stream_blocks_stay_fenced),
         T(bad_input_gives_errors_and_changes_nothing),
         T(stats_are_exact_after_a_script),
+        T(cached_peak_never_goes_down),
         T(stats_current_exact_with_flush_threshold),
         T(stats_exact_when_freed_on_another_stream),
         T(pools_are_isolated),

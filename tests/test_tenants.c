@@ -1,6 +1,11 @@
 /* Tenant isolation on a device of known size (cudasim only): a noisy neighbour, reclaim across
  * pools, limits, the out-of-memory callback and report, and random driver failures. The key
- * figures are printed as TAP comments ("# ..."). */
+ * figures are printed as TAP comments ("# ..."). One test holds a thread inside the driver's
+ * allocation (an interposed cudaMallocFromPoolAsync, which passes every other call through). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -736,6 +741,112 @@ static void refused_request_changes_no_figure(void **state)
     destroy_runtime(rt);
 }
 
+/* ---- holding a thread inside the driver's allocation ---- */
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool inside, proceed;
+} in_malloc = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+static _Thread_local bool hold_next_malloc; /* armed in the allocating thread only */
+
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t mem_pool,
+                                    cudaStream_t stream)
+{
+    static cudaError_t (*real)(void **, size_t, cudaMemPool_t, cudaStream_t);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaMallocFromPoolAsync");
+    if (hold_next_malloc) {
+        hold_next_malloc = false;
+        pthread_mutex_lock(&in_malloc.mu);
+        in_malloc.inside = true;
+        pthread_cond_broadcast(&in_malloc.cv);
+        while (!in_malloc.proceed)
+            pthread_cond_wait(&in_malloc.cv, &in_malloc.mu);
+        pthread_mutex_unlock(&in_malloc.mu);
+    }
+    return real(ptr, size, mem_pool, stream);
+}
+
+static void let_malloc_go(void)
+{
+    pthread_mutex_lock(&in_malloc.mu);
+    in_malloc.proceed = true;
+    pthread_cond_broadcast(&in_malloc.cv);
+    pthread_mutex_unlock(&in_malloc.mu);
+}
+
+static int teardown_held_malloc(void **state)
+{
+    let_malloc_go(); /* a failed assertion left the allocating thread held */
+    return teardown_tenants(state);
+}
+
+typedef struct {
+    sp_pool *pool;
+    cudaStream_t s;
+    void *p;
+    int rc;
+} held_alloc;
+
+static void *alloc_held_in_driver(void *arg)
+{
+    held_alloc *a = arg;
+    hold_next_malloc = true;
+    a->rc = sp_alloc(a->pool, &a->p, 900 * MiB, a->s);
+    hold_next_malloc = false;
+    return NULL;
+}
+
+/* The same refused request, with the stats read while the driver is being asked: the bytes the
+ * pool claimed of its limit before asking are not held yet, so no read counts them, as held or
+ * as cached, currently or at their peak. Before, the claim moved the held figures themselves:
+ * this read showed 1100 MiB held (900 of them cached) and a peak that the next read, after the
+ * refusal, took back. */
+static void read_during_a_refused_request_counts_no_claim(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "P", NULL, &pool));
+    cudaStream_t s = new_stream();
+    void *p;
+    SP(sp_alloc(pool, &p, 200 * MiB, s));
+    sp_stats before = stats_of(pool), rt_before = {.size = sizeof rt_before};
+    SP(sp_runtime_stats(rt, &rt_before));
+    assert_int_equal(before.held.current, 200 * MiB);
+
+    held_alloc a = {pool, s, NULL, -1};
+    in_malloc.inside = in_malloc.proceed = false;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, alloc_held_in_driver, &a), 0);
+    pthread_mutex_lock(&in_malloc.mu);
+    while (!in_malloc.inside)
+        pthread_cond_wait(&in_malloc.cv, &in_malloc.mu);
+    pthread_mutex_unlock(&in_malloc.mu);
+
+    sp_stats during = stats_of(pool), rt_during = {.size = sizeof rt_during};
+    SP(sp_runtime_stats(rt, &rt_during)); /* the driver has not answered the claim yet */
+    assert_int_equal(during.held.current, 200 * MiB);
+    assert_int_equal(during.held.peak, before.held.peak);
+    assert_int_equal(during.cached.current, before.cached.current);
+    assert_int_equal(during.cached.peak, before.cached.peak);
+    assert_int_equal(rt_during.held.current, rt_before.held.current);
+    assert_int_equal(rt_during.held.peak, rt_before.held.peak);
+
+    let_malloc_go();
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(a.rc, SP_ERR_OUT_OF_MEMORY); /* 200 + 900 MiB on a 1 GiB device */
+    sp_stats after = stats_of(pool);
+    assert_int_equal(after.held.current, 200 * MiB);
+    assert_int_equal(after.held.peak, before.held.peak);
+    assert_int_equal(after.held.total, before.held.total);
+    assert_int_equal(after.cached.peak, before.cached.peak);
+    SP(sp_free(pool, p, s));
+    drop_stream(rt, s);
+    destroy_runtime(rt);
+}
+
 /* A pool's unused reservation is no part of what its limit refuses: A (reserve 1 GiB, limit
  * 2 GiB) holds nothing and asks for 1.5 GiB while B's cache fills the device. The driver remaps
  * A's free reserved pages into the request, so only 0.5 GiB more is needed: B's cache goes back
@@ -1063,6 +1174,8 @@ int main(void)
         T(limit_between_driver_pages),
         T(oom_callback_retry_reclaims_every_pool),
         T(refused_request_changes_no_figure),
+        cmocka_unit_test_teardown(read_during_a_refused_request_counts_no_claim,
+                                  teardown_held_malloc),
         T(free_reservation_is_not_counted_against_the_limit),
         T(capture_limit_rejection_is_reported),
         T(reclaim_stops_below_higher_priorities_once_the_request_fits),
