@@ -344,9 +344,13 @@ struct sp_stream_cache {
     sp_pool *pool;
     atomic_bool released;      /* forgotten: callers holding it must look again (set under
                                 * `lock`, read by fence checks without it) */
-    /* declared capture in progress on this stream (set and cleared under runtime->lock, read
-     * without a lock by the hot path) */
+    /* capture in progress on this stream: declared, or under SP_CAPTURE_ALWAYS last seen by
+     * cudaStreamIsCapturing (read without a lock by the hot path) */
     atomic_bool capturing;
+    /* declared capture in progress (sp_stream_capture_begin; set and cleared under
+     * runtime->lock): under SP_CAPTURE_ALWAYS, cudaStreamIsCapturing's "not yet" before the
+     * capture begins must not clear `capturing`, which other threads' fence steps rely on */
+    atomic_bool declared;
     /* blocks allocated before a capture and freed during it, under `lock`: kept aside until the
      * capture ends (rule 24) */
     sp_block *aside;

@@ -327,6 +327,7 @@ static int capture_flag_all(sp_runtime *rt, sp_stream_key key, bool on)
             return SP_ERR_NO_HOST_MEMORY;
         if (!c)
             continue;
+        atomic_store_explicit(&c->declared, on, memory_order_release);
         atomic_store_explicit(&c->capturing, on, memory_order_release);
         if (!on) {
             sp__cache_release_aside(c);
@@ -393,8 +394,10 @@ void sp__capture_adopt(sp_stream_cache *c)
 {
     sp_runtime *rt = c->pool->rt;
     pthread_mutex_lock(&rt->lock);
-    if (capture_find(rt, c->key) != SIZE_MAX)
+    if (capture_find(rt, c->key) != SIZE_MAX) {
+        atomic_store_explicit(&c->declared, true, memory_order_release);
         atomic_store_explicit(&c->capturing, true, memory_order_release);
+    }
     pthread_mutex_unlock(&rt->lock);
 }
 
@@ -402,6 +405,13 @@ int sp__cache_capturing(sp_stream_cache *c, bool *capturing)
 {
     if (c->pool->rt->cfg.capture_check != SP_CAPTURE_ALWAYS) {
         *capturing = atomic_load_explicit(&c->capturing, memory_order_acquire);
+        return SP_OK;
+    }
+    /* declared as well: capturing from sp_stream_capture_begin to its end, as under DECLARED,
+     * also before cudaStreamBeginCapture (whose "not capturing" yet would lift the declaration
+     * another thread's miss relies on) */
+    if (atomic_load_explicit(&c->declared, memory_order_acquire)) {
+        *capturing = true;
         return SP_OK;
     }
     int rc = sp__cuda_stream_is_capturing(c->key.stream, capturing);

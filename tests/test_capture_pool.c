@@ -27,7 +27,8 @@ static struct {
     cudaStream_t stream; /* armed: the next query of this stream waits for `proceed` */
     bool in_query;       /* a miss is inside that query, before the driver answers */
     bool proceed;        /* the declaring thread began its capture, or is blocked on a lock */
-} held_query = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false};
+    bool finished;       /* the held thread's call returned without reaching the hold */
+} held_query = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false, false};
 /* this thread is in sp_stream_capture_begin: a lock it finds held lets the held query go on */
 static _Thread_local bool declaring;
 /* a trimming thread: its next cudaEventSynchronize fails at once (as if the fence's stream had
@@ -337,7 +338,7 @@ static void hold_arm(cudaStream_t stream)
 {
     pthread_mutex_lock(&held_query.mu);
     held_query.stream = stream;
-    held_query.in_query = held_query.proceed = false;
+    held_query.in_query = held_query.proceed = held_query.finished = false;
     pthread_mutex_unlock(&held_query.mu);
 }
 
@@ -550,6 +551,61 @@ static void capture_declared_during_a_pool_destroy_waits_for_it(void **state)
     drop_stream(f->rt, a);
 }
 
+/* SP_CAPTURE_ALWAYS with a capture the application declares as well: sp_stream_capture_begin
+ * promises that nothing queries the stream from then on, and waits for a query under way. The
+ * stream's own sp_free between the declaration and cudaStreamBeginCapture asks CUDA, which says
+ * "not capturing" yet: that answer must not undo the declaration, or another thread's miss may
+ * find the stream not capturing and query it just as its capture begins (rule 25: the capture is
+ * invalidated). The miss, if it gets there, is held inside its cudaStreamQuery of the stream
+ * until the capture has begun. */
+static void *miss_thread_reporting(void *arg)
+{
+    miss_thread(arg);
+    pthread_mutex_lock(&held_query.mu);
+    held_query.finished = true;
+    pthread_cond_broadcast(&held_query.cv);
+    pthread_mutex_unlock(&held_query.mu);
+    return NULL;
+}
+
+static void declared_capture_survives_always_checks_before_it_begins(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = f->pool;
+    cudaStream_t a = new_stream(), b = new_stream();
+    gate *g = gate_new();
+    void *x, *small;
+    SP(sp_alloc(pool, &x, 4 * MiB, a));
+    SP(sp_alloc(pool, &small, 4 * KiB, a));
+    gate_hold(g, a);
+    SP(sp_free(pool, x, a)); /* pending behind the gate: b's miss asks about a */
+    SP(sp_stream_capture_begin(f->rt, a));
+    f->declared = a, f->is_declared = true;
+    SP(sp_free(pool, small, a)); /* asks cudaStreamIsCapturing: not yet */
+    hold_arm(a);
+    miss_arg m = {pool, b, NULL, -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, miss_thread_reporting, &m), 0);
+    pthread_mutex_lock(&held_query.mu); /* held in a query of a, or done without one */
+    while (!held_query.in_query && !held_query.finished)
+        pthread_cond_wait(&held_query.cv, &held_query.mu);
+    bool queried = held_query.in_query;
+    pthread_mutex_unlock(&held_query.mu);
+    CK(cudaStreamBeginCapture(a, cudaStreamCaptureModeGlobal));
+    f->capturing = a;
+    hold_release();
+    assert_int_equal(pthread_join(t, NULL), 0);
+    SP(m.rc);
+    assert_ptr_not_equal(m.ptr, x); /* a's free is pending: b grew */
+    end_declared_capture(f, a); /* the query would have invalidated it */
+    assert_false(queried);      /* the declaration kept the miss from asking a at all */
+    gate_open(g);
+    SP(sp_free(pool, m.ptr, b));
+    assert_exact(pool);
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+}
+
 /* A server captures graphs on one thread (global mode, CUDA's default) while other threads
  * allocate. A miss there that queries another stream's fence makes cudaEventQuery, a
  * "potentially unsafe" call while a global capture is under way: in the thread's default mode it
@@ -627,6 +683,8 @@ int main(void)
                                         setup_declared, teardown),
         cmocka_unit_test_setup_teardown(fence_query_during_a_global_capture_leaves_it_valid,
                                         setup_declared, teardown),
+        cmocka_unit_test_setup_teardown(declared_capture_survives_always_checks_before_it_begins,
+                                        setup_always, teardown),
     };
     (void)MiB;
     return cmocka_run_group_tests_name("capture_pool", tests, NULL, NULL);
