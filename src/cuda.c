@@ -92,22 +92,58 @@ int sp__cuda_pool_destroy(cudaMemPool_t pool)
     return check(cudaMemPoolDestroy(pool));
 }
 
+/* Potentially unsafe calls during a graph capture. cudaEventQuery and cudaEventSynchronize are
+ * "potentially unsafe" while a graph capture is under way: in CUDA's default (global) mode they fail with cudaErrorStreamCaptureUnsupported and
+ * invalidate the capture, this thread's or any other thread's global one. streampool never asks
+ * about a capturing stream's events (rule 25), so with `relaxed` (a capture may be under way) it
+ * makes them in relaxed mode, as PyTorch's allocator does, and puts the thread's mode back. */
+static enum cudaStreamCaptureMode relax(bool relaxed)
+{
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (relaxed && cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+        (void)cudaGetLastError(); /* the call after it fails alike and says why */
+        mode = cudaStreamCaptureModeRelaxed; /* unchanged: nothing to put back */
+    }
+    return mode;
+}
+
+static void unrelax(bool relaxed, enum cudaStreamCaptureMode mode)
+{
+    if (relaxed && mode != cudaStreamCaptureModeRelaxed)
+        (void)cudaThreadExchangeStreamCaptureMode(&mode);
+}
+
+/* Reading or setting a cudaMemPool's attributes and trimming it are potentially unsafe calls
+ * too: in a non-relaxed mode they fail and invalidate the captures that mode covers
+ * (NVIDIA/cccl#11360 moves libcu++'s pool-attribute access to relaxed mode for this). They are
+ * no stream work, which a capture would record, so relaxed mode changes nothing else. Always
+ * relaxed, not only while sp__capture_possible: stats reads, trims and out-of-memory paths make
+ * them under no lock that sp_stream_capture_begin waits for, so a capture may begin between
+ * such a check and the call. */
 int sp__cuda_pool_set_threshold(cudaMemPool_t pool, uint64_t bytes)
 {
-    return check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes));
+    enum cudaStreamCaptureMode mode = relax(true);
+    cudaError_t err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes);
+    unrelax(true, mode);
+    return check(err);
 }
 
 int sp__cuda_pool_usage(cudaMemPool_t pool, uint64_t *reserved, uint64_t *used)
 {
-    int rc = check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, reserved));
-    if (rc == SP_OK)
-        rc = check(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, used));
-    return rc;
+    enum cudaStreamCaptureMode mode = relax(true);
+    cudaError_t err = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, reserved);
+    if (err == cudaSuccess)
+        err = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, used);
+    unrelax(true, mode);
+    return check(err);
 }
 
 int sp__cuda_pool_trim(cudaMemPool_t pool, size_t keep)
 {
-    return check(cudaMemPoolTrimTo(pool, keep));
+    enum cudaStreamCaptureMode mode = relax(true);
+    cudaError_t err = cudaMemPoolTrimTo(pool, keep);
+    unrelax(true, mode);
+    return check(err);
 }
 
 _Thread_local uint64_t sp__cuda_thread_mallocs, sp__cuda_thread_waits;
@@ -142,27 +178,6 @@ int sp__cuda_event_destroy(cudaEvent_t event)
 int sp__cuda_event_record(cudaEvent_t event, cudaStream_t stream)
 {
     return check(cudaEventRecord(event, stream));
-}
-
-/* cudaEventQuery and cudaEventSynchronize are "potentially unsafe" while a graph capture is
- * under way: in CUDA's default (global) mode they fail with cudaErrorStreamCaptureUnsupported and
- * invalidate the capture, this thread's or any other thread's global one. streampool never asks
- * about a capturing stream's events (rule 25), so with `relaxed` (a capture may be under way) it
- * makes them in relaxed mode, as PyTorch's allocator does, and puts the thread's mode back. */
-static enum cudaStreamCaptureMode relax(bool relaxed)
-{
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    if (relaxed && cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
-        (void)cudaGetLastError(); /* the call after it fails alike and says why */
-        mode = cudaStreamCaptureModeRelaxed; /* unchanged: nothing to put back */
-    }
-    return mode;
-}
-
-static void unrelax(bool relaxed, enum cudaStreamCaptureMode mode)
-{
-    if (relaxed && mode != cudaStreamCaptureModeRelaxed)
-        (void)cudaThreadExchangeStreamCaptureMode(&mode);
 }
 
 int sp__cuda_event_query(cudaEvent_t event, bool relaxed, bool *done)

@@ -666,6 +666,61 @@ static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
     drop_stream(f->rt, u);
 }
 
+/* A metrics or housekeeping thread reads a pool's figures and trims it while the serving thread
+ * captures in global mode (CUDA's default). The pool figures (cudaMemPoolGetAttribute) and the
+ * trim (cudaMemPoolTrimTo) are potentially unsafe calls: in the reading thread's default global
+ * mode they fail and invalidate the capture (NVIDIA/cccl#11360). The reads must still answer,
+ * and the capture stay valid. */
+typedef struct {
+    sp_pool *pool;
+    sp_stats st;
+    int stats_rc, trim_rc;
+} housekeeping_arg;
+
+static void *housekeeping_thread(void *arg)
+{
+    housekeeping_arg *h = arg;
+    h->st.size = sizeof h->st;
+    h->stats_rc = sp_pool_stats(h->pool, &h->st);
+    h->trim_rc = sp_pool_trim(h->pool, 0);
+    return NULL;
+}
+
+static void pool_reads_and_trims_during_a_global_capture_leave_it_valid(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = f->pool;
+    cudaStream_t s = new_stream(), t = new_stream();
+    void *p;
+    SP(sp_alloc(pool, &p, 4 * MiB, t));
+    SP(sp_free(pool, p, t));
+    CK(cudaStreamSynchronize(t));
+    uint64_t held = stats_of(pool).held.current;
+    assert_true(held >= 4 * MiB);
+
+    atomic_int runs = 0;
+    SP(sp_stream_capture_begin(f->rt, s));
+    f->declared = s, f->is_declared = true;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    f->capturing = s;
+    CK(cudaLaunchHostFunc(s, count_fn, &runs));
+    housekeeping_arg h = {.pool = pool, .stats_rc = -1, .trim_rc = -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, housekeeping_thread, &h), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    SP(h.stats_rc);
+    assert_int_equal(h.st.held.current, held);
+    assert_true(h.st.pool_reserved >= held); /* the driver's figure, read during the capture */
+    SP(h.trim_rc);
+    assert_int_equal(stats_of(pool).held.current, 0); /* t's settled segment went back */
+    end_and_replay(f, s, &runs);
+    SP(sp_stream_capture_end(f->rt, s));
+    f->is_declared = false;
+    assert_exact(pool);
+    drop_stream(f->rt, s);
+    drop_stream(f->rt, t);
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -685,6 +740,8 @@ int main(void)
                                         setup_declared, teardown),
         cmocka_unit_test_setup_teardown(declared_capture_survives_always_checks_before_it_begins,
                                         setup_always, teardown),
+        cmocka_unit_test_setup_teardown(pool_reads_and_trims_during_a_global_capture_leave_it_valid,
+                                        setup_declared, teardown),
     };
     (void)MiB;
     return cmocka_run_group_tests_name("capture_pool", tests, NULL, NULL);
