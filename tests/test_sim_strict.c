@@ -222,6 +222,41 @@ static void event_query_and_sync_during_another_threads_global_capture(void **st
     CK(cudaStreamDestroy(s));
 }
 
+static cudaError_t get_pool_attr(void *pool)
+{
+    uint64_t v = 0;
+    return cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &v);
+}
+static cudaError_t set_pool_attr(void *pool)
+{
+    uint64_t v = UINT64_MAX;
+    return cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &v);
+}
+static cudaError_t trim_pool(void *pool) { return cudaMemPoolTrimTo(pool, 0); }
+
+/* Rule 25, cudaThreadExchangeStreamCaptureMode: reading or setting a memory pool's attributes
+ * and trimming it are potentially unsafe calls too (NVIDIA/cccl#11360: libcu++'s pool-attribute
+ * access failed with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED under capture and now runs in
+ * relaxed mode; HIP, matching CUDA, checks capture in hipMemPoolGetAttribute/SetAttribute/TrimTo,
+ * rocm-systems#1857). A global-mode thread during another thread's global capture gets
+ * cudaErrorStreamCaptureUnsupported and invalidates it; a relaxed thread does not. */
+static void pool_attributes_and_trim_during_another_threads_global_capture(void **state)
+{
+    (void)state;
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    cudaError_t (*calls[])(void *) = {get_pool_attr, set_pool_attr, trim_pool};
+    for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) {
+        cudaError_t end_err;
+        assert_int_equal(during_global_capture(calls[i], pool, cudaStreamCaptureModeGlobal,
+                                               &end_err),
+                         cudaErrorStreamCaptureUnsupported);
+        assert_int_equal(end_err, cudaErrorStreamCaptureInvalidated);
+        CK(during_global_capture(calls[i], pool, cudaStreamCaptureModeRelaxed, &end_err));
+        CK(end_err);
+    }
+}
+
 /* cudaErrorIllegalAddress (driver_types.h): "any further CUDA work will return the same error".
  * After a device fault every call on the device's context fails with it, outputs untouched;
  * only calls that need no context (device count and attributes, the current device, versions)
@@ -354,6 +389,7 @@ int main(void)
         T(cudafree_with_pending_use_is_a_fault),
         T(use_on_other_stream_before_allocation_is_a_fault),
         T(event_query_and_sync_during_another_threads_global_capture),
+        T(pool_attributes_and_trim_during_another_threads_global_capture),
         T(sticky_fault_fails_every_context_call),
         T(conflicting_uses_on_two_streams_are_a_fault),
         T(disjoint_reads_and_ordered_uses_on_two_streams_are_legal),

@@ -78,7 +78,8 @@
  *    stream of the device captures, in any mode; cudaFree(NULL) and cudaFreeHost count as
  *    potentially unsafe calls, like cudaMalloc and cudaFree; so do cudaEventQuery and
  *    cudaEventSynchronize of any event (PyTorch moves its event queries to relaxed or
- *    thread-local mode for this; a captured event gives cudaErrorCapturedEvent first);
+ *    thread-local mode for this; a captured event gives cudaErrorCapturedEvent first), and
+ *    cudaMemPoolGetAttribute, cudaMemPoolSetAttribute and cudaMemPoolTrimTo (NVIDIA/cccl#11360);
  *    destroying a capture's origin stream ends the capture, a joined stream invalidates it.
  *  - Error codes where the Runtime API lists none: capture of the legacy stream is
  *    cudaErrorStreamCaptureUnsupported, beginning on a capturing stream or ending on a stream

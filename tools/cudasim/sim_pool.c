@@ -1226,7 +1226,7 @@ cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
     cudaError_t err = sim_enter(SIM_API_cudaMemPoolSetAttribute);
-    if (err)
+    if (err || (err = sim_graph_unsafe_call())) /* potentially unsafe during a capture */
         return sim_ret(err);
     if (!value)
         return sim_ret(cudaErrorInvalidValue);
@@ -1267,7 +1267,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
     cudaError_t err = sim_enter(SIM_API_cudaMemPoolGetAttribute);
-    if (err)
+    if (err || (err = sim_graph_unsafe_call())) /* potentially unsafe during a capture */
         return sim_ret(err);
     if (!value)
         return sim_ret(cudaErrorInvalidValue);
@@ -1305,7 +1305,7 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr 
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 {
     cudaError_t err = sim_enter(SIM_API_cudaMemPoolTrimTo);
-    if (err)
+    if (err || (err = sim_graph_unsafe_call())) /* potentially unsafe during a capture */
         return sim_ret(err);
     sim_lock();
     sim_pool *p = pool_resolve(memPool);
