@@ -227,7 +227,9 @@ int sp__cache_final_fence(sp_stream_cache *c)
     /* segments given back on the stream: the driver releases their pages only once a host
      * synchronize observed their frees (rule 13), which settled tags do not say, and which no
      * trim can make of the stream once it is released (and maybe destroyed) */
-    bool gave_back = atomic_load_explicit(&c->driver_frees, memory_order_acquire);
+    /* sequentially consistent, after `released` was set: a give-back racing with the release
+     * either is seen here or sees `released` (sp__cache_gave_back) */
+    bool gave_back = atomic_load(&c->driver_frees);
     if (atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= now && !gave_back)
         return SP_OK;
     pthread_mutex_lock(&c->fence_lock);
@@ -254,6 +256,29 @@ int sp__cache_final_fence(sp_stream_cache *c)
     }
     pthread_mutex_unlock(&c->fence_lock);
     return rc;
+}
+
+void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on)
+{
+    atomic_store(&c->driver_frees, true);
+    if (!atomic_load(&c->released))
+        return;
+    /* released meanwhile: its final fence may have been recorded before this free, and no trim
+     * can synchronize the stream any more. This thread has just freed on it, so may name it:
+     * a final fence behind the free (it covers every earlier one too, in stream order). */
+    sp_runtime *rt = c->pool->rt;
+    pthread_mutex_lock(&c->fence_lock);
+    sp_fence *f = NULL;
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    if (sp__fence_record(&rt->fences, on, now, &f) == SP_OK) {
+        sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+        if (c->final_fence)
+            sp__fence_recycle(&rt->fences, c->final_fence);
+        c->final_fence = f;
+    } else {
+        skipped(c);
+    }
+    pthread_mutex_unlock(&c->fence_lock);
 }
 
 void sp__cache_drop_fences(sp_stream_cache *c)

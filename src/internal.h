@@ -230,6 +230,9 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c);
 void sp__fence_early(sp_stream_cache *c);
 /* A released stream's final fence covering all its frees; on failure, synchronizes it. */
 int sp__cache_final_fence(sp_stream_cache *c);
+/* A segment went back to the driver with cudaFreeAsync on c's own stream `on`: notes it for a
+ * trim (driver_frees) and, if c was released meanwhile, records its final fence behind it. */
+void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on);
 void sp__cache_drop_fences(sp_stream_cache *c);
 /* The owner thread records a fence behind its frees so far, for another thread that asked
  * (fence_wanted: it could not record one itself on this thread's cudaStreamPerThread) or for

@@ -401,7 +401,7 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
     int rc = sp__cuda_free(s->ptr, on);
     if (rc == SP_OK) {
         if (tag) /* freed on tag's own stream: a trim must synchronize it first */
-            atomic_store_explicit(&tag->driver_frees, true, memory_order_release);
+            sp__cache_gave_back(tag, on);
         sp__pool_count(pool, SP_COUNT_driver_frees, 1);
         sp__usage_add(pool, 0, 0, -(int64_t)size);
         if (reclaim)

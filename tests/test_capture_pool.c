@@ -28,7 +28,9 @@ static struct {
     bool in_query;       /* a miss is inside that query, before the driver answers */
     bool proceed;        /* the declaring thread began its capture, or is blocked on a lock */
     bool finished;       /* the held thread's call returned without reaching the hold */
-} held_query = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false, false};
+    cudaStream_t free_stream; /* armed: the next cudaFreeAsync on it waits for `proceed` */
+} held_query = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false, false,
+                NULL};
 /* this thread is in sp_stream_capture_begin: a lock it finds held lets the held query go on */
 static _Thread_local bool declaring;
 /* a trimming thread: its next cudaEventSynchronize fails at once (as if the fence's stream had
@@ -83,6 +85,20 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     }
     pthread_mutex_unlock(&held_query.mu);
     return real(stream);
+}
+
+cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream)
+{
+    static cudaError_t (*real)(void *, cudaStream_t);
+    if (!real)
+        *(void **)&real = dlsym(RTLD_NEXT, "cudaFreeAsync");
+    pthread_mutex_lock(&held_query.mu);
+    if (held_query.free_stream && stream == held_query.free_stream) {
+        held_query.free_stream = NULL;
+        hold_here();
+    }
+    pthread_mutex_unlock(&held_query.mu);
+    return real(ptr, stream);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
@@ -721,6 +737,58 @@ static void pool_reads_and_trims_during_a_global_capture_leave_it_valid(void **s
     drop_stream(f->rt, t);
 }
 
+/* SP_CAPTURE_ALWAYS: a huge segment goes back to the driver (cudaFreeAsync on its stream) while
+ * another thread releases that stream. The release's final fence is recorded before that free
+ * reaches the driver, so it does not cover it; the driver releases the segment's pages only once
+ * the host has observed the free (rule 13), and under SP_CAPTURE_ALWAYS no trim may synchronize
+ * the device (a capture may be under way). The give-back must leave a fence behind itself on the
+ * released stream, for a trim to synchronize. The freeing thread is held inside its
+ * cudaFreeAsync until the release has returned. */
+typedef struct {
+    sp_pool *pool;
+    void *ptr;
+    cudaStream_t stream;
+    int rc;
+} free_arg;
+
+static void *free_thread(void *arg)
+{
+    free_arg *a = arg;
+    a->rc = sp_free(a->pool, a->ptr, a->stream);
+    return NULL;
+}
+
+static void give_back_racing_a_release_is_trimmed(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = f->pool;
+    cudaStream_t s = new_stream();
+    void *mid, *big;
+    SP(sp_alloc(pool, &mid, 16 * MiB, s));
+    SP(sp_alloc(pool, &big, 64 * MiB, s));
+    SP(sp_free(pool, mid, s)); /* parked; the next huge free of another size goes back */
+    hold_arm(NULL);
+    pthread_mutex_lock(&held_query.mu);
+    held_query.free_stream = s;
+    pthread_mutex_unlock(&held_query.mu);
+    free_arg a = {pool, big, s, -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, free_thread, &a), 0);
+    hold_wait_arrival(); /* inside cudaFreeAsync of big's segment on s */
+    SP(sp_stream_release(f->rt, s));
+    hold_release();
+    assert_int_equal(pthread_join(t, NULL), 0);
+    SP(a.rc);
+    assert_int_equal(stats_of(pool).driver_frees, 1);
+    SP(sp_pool_trim(pool, 0));
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.pool_reserved, 0); /* the given-back pages went too */
+    assert_int_equal(st.skipped_steps, 0);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -742,6 +810,8 @@ int main(void)
                                         setup_always, teardown),
         cmocka_unit_test_setup_teardown(pool_reads_and_trims_during_a_global_capture_leave_it_valid,
                                         setup_declared, teardown),
+        cmocka_unit_test_setup_teardown(give_back_racing_a_release_is_trimmed, setup_always,
+                                        teardown),
     };
     (void)MiB;
     return cmocka_run_group_tests_name("capture_pool", tests, NULL, NULL);
