@@ -453,11 +453,15 @@ bool sp__may_touch_stream(sp_stream_cache *c)
         atomic_load_explicit(&c->capturing, memory_order_acquire))
         return false;
     sp_runtime *rt = c->pool->rt;
+    /* the legacy stream depends on every blocking stream, a capturing one too (rule 25); under
+     * SP_CAPTURE_ALWAYS as well, where cudaStreamIsCapturing says "no" until a declared capture
+     * has begun */
+    if (atomic_load_explicit(&rt->captures, memory_order_acquire) != 0 &&
+        (c->key.stream == NULL || c->key.stream == cudaStreamLegacy))
+        return false;
     if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS) {
         bool capturing = true;
         return sp__cuda_stream_is_capturing(c->key.stream, &capturing) == SP_OK && !capturing;
     }
-    /* the legacy stream depends on every blocking stream, a capturing one too (rule 25) */
-    return atomic_load_explicit(&rt->captures, memory_order_acquire) == 0 ||
-           (c->key.stream != NULL && c->key.stream != cudaStreamLegacy);
+    return true;
 }

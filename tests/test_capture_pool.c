@@ -25,12 +25,13 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cudaStream_t stream; /* armed: the next query of this stream waits for `proceed` */
+    bool query_armed;    /* `stream` is armed (it may be NULL, the legacy stream) */
     bool in_query;       /* a miss is inside that query, before the driver answers */
     bool proceed;        /* the declaring thread began its capture, or is blocked on a lock */
     bool finished;       /* the held thread's call returned without reaching the hold */
     cudaStream_t free_stream; /* armed: the next cudaFreeAsync on it waits for `proceed` */
 } held_query = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false, false,
-                NULL};
+                false, NULL};
 /* this thread is in sp_stream_capture_begin: a lock it finds held lets the held query go on */
 static _Thread_local bool declaring;
 /* a trimming thread: its next cudaEventSynchronize fails at once (as if the fence's stream had
@@ -79,8 +80,9 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     if (!real)
         *(void **)&real = dlsym(RTLD_NEXT, "cudaStreamQuery");
     pthread_mutex_lock(&held_query.mu);
-    if (held_query.stream && stream == held_query.stream) {
+    if (held_query.query_armed && stream == held_query.stream) {
         held_query.stream = NULL;
+        held_query.query_armed = false;
         hold_here();
     }
     pthread_mutex_unlock(&held_query.mu);
@@ -354,6 +356,7 @@ static void hold_arm(cudaStream_t stream)
 {
     pthread_mutex_lock(&held_query.mu);
     held_query.stream = stream;
+    held_query.query_armed = stream != NULL;
     held_query.in_query = held_query.proceed = held_query.finished = false;
     pthread_mutex_unlock(&held_query.mu);
 }
@@ -622,6 +625,49 @@ static void declared_capture_survives_always_checks_before_it_begins(void **stat
     drop_stream(f->rt, b);
 }
 
+/* The same for the legacy stream: a capture of a blocking stream forbids any use of it (rule 25),
+ * so while one is declared nothing may query it. Under SP_CAPTURE_ALWAYS, cudaStreamIsCapturing
+ * of the legacy stream says "no" before the declared capture begins, and a miss that asked then
+ * must not query the legacy stream as the capture begins. */
+static void declared_blocking_capture_keeps_always_checks_off_the_legacy_stream(void **state)
+{
+    fixture *f = *state;
+    sp_pool *pool = f->pool;
+    cudaStream_t blocking, b = new_stream();
+    CK(cudaStreamCreate(&blocking)); /* blocking: its capture forbids the legacy stream */
+    gate *g = gate_new();
+    void *x;
+    SP(sp_alloc(pool, &x, 4 * MiB, NULL));
+    gate_hold(g, NULL);
+    SP(sp_free(pool, x, NULL)); /* pending behind the gate: b's miss asks about the legacy stream */
+    SP(sp_stream_capture_begin(f->rt, blocking));
+    f->declared = blocking, f->is_declared = true;
+    hold_arm(NULL);
+    held_query.query_armed = true; /* the legacy stream's query */
+    miss_arg m = {pool, b, NULL, -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, miss_thread_reporting, &m), 0);
+    pthread_mutex_lock(&held_query.mu); /* held in a query of it, or done without one */
+    while (!held_query.in_query && !held_query.finished)
+        pthread_cond_wait(&held_query.cv, &held_query.mu);
+    bool queried = held_query.in_query;
+    pthread_mutex_unlock(&held_query.mu);
+    CK(cudaStreamBeginCapture(blocking, cudaStreamCaptureModeGlobal));
+    f->capturing = blocking;
+    hold_release();
+    assert_int_equal(pthread_join(t, NULL), 0);
+    SP(m.rc);
+    assert_ptr_not_equal(m.ptr, x); /* the legacy stream's free is pending: b grew */
+    end_declared_capture(f, blocking); /* the query would have invalidated it */
+    assert_false(queried);
+    gate_open(g);
+    CK(cudaStreamSynchronize(NULL));
+    SP(sp_free(pool, m.ptr, b));
+    assert_exact(pool);
+    drop_stream(f->rt, blocking);
+    drop_stream(f->rt, b);
+}
+
 /* A server captures graphs on one thread (global mode, CUDA's default) while other threads
  * allocate. A miss there that queries another stream's fence makes cudaEventQuery, a
  * "potentially unsafe" call while a global capture is under way: in the thread's default mode it
@@ -808,6 +854,9 @@ int main(void)
                                         setup_declared, teardown),
         cmocka_unit_test_setup_teardown(declared_capture_survives_always_checks_before_it_begins,
                                         setup_always, teardown),
+        cmocka_unit_test_setup_teardown(
+            declared_blocking_capture_keeps_always_checks_off_the_legacy_stream, setup_always,
+            teardown),
         cmocka_unit_test_setup_teardown(pool_reads_and_trims_during_a_global_capture_leave_it_valid,
                                         setup_declared, teardown),
         cmocka_unit_test_setup_teardown(give_back_racing_a_release_is_trimmed, setup_always,
