@@ -93,8 +93,9 @@ int sp__cuda_pool_destroy(cudaMemPool_t pool)
 }
 
 /* Potentially unsafe calls during a graph capture. cudaEventQuery and cudaEventSynchronize are
- * "potentially unsafe" while a graph capture is under way: in CUDA's default (global) mode they fail with cudaErrorStreamCaptureUnsupported and
- * invalidate the capture, this thread's or any other thread's global one. streampool never asks
+ * "potentially unsafe" while a graph capture is under way: in CUDA's default (global) mode they
+ * fail with cudaErrorStreamCaptureUnsupported and invalidate the capture, this thread's or any
+ * other thread's global one. streampool never asks
  * about a capturing stream's events (rule 25), so with `relaxed` (a capture may be under way) it
  * makes them in relaxed mode, as PyTorch's allocator does, and puts the thread's mode back. */
 static enum cudaStreamCaptureMode relax(bool relaxed)
