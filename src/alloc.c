@@ -36,7 +36,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
                       void **ptr);
 static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void **ptr);
 static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes,
-                            void **ptr);
+                            bool fresh, void **ptr);
 
 int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
@@ -90,7 +90,7 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
                 /* released meanwhile (its figures went to the pool): counted as a miss's is,
                  * in the pool's figures directly */
                 sp_spin_unlock(&c->lock);
-                return served_off_cache(pool, c, b, bytes, ptr);
+                return served_off_cache(pool, c, b, bytes, false, ptr);
             }
         }
         hit_locked(pool, c, b, bytes);
@@ -234,10 +234,12 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 /* ---- the miss ---- */
 
 /* Records an allocation served off the hot path (a miss or a capture's bypass) in the pool's
- * usage and miss figures. */
-static void count_miss(sp_pool *pool, const sp_block *b, size_t bytes)
+ * usage and miss figures; a `fresh` block (a new slab's or segment's, or a bypass) is counted
+ * live already, with the bytes the driver gave (sp__pool_grow). */
+static void count_miss(sp_pool *pool, const sp_block *b, size_t bytes, bool fresh)
 {
-    sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
+    if (!fresh)
+        sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
     atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
@@ -266,10 +268,10 @@ static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t str
 /* Hands out b, served off the stream's cache (a miss, or a hit whose cache was released
  * meanwhile): counted in the pool's figures and for the stream. */
 static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes,
-                            void **ptr)
+                            bool fresh, void **ptr)
 {
     b->requested = bytes;
-    count_miss(pool, b, bytes);
+    count_miss(pool, b, bytes, fresh);
     sp__note_miss(c, b, bytes);
     atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
     *ptr = b->ptr;
@@ -288,17 +290,26 @@ static bool larger_than_device(sp_pool *pool, size_t size)
     return sp__cuda_mem_info(pool->rt->device, &free_bytes, &total) == SP_OK && size > total;
 }
 
+/* A fresh slab or segment; *fresh tells whether *b is its block. */
+static int grow(sp_pool *pool, sp_heap *h, size_t size, size_t bytes, sp_stream_cache *c,
+                cudaStream_t stream, sp_block **b, bool *fresh)
+{
+    int rc = sp__pool_grow(pool, h, size, bytes, c, stream, b);
+    *fresh = rc == SP_OK;
+    return rc;
+}
+
 /* The retry after a give-back that synchronized the pool's streams: the frees it settled may
  * now merge into, or be, a range that holds the request (in a partly used segment, which no
  * give-back frees, and which the rungs above could not use while they were pending), else a
  * fresh slab or segment. */
 static int retry_settled(sp_pool *pool, sp_heap *h, sp_stream_cache *c, cudaStream_t stream,
-                         size_t bytes, size_t size, bool small, sp_block **b)
+                         size_t bytes, size_t size, bool small, sp_block **b, bool *fresh)
 {
     sp_ask_budget asks = {0}; /* its own: the rungs above may have spent theirs */
     if ((*b = take_freed(pool, c, stream, bytes, small, SP_TAKE_KNOWN, &asks)))
         return SP_OK;
-    return sp__pool_grow(pool, h, size, c, stream, b);
+    return grow(pool, h, size, bytes, c, stream, b, fresh);
 }
 
 /* The whole ladder, in order. Each rung either yields a block or hands on to the next:
@@ -353,10 +364,11 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
          * request (huge segments are never split: any free one is whole), else when a new
          * segment would raise the pool's high-water mark (below it they stay cached) */
         (void)sp__heap_release(h, size, huge, c, stream, &asks, NULL);
-    int rc = b ? SP_OK : sp__pool_grow(pool, h, size, c, stream, &b);
+    bool fresh = false; /* b is a new slab's or segment's block, counted live already */
+    int rc = b ? SP_OK : grow(pool, h, size, bytes, c, stream, &b, &fresh);
     if (rc == SP_ERR_LIMIT && size <= limit) {
         (void)sp__pool_give_back(pool, limit - size, false, NULL);
-        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+        rc = grow(pool, h, size, bytes, c, stream, &b, &fresh);
     }
     /* more than the whole device: no rung below can help, and none may disturb other pools */
     bool hopeless = rc == SP_ERR_OUT_OF_MEMORY && larger_than_device(pool, size);
@@ -372,7 +384,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         (void)sp__pool_give_back(pool, limit && rc == SP_ERR_LIMIT ? limit - size : 0, true,
                                  NULL);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
-        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b);
+        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b, &fresh);
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && limit) {
         /* the driver enforces the limit too (maxSize): a pool at its own cap is at its limit.
@@ -388,20 +400,20 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__reclaim_others(pool, size)) {
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
-        rc = sp__pool_grow(pool, h, size, c, stream, &b);
+        rc = grow(pool, h, size, bytes, c, stream, &b, &fresh);
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__oom_callback(pool, bytes, stream)) {
         /* what the callback freed, into any pool's cache, reaches the device */
         (void)sp__pool_give_back(pool, 0, true, NULL);
         (void)sp__reclaim_others(pool, size);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
-        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b);
+        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b, &fresh);
     } else if (rc == SP_ERR_LIMIT && sp__oom_callback(pool, bytes, stream)) {
         /* a limit rejection: only what the callback freed in this pool can help; no other
          * pool is touched */
         (void)sp__pool_give_back(pool, limit - size, true, NULL);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
-        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b);
+        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b, &fresh);
     }
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) {
         sp__pool_count(pool, rc == SP_ERR_LIMIT ? SP_COUNT_limit_rejections : SP_COUNT_ooms, 1);
@@ -411,7 +423,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         return rc;
     if (small)
         b->cls = sp__class_of(b->size);
-    return served_off_cache(pool, c, b, bytes, ptr);
+    return served_off_cache(pool, c, b, bytes, fresh, ptr);
 }
 
 /* Rule 24: a capturing stream's allocations become graph nodes; they never touch a cache. */
@@ -428,9 +440,8 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
         sp__oom_record(pool, bytes, sp__round_up(bytes, 256), stream, rc);
     if (rc != SP_OK)
         return rc;
-    b->requested = bytes;
     b->bypass_stream = stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
-    count_miss(pool, b, bytes);
+    count_miss(pool, b, bytes, true);
     sp__pool_count(pool, SP_COUNT_capture_bypasses, 1);
     *ptr = b->ptr;
     return SP_OK;

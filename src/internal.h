@@ -35,8 +35,10 @@
  * LOCK ORDER (take only in this order; never the other way round):
  *    runtime->lock  >  pool->lock (stream table)  >  heap->lock (slabs, then segments)
  *      >  cache->fence_lock  >  fence_pool->lock
- *    Spin locks (cache->lock, ptrmap shard locks) are leaves: nothing else is taken and no
- *    driver call is made while one is held. A heap lock may be held across fence queries and
+ *    Spin locks (cache->lock, ptrmap shard locks) are leaves: no driver call is made and
+ *    nothing else is taken while one is held but a usage lock (sp_usage), the innermost of
+ *    all: taken under any other (a cache's figures are flushed under the cache's lock), and
+ *    nothing under it. A heap lock may be held across fence queries and
  *    cudaStreamWaitEvent on a miss, never across a driver allocation or free.
  *    A stream's park (segment.c) is under its cache->lock: ranges are taken out of it under
  *    that spin lock alone (pool->lock may be held around it, as for the bins) and put into the
@@ -472,8 +474,13 @@ enum {
     SP_COUNT_N
 };
 
-/* Live-memory figures kept for a pool and again for its runtime. */
+/* Live-memory figures kept for a pool and again for its runtime. Every change and every read
+ * of them is one step under `lock`, so that a read pairs figures of one moment (held ==
+ * active + cached) and every peak, cached_peak too, has seen every state a read can see. The
+ * hot path never takes it: its hits reach these figures through the caches' deltas. Readers
+ * that only estimate (room under a limit, the cache limit) load single figures without it. */
 typedef struct {
+    sp_spin lock;
     sp_bytes_counter requested, active;
     sp_bytes_counter held;               /* bytes of blocks taken from the driver, not given back */
     atomic_uint_least64_t cached_peak;
@@ -532,10 +539,13 @@ int sp__pool_release_stream(sp_pool *pool, sp_stream_key key);
 uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err);
 /* A fresh slab or segment of heap h for a request of `size` bytes (rounded), allocated on
  * `stream` whose cache is `me`, and the range carved from it into *out. SP_ERR_LIMIT without
- * asking the driver if it would pass the pool's limit. */
-int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, sp_stream_cache *me,
+ * asking the driver if it would pass the pool's limit. The block is counted live (`requested`
+ * bytes asked) in the same step as the fresh bytes are counted held: no read sees the new
+ * memory all cached. */
+int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_stream_cache *me,
                   cudaStream_t stream, sp_block **out);
-/* A graph-capture bypass: the request's own driver allocation, never cached (rule 24). */
+/* A graph-capture bypass: the request's own driver allocation, never cached (rule 24), counted
+ * live and held in one step, like sp__pool_grow's block. */
 int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_block **out);
 /* Gives a bypass block straight back to the driver on `stream`. */
 void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream);
@@ -543,6 +553,15 @@ void sp__pool_count(sp_pool *pool, int counter, uint64_t n);
 /* The one stat-update helper: signed changes of requested, active (live) and held bytes of a
  * pool and its runtime, keeping peaks (cached = held - active). */
 void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held);
+/* The figures of u as of one moment, as a stats read shows them: held >= active (cached = held
+ * - active), every peak at least its current. */
+typedef struct {
+    uint64_t requested, active, held;
+    uint64_t requested_peak, active_peak, held_peak, cached_peak, held_total;
+} sp_usage_view;
+void sp__usage_read(sp_usage *u, sp_usage_view *v);
+/* Every peak of u back to its current figure, in one step. */
+void sp__usage_reset_peaks(sp_usage *u);
 /* A current figure of an sp_usage as readers see it: the caches' deltas reach it in any order,
  * so it may be a negative partial sum for a while, read as 0. */
 uint64_t sp__usage_current(const atomic_uint_least64_t *cur);

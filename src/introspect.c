@@ -241,19 +241,10 @@ void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
 
 /* ---- peaks ---- */
 
-static void usage_reset(sp_usage *u)
-{
-    atomic_store(&u->requested.peak, sp__usage_current(&u->requested.current));
-    uint64_t active = sp__usage_current(&u->active.current), held = sp__usage_current(&u->held.current);
-    atomic_store(&u->active.peak, active);
-    atomic_store(&u->held.peak, held);
-    atomic_store(&u->cached_peak, held > active ? held - active : 0);
-}
-
 static void pool_reset(sp_pool *pool)
 {
     (void)sp__pool_active_bytes(pool); /* flushes every cache: the current figures are exact */
-    usage_reset(&pool->usage);
+    sp__usage_reset_peaks(&pool->usage);
     pthread_mutex_lock(&pool->lock);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
@@ -282,7 +273,7 @@ int sp_runtime_reset_peaks(sp_runtime *rt)
     pthread_mutex_lock(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next)
         pool_reset(p);
-    usage_reset(&rt->usage);
+    sp__usage_reset_peaks(&rt->usage);
     pthread_mutex_unlock(&rt->lock);
     return SP_OK;
 }

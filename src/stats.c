@@ -63,30 +63,22 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     return rc;
 }
 
-static uint64_t max_u64(uint64_t a, uint64_t b)
+/* The figures of one moment (sp__usage_read), whatever other threads do meanwhile: held ==
+ * active + cached, every peak >= its current and never lower than an earlier read's (but
+ * after a reset), cached.peak <= held.peak. */
+static void fill_usage(sp_usage *u, sp_stats *st)
 {
-    return a > b ? a : b;
-}
-
-/* The invariants every read keeps, even while other threads move the figures (a current is
- * updated before its peak): held == active + cached, every peak >= its current, cached.peak <=
- * held.peak. Live memory is part of what is held, so active never exceeds held. */
-static void fill_usage(const sp_usage *u, sp_stats *st)
-{
-    uint64_t held = sp__usage_current(&u->held.current);
-    st->requested.current = sp__usage_current(&u->requested.current);
-    st->active.current = sp__usage_current(&u->active.current);
-    if (st->active.current > held) /* a block's held bytes landed after its live bytes */
-        held = st->active.current;
-    st->held.current = held;
-    st->cached.current = held - st->active.current;
-    st->requested.peak = max_u64(load(&u->requested.peak), st->requested.current);
-    st->active.peak = max_u64(load(&u->active.peak), st->active.current);
-    st->held.peak = max_u64(load(&u->held.peak), held);
-    st->held.total = load(&u->held.total);
-    st->cached.peak = max_u64(load(&u->cached_peak), st->cached.current);
-    if (st->cached.peak > st->held.peak)
-        st->cached.peak = st->held.peak;
+    sp_usage_view v;
+    sp__usage_read(u, &v);
+    st->requested.current = v.requested;
+    st->requested.peak = v.requested_peak;
+    st->active.current = v.active;
+    st->active.peak = v.active_peak;
+    st->held.current = v.held;
+    st->held.peak = v.held_peak;
+    st->held.total = v.held_total;
+    st->cached.current = v.held - v.active;
+    st->cached.peak = v.cached_peak;
 }
 
 static int begin(sp_stats *out, sp_stats *st)
