@@ -29,15 +29,21 @@
  *    synchronizes a capturing stream (declared: its caches' `capturing` flag; ALWAYS: asked of
  *    cudaStreamIsCapturing first), nor the legacy stream while any capture is declared;
  *    fences recorded before the capture are still queried. While a capture may be under way,
- *    event queries and synchronizes run in relaxed capture mode (in global mode they would
- *    invalidate the capture: cuda.c).
+ *    event queries and synchronizes run in relaxed capture mode, and cudaMemPool attribute
+ *    reads and writes and trims always do (in global mode they would invalidate the capture:
+ *    cuda.c).
  *
  * LOCK ORDER (take only in this order; never the other way round):
- *    runtime->lock  >  pool->lock (stream table)  >  heap->lock (slabs, then segments)
+ *    runtimes_lock (runtime.c: the process's runtimes, for exiting threads)  >  runtime->lock
+ *      >  pool->lock (stream table)  >  heap->lock (slabs, then segments)
  *      >  cache->fence_lock  >  fence_pool->lock
- *    Spin locks (cache->lock, ptrmap shard locks) are leaves: no driver call is made and
- *    nothing else is taken while one is held but a usage lock (sp_usage), the innermost of
- *    all: taken under any other (a cache's figures are flushed under the cache's lock), and
+ *    The trace's lock (trace.c) comes after runtime->lock (sp_runtime_destroy stops the trace
+ *    under it); the stream-label table's mutex (introspect.c) after runtime->lock, pool->lock
+ *    and the trace's lock, with nothing taken under it.
+ *    Spin locks (cache->lock, ptrmap shard locks, the trace's per-thread buffer locks) are
+ *    leaves: no driver call is made and nothing else is taken while one is held but a usage
+ *    lock (sp_usage), the innermost of all: taken under any other (a cache's figures are
+ *    flushed under the cache's lock, a fresh block is counted under its heap's lock), and
  *    nothing under it. A heap lock may be held across fence queries and
  *    cudaStreamWaitEvent on a miss, never across a driver allocation or free.
  *    A stream's park (segment.c) is under its cache->lock: ranges are taken out of it under
@@ -478,7 +484,9 @@ enum {
  * of them is one step under `lock`, so that a read pairs figures of one moment (held ==
  * active + cached) and every peak, cached_peak too, has seen every state a read can see. The
  * hot path never takes it: its hits reach these figures through the caches' deltas. Readers
- * that only estimate (room under a limit, the cache limit) load single figures without it. */
+ * that only estimate (the high-water mark before a new segment, give-back, the cache limit,
+ * the OOM report, the trace) load single figures without it; room under a limit is judged by
+ * the pool's limit_used, not by these. */
 typedef struct {
     sp_spin lock;
     sp_bytes_counter requested, active;
@@ -551,7 +559,8 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_b
 void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream);
 void sp__pool_count(sp_pool *pool, int counter, uint64_t n);
 /* The one stat-update helper: signed changes of requested, active (live) and held bytes of a
- * pool and its runtime, keeping peaks (cached = held - active). */
+ * pool and its runtime, keeping peaks (cached = held - active); a held change moves the pool's
+ * limit_used too. */
 void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held);
 /* The figures of u as of one moment, as a stats read shows them: held >= active (cached = held
  * - active), every peak at least its current. */
