@@ -76,9 +76,11 @@ SP_API const char *sp_status_name(int status);
 
 /* The cudaError_t of the last CUDA call that failed in this thread inside streampool during
  * this thread's latest streampool call (0 if none): what an SP_ERR_CUDA, SP_ERR_OUT_OF_MEMORY,
- * SP_ERR_NOT_SUPPORTED or SP_ERR_NO_DEVICE came from. Every call clears it on entry, so it never
- * describes an older call; a call that succeeded after recovering from a CUDA error (the
- * driver's out-of-memory answered by giving cached memory back) still shows that error. */
+ * SP_ERR_NOT_SUPPORTED or SP_ERR_NO_DEVICE came from. Every call that can reach CUDA clears it
+ * on entry, so it never describes an older one (calls that only read or format what streampool
+ * holds, such as sp_pool_name or sp_stats_json, leave it as it was); a call that succeeded
+ * after recovering from a CUDA error (the driver's out-of-memory answered by giving cached
+ * memory back) still shows that error. */
 SP_API int sp_last_cuda_error(void);
 
 /* ---- runtime ---- */
@@ -101,7 +103,8 @@ typedef enum {
 /* Graph capture (rule 24 of docs/cuda-semantics.md): a capturing stream must bypass the caches.
  *  DECLARED  the application calls sp_stream_capture_begin/end around captures; the hot path
  *            then costs no CUDA call while no capture is declared.
- *  ALWAYS    sp_alloc and sp_free ask cudaStreamIsCapturing on every call. */
+ *  ALWAYS    sp_alloc and sp_free ask cudaStreamIsCapturing on every call (a stream declared
+ *            with sp_stream_capture_begin counts as capturing until its end, without asking). */
 typedef enum {
     SP_CAPTURE_DECLARED = 0,
     SP_CAPTURE_ALWAYS = 1,
@@ -146,10 +149,12 @@ SP_API int sp_stream_release(sp_runtime *rt, cudaStream_t stream);
 /* Declares that `stream` is about to be / is no longer captured into a CUDA graph. Between the
  * two, allocations and frees on it go straight to the driver (graph nodes), never to a cache.
  * A block allocated before the capture and freed on the stream during it is kept aside (rule 24:
- * no cudaFreeAsync inside the capture) and returns to the stream's cache at capture end (with
- * SP_CAPTURE_ALWAYS: at the stream's next sp_alloc/sp_free after the capture). streampool never
- * queries, fences or synchronizes a capturing stream; other streams go on as usual, their hot
- * path without a lock. */
+ * no cudaFreeAsync inside the capture) and returns to its slab or segment, as freed on the
+ * stream, at capture end (for a capture SP_CAPTURE_ALWAYS found undeclared: at the stream's next
+ * sp_alloc/sp_free after it). streampool never queries, fences or synchronizes a capturing
+ * stream, nor the legacy stream while a capture is declared, and makes event queries and
+ * synchronizes in relaxed capture mode while a capture may be under way (rule 25); other
+ * streams go on as usual, their hot path without a lock. */
 SP_API int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream);
 SP_API int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream);
 
@@ -181,7 +186,8 @@ typedef struct sp_pool_config {
 SP_API int sp_pool_create(sp_runtime *rt, const char *name, const sp_pool_config *cfg, sp_pool **out);
 
 /* Wraps an existing cudaMemPool_t (of the runtime's device) as a named pool. Its attributes are
- * left as they are unless cfg is given; destroying the sp_pool does not destroy it. */
+ * left as they are unless cfg is given (or SP_ALLOC_CONF sets its limit or reserve);
+ * destroying the sp_pool does not destroy it. */
 SP_API int sp_pool_adopt(sp_runtime *rt, const char *name, cudaMemPool_t mem_pool,
                   const sp_pool_config *cfg, sp_pool **out);
 
@@ -191,7 +197,7 @@ SP_API cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool);
 
 /* Returns the pool's cached memory to the device and destroys it. SP_ERR_BUSY (pool unchanged)
  * while it has live allocations or a capture is declared in its runtime. The default pool is
- * destroyed only with its runtime. */
+ * destroyed only with its runtime (SP_ERR_INVALID here). */
 SP_API int sp_pool_destroy(sp_pool *pool);
 
 /* Changes the release threshold of the pool's cudaMemPool at run time. It is kept within
@@ -208,7 +214,8 @@ SP_API int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out);
 
 /* Returns wholly free slabs and segments to the device, largest first, until the pool holds at
  * most keep_bytes from it, synchronizing the streams of their frees so that the memory really
- * goes (rule 13 of docs/cuda-semantics.md), then trims the cudaMemPool to keep_bytes. Blocks in use are never touched.
+ * goes (rule 13 of docs/cuda-semantics.md), then trims the cudaMemPool to keep_bytes (never
+ * below what the pool still holds or its reservation). Blocks in use are never touched.
  * Returns the first CUDA error (the memory it could not give back stays the pool's). */
 SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
 
