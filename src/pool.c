@@ -336,6 +336,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     *out = b;
     if (rc != SP_OK) {
         if (sp__cuda_free(ptr, stream) == SP_OK) {
+            count(pool, SP_COUNT_driver_frees); /* as its driver_allocs was */
             held_unclaim(pool, bytes);
         } else {
             count(pool, SP_COUNT_give_back_failures);
