@@ -160,7 +160,7 @@ static void absorb(sp_heap *h, sp_block *low, sp_block *high)
 
 static bool fits(const sp_block *b, size_t size, size_t most, bool huge)
 {
-    return b->size >= size && b->size <= most && b->seg->huge == huge;
+    return b->size >= size && b->size <= most && b->seg->huge == huge && !b->seg->unmapped;
 }
 
 /* Best fit of at least `size` and at most `most` bytes: the smallest range of the first bin
@@ -302,16 +302,30 @@ void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
     index_add(h, b);
 }
 
-int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_stream_cache *tag,
-                         uint64_t epoch)
+sp_segment *sp__segment_new(void)
 {
     sp_segment *s = calloc(1, sizeof *s);
     sp_block *b = calloc(1, sizeof *b);
     if (!s || !b) {
         free(s);
         free(b);
-        return SP_ERR_NO_HOST_MEMORY;
+        return NULL;
     }
+    s->first = b;
+    return s;
+}
+
+void sp__segment_discard(sp_segment *s)
+{
+    free(s->first);
+    free(s);
+}
+
+/* Links s, whose one range is s->first, into h as a free range tagged (tag, epoch). */
+static void link_segment(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool huge,
+                         sp_stream_cache *tag, uint64_t epoch)
+{
+    sp_block *b = s->first;
     b->ptr = ptr;
     b->size = size;
     b->cls = SP_CLASS_COUNT;
@@ -320,16 +334,10 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_strea
     b->tag = tag;
     b->epoch = epoch;
     b->seg = s;
-    int rc = sp__ptrmap_insert(&h->pool->rt->ptrmap, b);
-    if (rc != SP_OK) {
-        free(s);
-        free(b);
-        return rc;
-    }
     s->ptr = ptr;
     s->size = size;
     s->huge = huge;
-    s->first = b;
+    s->prev = NULL;
     s->next = h->segments;
     if (s->next)
         s->next->prev = s;
@@ -337,7 +345,25 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_strea
     h->segment_count++;
     h->segment_bytes += size;
     index_add(h, b);
-    return SP_OK;
+}
+
+int sp__heap_add_segment(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool huge,
+                         sp_stream_cache *tag, uint64_t epoch)
+{
+    s->first->ptr = ptr;
+    s->first->pool = h->pool;
+    atomic_init(&s->first->state, SP_BLOCK_CACHED);
+    int rc = sp__ptrmap_insert(&h->pool->rt->ptrmap, s->first);
+    if (rc == SP_OK)
+        link_segment(h, s, ptr, size, huge, tag, epoch);
+    return rc;
+}
+
+void sp__heap_keep_unmapped(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool huge,
+                            sp_stream_cache *tag, uint64_t epoch)
+{
+    s->unmapped = true;
+    link_segment(h, s, ptr, size, huge, tag, epoch);
 }
 
 /* ---- giving segments back ---- */
@@ -411,9 +437,13 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
             *err = rc;
         sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
         uint64_t epoch = tag ? atomic_load_explicit(&tag->free_epoch, memory_order_acquire) : 0;
+        sp_segment *again = sp__segment_new();
         pthread_mutex_lock(&h->lock);
-        if (sp__heap_add_segment(h, s->ptr, size, s->huge, tag, epoch) != SP_OK)
+        if (!again || sp__heap_add_segment(h, again, s->ptr, size, s->huge, tag, epoch) != SP_OK) {
             sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
+            if (again)
+                sp__segment_discard(again);
+        }
         pthread_mutex_unlock(&h->lock);
     }
     free(s);
@@ -598,7 +628,7 @@ void sp__heap_stats(sp_heap *h, sp_stats *st)
         if (s->used)
             st->inactive_split += s->size - s->used;
         for (sp_block *b = s->first; b; b = b->addr_next)
-            if (b->is_free && b->size > st->largest_free)
+            if (b->is_free && !s->unmapped && b->size > st->largest_free)
                 st->largest_free = b->size;
     }
     if (h->small) {

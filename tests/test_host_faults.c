@@ -162,6 +162,7 @@ static void assert_all_given_back(sp_pool *pool)
 static void grow_with_host_failure(size_t bytes, bool refuse)
 {
     bool failed = true;
+    unsigned long refused = 0;
     for (unsigned long nth = 1; failed; nth++) {
         sp_runtime *rt;
         sp_pool *pool = fresh_pool(&rt);
@@ -176,12 +177,15 @@ static void grow_with_host_failure(size_t bytes, bool refuse)
         if (rc != SP_OK && rc != SP_ERR_NO_HOST_MEMORY)
             fail_msg("host allocation %lu failed: sp_alloc said %d", nth, rc);
         assert_tracked(pool, nth);
+        refused += stats_of(pool).give_back_failures;
         if (rc == SP_OK)
             SP(sp_free(pool, p, s));
         assert_all_given_back(pool);
         drop_stream(rt, s);
         destroy_runtime(rt);
     }
+    if (refuse) /* some N failed after the driver gave the memory */
+        assert_true(refused > 0);
 }
 
 static void fresh_segment_survives_host_failure(void **state)
@@ -196,6 +200,18 @@ static void fresh_slab_survives_host_failure(void **state)
     grow_with_host_failure(64 * 1024, false);
 }
 
+static void refused_undo_of_fresh_segment_stays_tracked(void **state)
+{
+    (void)state;
+    grow_with_host_failure(3 * MiB, true);
+}
+
+static void refused_undo_of_fresh_slab_stays_tracked(void **state)
+{
+    (void)state;
+    grow_with_host_failure(64 * 1024, true);
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -203,6 +219,8 @@ int main(void)
 #define T(fn) cmocka_unit_test_teardown(fn, teardown)
         T(fresh_segment_survives_host_failure),
         T(fresh_slab_survives_host_failure),
+        T(refused_undo_of_fresh_segment_stays_tracked),
+        T(refused_undo_of_fresh_slab_stays_tracked),
 #undef T
     };
     return cmocka_run_group_tests_name("host_faults", tests, NULL, NULL);
