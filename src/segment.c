@@ -354,8 +354,10 @@ int sp__heap_add_segment(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool
     s->first->pool = h->pool;
     atomic_init(&s->first->state, SP_BLOCK_CACHED);
     int rc = sp__ptrmap_insert(&h->pool->rt->ptrmap, s->first);
-    if (rc == SP_OK)
+    if (rc == SP_OK) {
+        s->unmapped = false; /* one refused back before may be found again */
         link_segment(h, s, ptr, size, huge, tag, epoch);
+    }
     return rc;
 }
 
@@ -404,8 +406,12 @@ static void segment_unlink(sp_heap *h, sp_segment *s)
         next = b->addr_next;
         index_remove(h, b);
         sp__ptrmap_remove(&h->pool->rt->ptrmap, b->ptr);
-        free(b);
+        if (b != s->first)
+            free(b);
     }
+    /* the first range's structure stays with s: a segment the driver refuses back goes into
+     * the heap again with no host allocation (give_segment) */
+    memset(s->first, 0, sizeof *s->first);
 }
 
 static int by_size_desc(const void *a, const void *b)
@@ -416,8 +422,9 @@ static int by_size_desc(const void *a, const void *b)
 
 /* Gives unlinked segment s to the driver with cudaFreeAsync on `on`, counted (as reclaimed
  * too if `reclaim`), and frees s. A segment the driver refuses stays the pool's, back in the
- * heap: tagged with everything `tag`'s stream freed so far if it may hold ranges freed there and
- * not yet settled (stricter), else settled. Returns the bytes given; *err (if not NULL and still
+ * heap as one range, with the structures it had: tagged with everything `tag`'s stream freed so
+ * far if it may hold ranges freed there and not yet settled (stricter), else settled; unmapped
+ * if the ptrmap cannot take it again. Returns the bytes given; *err (if not NULL and still
  * SP_OK) gets a CUDA error. Caller holds no lock. */
 static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stream_cache *tag,
                              bool reclaim, int *err)
@@ -437,17 +444,14 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
             *err = rc;
         sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
         uint64_t epoch = tag ? atomic_load_explicit(&tag->free_epoch, memory_order_acquire) : 0;
-        sp_segment *again = sp__segment_new();
         pthread_mutex_lock(&h->lock);
-        if (!again || sp__heap_add_segment(h, again, s->ptr, size, s->huge, tag, epoch) != SP_OK) {
-            sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
-            if (again)
-                sp__segment_discard(again);
-        }
+        if (sp__heap_add_segment(h, s, s->ptr, size, s->huge, tag, epoch) != SP_OK)
+            sp__heap_keep_unmapped(h, s, s->ptr, size, s->huge, tag, epoch);
         pthread_mutex_unlock(&h->lock);
+        return 0;
     }
-    free(s);
-    return rc == SP_OK ? size : 0;
+    sp__segment_discard(s);
+    return size;
 }
 
 uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,

@@ -212,6 +212,54 @@ static void refused_undo_of_fresh_slab_stays_tracked(void **state)
     grow_with_host_failure(64 * 1024, true);
 }
 
+/* ---- giving memory back ---- */
+
+/* A trim whose free the driver refuses, with the Nth host allocation failing: the segment (or
+ * slab) stays in its heap, and the next trim gives it back. */
+static void refused_give_back_with_host_failure(size_t bytes)
+{
+    bool failed = true;
+    unsigned long refused = 0;
+    for (unsigned long nth = 1; failed; nth++) {
+        sp_runtime *rt;
+        sp_pool *pool = fresh_pool(&rt);
+        cudaStream_t s = new_stream();
+        void *p;
+        SP(sp_alloc(pool, &p, bytes, s));
+        SP(sp_free(pool, p, s));
+        CK(cudaStreamSynchronize(s));
+        CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorLaunchFailure, 0));
+        arm(nth);
+        int rc = sp_pool_trim(pool, 0);
+        failed = disarm();
+        cudasimClearFaults();
+        sp_stats st = stats_of(pool);
+        /* without host memory to list what it could give, the trim gives nothing (best effort) */
+        if (rc != (st.give_back_failures ? SP_ERR_CUDA : SP_OK) && rc != SP_ERR_NO_HOST_MEMORY)
+            fail_msg("host allocation %lu failed: sp_pool_trim said %d", nth, rc);
+        assert_true(st.give_back_failures <= 1);
+        refused += st.give_back_failures;
+        assert_int_equal(st.driver_frees, 0);
+        assert_tracked(pool, nth);
+        assert_all_given_back(pool);
+        drop_stream(rt, s);
+        destroy_runtime(rt);
+    }
+    assert_true(refused > 0); /* some N failed after the driver refused */
+}
+
+static void refused_segment_give_back_stays_in_heap(void **state)
+{
+    (void)state;
+    refused_give_back_with_host_failure(3 * MiB);
+}
+
+static void refused_slab_give_back_stays_in_heap(void **state)
+{
+    (void)state;
+    refused_give_back_with_host_failure(64 * 1024);
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -221,6 +269,8 @@ int main(void)
         T(fresh_slab_survives_host_failure),
         T(refused_undo_of_fresh_segment_stays_tracked),
         T(refused_undo_of_fresh_slab_stays_tracked),
+        T(refused_segment_give_back_stays_in_heap),
+        T(refused_slab_give_back_stays_in_heap),
 #undef T
     };
     return cmocka_run_group_tests_name("host_faults", tests, NULL, NULL);
