@@ -166,6 +166,9 @@ typedef struct sp_block {
     sp_segment *seg;           /* NULL: a bypass block, its own driver allocation */
     struct sp_block *addr_prev, *addr_next; /* neighbours in the segment, by address */
     bool is_free;              /* a free range in its segment's heap (under the heap's lock) */
+    /* a free range: the heap's coalesce that settled it by asking (sp_heap.coalesces), so that
+     * the take of the same miss counts a cross-stream reuse; 0 if none */
+    uint32_t asked_in;
     struct sp_block *prev, *next; /* in a stream bin or a heap's free bin */
     /* introspect.c: who allocated a live block, and who last freed it (set under that cache's
      * lock, read under the ptrmap shard's lock while the block is live) */
@@ -210,6 +213,7 @@ typedef struct {
     int asks;
     sp_stream_cache *asked[SP_STEAL_ASKS];
     int reads; /* queries of older fences of streams already asked, at most SP_FENCE_READS */
+    uint32_t coalesce; /* this miss's coalesce of its heap (sp_heap.coalesces); 0 if none */
 } sp_ask_budget;
 /* sp__tag_settled within a miss's budget: asks only about a stream not yet asked; about one
  * asked already, only reads a fence recorded before (within the budget). */
@@ -265,6 +269,7 @@ struct sp_heap {
     bool small;
     sp_segment *segments;
     uint64_t segment_count, segment_bytes, free_bytes;
+    uint32_t coalesces;        /* sp__heap_coalesce calls, never 0 once one was made */
     uint64_t nonempty[SP_HEAP_WORDS];
     struct { sp_block *head; } bins[SP_CLASS_COUNT];
 };

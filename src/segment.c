@@ -150,6 +150,8 @@ static void absorb(sp_heap *h, sp_block *low, sp_block *high)
     /* may_merge left both with the same tag (or both settled): the later free covers both */
     if (high->epoch > low->epoch)
         low->epoch = high->epoch;
+    if (high->asked_in > low->asked_in) /* the latest coalesce, as the merged range is */
+        low->asked_in = high->asked_in;
     low->size += high->size;
     low->addr_next = high->addr_next;
     if (high->addr_next)
@@ -209,8 +211,11 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
             }
         }
         if (best) {
-            if (best_asked)
+            /* settled by this miss's asking: about the range itself, or, merged, about what
+             * its coalesce merged into it */
+            if (best_asked || (ab && best->asked_in && best->asked_in == ab->coalesce))
                 sp__pool_count(h->pool, SP_COUNT_cross_stream_reuses, 1);
+            best->asked_in = 0;
             if (waited)
                 sp__pool_count(h->pool, SP_COUNT_cross_stream_waits, 1);
             index_remove(h, best);
@@ -238,6 +243,9 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
 
 void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budget *ab)
 {
+    if (!++h->coalesces)
+        ++h->coalesces;
+    ab->coalesce = h->coalesces;
     for (sp_segment *s = h->segments; s; s = s->next) {
         for (sp_block *b = s->first; b;) {
             if (!b->is_free) {
@@ -262,8 +270,10 @@ void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budg
              * its own ranges merge with each other anyway. */
             if (apart && run >= size)
                 for (sp_block *x = b;; x = x->addr_next) {
-                    if (x->tag && x->tag != me && sp__tag_settled_within(ab, x->tag, x->epoch))
+                    if (x->tag && x->tag != me && sp__tag_settled_within(ab, x->tag, x->epoch)) {
                         x->tag = NULL;
+                        x->asked_in = ab->coalesce;
+                    }
                     if (x == end)
                         break;
                 }
