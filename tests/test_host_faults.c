@@ -14,16 +14,21 @@ static const uint64_t MiB = 1024 * 1024;
 
 /* ---- failing the Nth host allocation of this thread ---- */
 
+/* The sanitizers' runtimes allocate before they are initialized: no instrumentation here. */
+#define UNCHECKED __attribute__((no_sanitize("address", "thread", "undefined")))
+
 static _Thread_local unsigned long fail_countdown; /* 0: disarmed */
 static _Thread_local bool failed_one;
 static _Thread_local bool resolving;
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
-/* dlsym may allocate while it resolves the real functions: from here, never freed */
+static void (*real_free)(void *);
+/* what dlsym allocates while it resolves the real functions comes from here, never freed; what
+ * it frees meanwhile is left (a few bytes, once) */
 static _Alignas(16) char early[4096];
 static size_t early_used;
 
-static void *early_alloc(size_t n)
+UNCHECKED static void *early_alloc(size_t n)
 {
     n = (n + 15) & ~(size_t)15;
     if (n > sizeof early - early_used)
@@ -33,16 +38,23 @@ static void *early_alloc(size_t n)
     return p; /* zero: static storage, never reused */
 }
 
-static void resolve(void)
+/* Whether the real functions are known; false while they are being resolved. */
+UNCHECKED static bool resolved(void)
 {
+    if (real_free)
+        return true;
+    if (resolving)
+        return false;
     resolving = true;
     *(void **)&real_malloc = dlsym(RTLD_NEXT, "malloc");
     *(void **)&real_calloc = dlsym(RTLD_NEXT, "calloc");
+    *(void **)&real_free = dlsym(RTLD_NEXT, "free");
     resolving = false;
+    return true;
 }
 
 /* Whether `caller` is in libstreampool. */
-static bool from_streampool(const void *caller)
+UNCHECKED static bool from_streampool(const void *caller)
 {
     static const void *base;
     Dl_info info;
@@ -51,7 +63,7 @@ static bool from_streampool(const void *caller)
     return dladdr(caller, &info) && info.dli_fbase == base;
 }
 
-static bool fail_now(const void *caller)
+UNCHECKED static bool fail_now(const void *caller)
 {
     if (!fail_countdown || !from_streampool(caller) || --fail_countdown)
         return false;
@@ -60,34 +72,24 @@ static bool fail_now(const void *caller)
     return true;
 }
 
-void *malloc(size_t n)
+UNCHECKED void *malloc(size_t n)
 {
-    if (resolving)
+    if (!resolved())
         return early_alloc(n);
-    if (!real_malloc)
-        resolve();
     return fail_now(__builtin_return_address(0)) ? NULL : real_malloc(n);
 }
 
-void *calloc(size_t n, size_t size)
+UNCHECKED void *calloc(size_t n, size_t size)
 {
-    if (resolving)
+    if (!resolved())
         return n && size > sizeof early / n ? NULL : early_alloc(n * size);
-    if (!real_calloc)
-        resolve();
     return fail_now(__builtin_return_address(0)) ? NULL : real_calloc(n, size);
 }
 
-void free(void *p)
+UNCHECKED void free(void *p)
 {
-    static void (*real_free)(void *);
-    if ((char *)p >= early && (char *)p < early + sizeof early)
+    if (((char *)p >= early && (char *)p < early + sizeof early) || !resolved())
         return;
-    if (!real_free) {
-        resolving = true;
-        *(void **)&real_free = dlsym(RTLD_NEXT, "free");
-        resolving = false;
-    }
     real_free(p);
 }
 
