@@ -172,6 +172,9 @@ typedef struct sp_block {
     sp_segment *seg;           /* NULL: a bypass block, its own driver allocation */
     struct sp_block *addr_prev, *addr_next; /* neighbours in the segment, by address */
     bool is_free;              /* a free range in its segment's heap (under the heap's lock) */
+    /* a free range: the heap's coalesce that settled it by asking (sp_heap.coalesces), so that
+     * the take of the same miss counts a cross-stream reuse; 0 if none */
+    uint32_t asked_in;
     struct sp_block *prev, *next; /* in a stream bin or a heap's free bin */
     /* introspect.c: who allocated a live block, and who last freed it (set under that cache's
      * lock, read under the ptrmap shard's lock while the block is live) */
@@ -216,6 +219,7 @@ typedef struct {
     int asks;
     sp_stream_cache *asked[SP_STEAL_ASKS];
     int reads; /* queries of older fences of streams already asked, at most SP_FENCE_READS */
+    uint32_t coalesce; /* this miss's coalesce of its heap (sp_heap.coalesces); 0 if none */
 } sp_ask_budget;
 /* sp__tag_settled within a miss's budget: asks only about a stream not yet asked; about one
  * asked already, only reads a fence recorded before (within the budget). */
@@ -256,6 +260,9 @@ struct sp_segment {
     size_t size;
     size_t used;               /* bytes not free in the heap (live, or cached in a stream bin) */
     bool huge;                 /* for requests over SP_MEDIUM_MAX only */
+    /* its one range is in no ptrmap (no host memory for it, and the driver refused it back):
+     * never handed out, only held until a give-back gives it to the driver */
+    bool unmapped;
     sp_block *first;           /* lowest range */
     sp_segment *prev, *next;
 };
@@ -268,6 +275,7 @@ struct sp_heap {
     bool small;
     sp_segment *segments;
     uint64_t segment_count, segment_bytes, free_bytes;
+    uint32_t coalesces;        /* sp__heap_coalesce calls, never 0 once one was made */
     uint64_t nonempty[SP_HEAP_WORDS];
     struct { sp_block *head; } bins[SP_CLASS_COUNT];
 };
@@ -283,11 +291,22 @@ int sp__heap_init(sp_heap *h, sp_pool *pool, bool small);
  * none. Caller holds h->lock. */
 sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream_t stream,
                         sp_take_mode mode, sp_ask_budget *ab);
-/* Adds a fresh driver allocation as a segment with one free range tagged (tag, epoch): the
- * allocation is ordered on the allocating stream only. Caller holds the lock.
- * SP_ERR_NO_HOST_MEMORY if its structures cannot be made (nothing changed). */
-int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_stream_cache *tag,
-                         uint64_t epoch);
+/* The host structures of a segment with one range, made before the driver is asked for its
+ * memory, so that memory the driver gave never waits on host memory to be tracked. NULL
+ * without host memory. */
+sp_segment *sp__segment_new(void);
+void sp__segment_discard(sp_segment *s);
+/* Adds a fresh driver allocation as segment s (from sp__segment_new) with one free range tagged
+ * (tag, epoch): the allocation is ordered on the allocating stream only. Caller holds the lock.
+ * SP_ERR_NO_HOST_MEMORY if the ptrmap cannot take its range (nothing changed, s still the
+ * caller's). */
+int sp__heap_add_segment(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool huge,
+                         sp_stream_cache *tag, uint64_t epoch);
+/* Adds s as sp__heap_add_segment would, but unmapped (see sp_segment): for memory that the
+ * ptrmap could not take and the driver refused back, which must stay counted where it is held.
+ * Cannot fail. Caller holds the lock. */
+void sp__heap_keep_unmapped(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool huge,
+                            sp_stream_cache *tag, uint64_t epoch);
 /* Merges free neighbours whose tags now allow it: a range freed next to another stream's
  * pending one stays apart until both settle. Asks the driver (within the budget) only about the
  * tags of a run of free neighbours that, merged, would hold `size` bytes. Caller holds the

@@ -304,9 +304,15 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     size_t bytes = grow_size(pool, h, size);
     if (!held_claim(pool, bytes))
         return SP_ERR_LIMIT;
+    sp_segment *s = sp__segment_new(); /* before the driver is asked: see below */
+    if (!s) {
+        held_unclaim(pool, bytes);
+        return SP_ERR_NO_HOST_MEMORY;
+    }
     void *ptr;
     int rc = sp__cuda_malloc(pool->cuda_pool, &ptr, bytes, stream);
     if (rc != SP_OK) {
+        sp__segment_discard(s);
         held_unclaim(pool, bytes);
         return rc;
     }
@@ -324,8 +330,9 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
      * over it (or, failing that, the stream synchronized), while the stream is still in use. */
     if (sp_unlikely(released))
         (void)sp__cache_final_fence(me);
+    bool huge = !h->small && size > SP_MEDIUM_MAX;
     pthread_mutex_lock(&h->lock);
-    rc = sp__heap_add_segment(h, ptr, bytes, !h->small && size > SP_MEDIUM_MAX, me, epoch);
+    rc = sp__heap_add_segment(h, s, ptr, bytes, huge, me, epoch);
     sp_block *b = rc == SP_OK ? sp__heap_take(h, size, me, stream, SP_TAKE_KNOWN, NULL) : NULL;
     if (b) /* held and live together, before another thread can carve the rest */
         b->requested = requested;
@@ -335,11 +342,18 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     pthread_mutex_unlock(&h->lock);
     *out = b;
     if (rc != SP_OK) {
+        /* the ptrmap could not take it: back to the driver, or, refused, kept in the heap
+         * where a give-back finds it, never handed out */
         if (sp__cuda_free(ptr, stream) == SP_OK) {
+            count(pool, SP_COUNT_driver_frees); /* as its driver_allocs was */
+            sp__segment_discard(s);
             held_unclaim(pool, bytes);
         } else {
             count(pool, SP_COUNT_give_back_failures);
-            usage_commit(pool, 0, 0, (int64_t)bytes); /* kept: held until given back */
+            pthread_mutex_lock(&h->lock);
+            sp__heap_keep_unmapped(h, s, ptr, bytes, huge, me, epoch);
+            usage_commit(pool, 0, 0, (int64_t)bytes);
+            pthread_mutex_unlock(&h->lock);
         }
         return rc;
     }

@@ -150,6 +150,8 @@ static void absorb(sp_heap *h, sp_block *low, sp_block *high)
     /* may_merge left both with the same tag (or both settled): the later free covers both */
     if (high->epoch > low->epoch)
         low->epoch = high->epoch;
+    if (high->asked_in > low->asked_in) /* the latest coalesce, as the merged range is */
+        low->asked_in = high->asked_in;
     low->size += high->size;
     low->addr_next = high->addr_next;
     if (high->addr_next)
@@ -160,7 +162,7 @@ static void absorb(sp_heap *h, sp_block *low, sp_block *high)
 
 static bool fits(const sp_block *b, size_t size, size_t most, bool huge)
 {
-    return b->size >= size && b->size <= most && b->seg->huge == huge;
+    return b->size >= size && b->size <= most && b->seg->huge == huge && !b->seg->unmapped;
 }
 
 /* Best fit of at least `size` and at most `most` bytes: the smallest range of the first bin
@@ -209,8 +211,11 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
             }
         }
         if (best) {
-            if (best_asked)
+            /* settled by this miss's asking: about the range itself, or, merged, about what
+             * its coalesce merged into it */
+            if (best_asked || (ab && best->asked_in && best->asked_in == ab->coalesce))
                 sp__pool_count(h->pool, SP_COUNT_cross_stream_reuses, 1);
+            best->asked_in = 0;
             if (waited)
                 sp__pool_count(h->pool, SP_COUNT_cross_stream_waits, 1);
             index_remove(h, best);
@@ -238,6 +243,9 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
 
 void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budget *ab)
 {
+    if (!++h->coalesces)
+        ++h->coalesces;
+    ab->coalesce = h->coalesces;
     for (sp_segment *s = h->segments; s; s = s->next) {
         for (sp_block *b = s->first; b;) {
             if (!b->is_free) {
@@ -262,8 +270,10 @@ void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budg
              * its own ranges merge with each other anyway. */
             if (apart && run >= size)
                 for (sp_block *x = b;; x = x->addr_next) {
-                    if (x->tag && x->tag != me && sp__tag_settled_within(ab, x->tag, x->epoch))
+                    if (x->tag && x->tag != me && sp__tag_settled_within(ab, x->tag, x->epoch)) {
                         x->tag = NULL;
+                        x->asked_in = ab->coalesce;
+                    }
                     if (x == end)
                         break;
                 }
@@ -302,16 +312,30 @@ void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
     index_add(h, b);
 }
 
-int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_stream_cache *tag,
-                         uint64_t epoch)
+sp_segment *sp__segment_new(void)
 {
     sp_segment *s = calloc(1, sizeof *s);
     sp_block *b = calloc(1, sizeof *b);
     if (!s || !b) {
         free(s);
         free(b);
-        return SP_ERR_NO_HOST_MEMORY;
+        return NULL;
     }
+    s->first = b;
+    return s;
+}
+
+void sp__segment_discard(sp_segment *s)
+{
+    free(s->first);
+    free(s);
+}
+
+/* Links s, whose one range is s->first, into h as a free range tagged (tag, epoch). */
+static void link_segment(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool huge,
+                         sp_stream_cache *tag, uint64_t epoch)
+{
+    sp_block *b = s->first;
     b->ptr = ptr;
     b->size = size;
     b->cls = SP_CLASS_COUNT;
@@ -320,16 +344,10 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_strea
     b->tag = tag;
     b->epoch = epoch;
     b->seg = s;
-    int rc = sp__ptrmap_insert(&h->pool->rt->ptrmap, b);
-    if (rc != SP_OK) {
-        free(s);
-        free(b);
-        return rc;
-    }
     s->ptr = ptr;
     s->size = size;
     s->huge = huge;
-    s->first = b;
+    s->prev = NULL;
     s->next = h->segments;
     if (s->next)
         s->next->prev = s;
@@ -337,7 +355,27 @@ int sp__heap_add_segment(sp_heap *h, void *ptr, size_t size, bool huge, sp_strea
     h->segment_count++;
     h->segment_bytes += size;
     index_add(h, b);
-    return SP_OK;
+}
+
+int sp__heap_add_segment(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool huge,
+                         sp_stream_cache *tag, uint64_t epoch)
+{
+    s->first->ptr = ptr;
+    s->first->pool = h->pool;
+    atomic_init(&s->first->state, SP_BLOCK_CACHED);
+    int rc = sp__ptrmap_insert(&h->pool->rt->ptrmap, s->first);
+    if (rc == SP_OK) {
+        s->unmapped = false; /* one refused back before may be found again */
+        link_segment(h, s, ptr, size, huge, tag, epoch);
+    }
+    return rc;
+}
+
+void sp__heap_keep_unmapped(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool huge,
+                            sp_stream_cache *tag, uint64_t epoch)
+{
+    s->unmapped = true;
+    link_segment(h, s, ptr, size, huge, tag, epoch);
 }
 
 /* ---- giving segments back ---- */
@@ -378,8 +416,12 @@ static void segment_unlink(sp_heap *h, sp_segment *s)
         next = b->addr_next;
         index_remove(h, b);
         sp__ptrmap_remove(&h->pool->rt->ptrmap, b->ptr);
-        free(b);
+        if (b != s->first)
+            free(b);
     }
+    /* the first range's structure stays with s: a segment the driver refuses back goes into
+     * the heap again with no host allocation (give_segment) */
+    memset(s->first, 0, sizeof *s->first);
 }
 
 static int by_size_desc(const void *a, const void *b)
@@ -390,8 +432,9 @@ static int by_size_desc(const void *a, const void *b)
 
 /* Gives unlinked segment s to the driver with cudaFreeAsync on `on`, counted (as reclaimed
  * too if `reclaim`), and frees s. A segment the driver refuses stays the pool's, back in the
- * heap: tagged with everything `tag`'s stream freed so far if it may hold ranges freed there and
- * not yet settled (stricter), else settled. Returns the bytes given; *err (if not NULL and still
+ * heap as one range, with the structures it had: tagged with everything `tag`'s stream freed so
+ * far if it may hold ranges freed there and not yet settled (stricter), else settled; unmapped
+ * if the ptrmap cannot take it again. Returns the bytes given; *err (if not NULL and still
  * SP_OK) gets a CUDA error. Caller holds no lock. */
 static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stream_cache *tag,
                              bool reclaim, int *err)
@@ -412,12 +455,13 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
         sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
         uint64_t epoch = tag ? atomic_load_explicit(&tag->free_epoch, memory_order_acquire) : 0;
         pthread_mutex_lock(&h->lock);
-        if (sp__heap_add_segment(h, s->ptr, size, s->huge, tag, epoch) != SP_OK)
-            sp__pool_count(pool, SP_COUNT_skipped_steps, 1); /* no host memory: still held */
+        if (sp__heap_add_segment(h, s, s->ptr, size, s->huge, tag, epoch) != SP_OK)
+            sp__heap_keep_unmapped(h, s, s->ptr, size, s->huge, tag, epoch);
         pthread_mutex_unlock(&h->lock);
+        return 0;
     }
-    free(s);
-    return rc == SP_OK ? size : 0;
+    sp__segment_discard(s);
+    return size;
 }
 
 uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
@@ -598,7 +642,7 @@ void sp__heap_stats(sp_heap *h, sp_stats *st)
         if (s->used)
             st->inactive_split += s->size - s->used;
         for (sp_block *b = s->first; b; b = b->addr_next)
-            if (b->is_free && b->size > st->largest_free)
+            if (b->is_free && !s->unmapped && b->size > st->largest_free)
                 st->largest_free = b->size;
     }
     if (h->small) {

@@ -198,6 +198,40 @@ static void live_threads_cache_is_stolen_behind_its_fence(void **state)
     drop_stream(f->rt, s);
 }
 
+/* Two neighbouring ranges freed on two other streams merge only once both are settled: a miss
+ * that asks the driver so while it coalesces, and takes the merged range, reuses the other
+ * streams' memory behind completed fences as much as one that asked about the range it took. */
+static void range_settled_by_coalescing_counts_as_reuse(void **state)
+{
+    fixture *f = *state;
+    cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
+    void *whole, *x, *y, *p;
+    SP(sp_alloc(f->pool, &whole, 4 * MiB, a)); /* one 4 MiB segment */
+    SP(sp_free(f->pool, whole, a));
+    SP(sp_alloc(f->pool, &x, 2 * MiB, a));     /* its two halves */
+    SP(sp_alloc(f->pool, &y, 2 * MiB, a));
+    assert_ptr_equal(x, whole);
+    assert_ptr_equal(y, (char *)whole + 2 * MiB);
+    SP(sp_free(f->pool, x, a));
+    CK(cudaStreamSynchronize(a));
+    SP(sp_free(f->pool, y, b));                /* tagged apart: a's and b's */
+    CK(cudaStreamSynchronize(b));
+    sp_stats st = stats_of(f->pool);
+    uint64_t reuses = st.cross_stream_reuses, allocs = st.driver_allocs;
+    assert_int_equal(st.segments, 1);
+    SP(sp_alloc(f->pool, &p, 4 * MiB, c));     /* only the two halves merged can serve it */
+    assert_ptr_equal(p, whole);
+    st = stats_of(f->pool);
+    assert_int_equal(st.driver_allocs, allocs);
+    assert_int_equal(st.cross_stream_waits, 0);
+    assert_int_equal(st.cross_stream_reuses, reuses + 1);
+    assert_exact(st);
+    SP(sp_free(f->pool, p, c));
+    drop_stream(f->rt, a);
+    drop_stream(f->rt, b);
+    drop_stream(f->rt, c);
+}
+
 /* ---- the cache limit ---- */
 
 /* What the cache limit gives back is synchronized and trimmed from the cudaMemPool (rule 13),
@@ -362,6 +396,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
         T(exited_threads_caches_are_reused_and_trimmed),
         T(live_threads_cache_is_stolen_behind_its_fence),
+        T(range_settled_by_coalescing_counts_as_reuse),
         T(cache_limit_lowers_reserved_memory),
         T(cache_limit_does_not_rescan_on_every_free),
         T(cache_limit_counts_unflushed_hits),
