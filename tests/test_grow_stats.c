@@ -5,24 +5,14 @@
  * granted the allocation (an interposed cudaMallocFromPoolAsync arms an interposed
  * pthread_mutex_unlock): the lock of the heap (slabs or segments) that got the fresh range and
  * gave the block. The test thread reads the pool's and the runtime's stats meanwhile. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "support/sp_test_support.h"
+#include "support/unlock_hold.h"
 
 #define MiB ((uint64_t)1 << 20)
 
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool held, proceed;
-} hold = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
 static _Thread_local bool watch_malloc;  /* armed in the allocating thread only */
-static _Thread_local bool hold_after_unlock;
 
 cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t mem_pool,
                                     cudaStream_t stream)
@@ -33,41 +23,15 @@ cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t mem_p
     cudaError_t err = real(ptr, size, mem_pool, stream);
     if (watch_malloc && err == cudaSuccess) {
         watch_malloc = false;
-        hold_after_unlock = true;
+        unlock_hold_arm(1);
     }
     return err;
-}
-
-int pthread_mutex_unlock(pthread_mutex_t *m)
-{
-    static int (*real)(pthread_mutex_t *);
-    if (!real)
-        *(void **)&real = dlsym(RTLD_NEXT, "pthread_mutex_unlock");
-    int rc = real(m);
-    if (hold_after_unlock && m != &hold.mu) {
-        hold_after_unlock = false;
-        pthread_mutex_lock(&hold.mu);
-        hold.held = true;
-        pthread_cond_broadcast(&hold.cv);
-        while (!hold.proceed)
-            pthread_cond_wait(&hold.cv, &hold.mu);
-        real(&hold.mu);
-    }
-    return rc;
-}
-
-static void let_go(void)
-{
-    pthread_mutex_lock(&hold.mu);
-    hold.proceed = true;
-    pthread_cond_broadcast(&hold.cv);
-    pthread_mutex_unlock(&hold.mu);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    let_go(); /* a failed assertion left the allocating thread held */
+    unlock_hold_let_go(); /* a failed assertion left the allocating thread held */
     return destroy_tracked_runtimes() ? -1 : 0;
 }
 
@@ -84,7 +48,8 @@ static void *alloc_held_after_grow(void *arg)
     grow_arg *a = arg;
     watch_malloc = true;
     a->rc = sp_alloc(a->pool, &a->p, a->bytes, a->s);
-    watch_malloc = hold_after_unlock = false;
+    watch_malloc = false;
+    unlock_hold_arm(0);
     return NULL;
 }
 
@@ -125,20 +90,17 @@ static void read_while_growing(size_t bytes, uint64_t active, uint64_t held)
     cudaStream_t s = new_stream();
 
     grow_arg a = {pool, s, bytes, NULL, -1};
-    hold.held = hold.proceed = false;
+    unlock_hold_reset();
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, alloc_held_after_grow, &a), 0);
-    pthread_mutex_lock(&hold.mu);
-    while (!hold.held)
-        pthread_cond_wait(&hold.cv, &hold.mu);
-    pthread_mutex_unlock(&hold.mu); /* not armed in this thread: the real unlock */
+    unlock_hold_wait();
 
     /* the driver granted the allocation and the block is carved: both are counted, or neither */
     sp_stats during = stats_of(pool), rt_during = runtime_stats_of(rt);
     assert_one_block(&during, bytes, active, held);
     assert_one_block(&rt_during, bytes, active, held);
 
-    let_go();
+    unlock_hold_let_go();
     assert_int_equal(pthread_join(t, NULL), 0);
     SP(a.rc);
     sp_stats after = stats_of(pool), rt_after = runtime_stats_of(rt);

@@ -4,35 +4,10 @@
  * pthread_mutex_unlock: with the fix, the pool's lock once the cache is detached and its
  * figures moved; before it, the same lock when the cache had left the pool's list and its
  * figures had not moved yet). The test thread reads the stats meanwhile, then lets it go. */
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "support/sp_test_support.h"
-
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool held, proceed;
-} hold = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
-static _Thread_local int hold_after_unlocks; /* armed in the releasing thread only */
-static int (*real_unlock)(pthread_mutex_t *);
-
-int pthread_mutex_unlock(pthread_mutex_t *m)
-{
-    if (!real_unlock)
-        *(void **)&real_unlock = dlsym(RTLD_NEXT, "pthread_mutex_unlock");
-    int rc = real_unlock(m);
-    if (hold_after_unlocks > 0 && m != &hold.mu && --hold_after_unlocks == 0) {
-        pthread_mutex_lock(&hold.mu);
-        hold.held = true;
-        pthread_cond_broadcast(&hold.cv);
-        while (!hold.proceed)
-            pthread_cond_wait(&hold.cv, &hold.mu);
-        real_unlock(&hold.mu);
-    }
-    return rc;
-}
+#include "support/unlock_hold.h"
 
 typedef struct {
     sp_runtime *rt;
@@ -43,24 +18,16 @@ typedef struct {
 static void *release_held(void *p)
 {
     release_arg *a = p;
-    hold_after_unlocks = 1;
+    unlock_hold_arm(1);
     a->rc = sp_stream_release(a->rt, a->s);
-    hold_after_unlocks = 0;
+    unlock_hold_arm(0);
     return NULL;
-}
-
-static void let_go(void)
-{
-    pthread_mutex_lock(&hold.mu);
-    hold.proceed = true;
-    pthread_cond_broadcast(&hold.cv);
-    pthread_mutex_unlock(&hold.mu);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    let_go(); /* a failed assertion left the release held, with the runtime's lock */
+    unlock_hold_let_go(); /* a failed assertion left the release held, with the runtime's lock */
     return destroy_tracked_runtimes() ? -1 : 0;
 }
 
@@ -86,13 +53,10 @@ static void stats_during_release_count_every_pair(void **state)
     assert_int_equal(before.released_streams, 0);
 
     release_arg a = {rt, s, -1};
-    hold.held = hold.proceed = false;
+    unlock_hold_reset();
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, release_held, &a), 0);
-    pthread_mutex_lock(&hold.mu);
-    while (!hold.held)
-        pthread_cond_wait(&hold.cv, &hold.mu);
-    pthread_mutex_unlock(&hold.mu); /* not armed in this thread: the real unlock */
+    unlock_hold_wait();
 
     sp_stats during = stats_of(pool); /* the release is held inside sp_stream_release */
     assert_int_equal(during.allocs, 10);
@@ -101,7 +65,7 @@ static void stats_during_release_count_every_pair(void **state)
     assert_int_equal(during.requested.total, 2560);
     assert_int_equal(during.streams + during.released_streams, 1);
 
-    let_go();
+    unlock_hold_let_go();
     assert_int_equal(pthread_join(t, NULL), 0);
     SP(a.rc);
     sp_stats after = stats_of(pool);
