@@ -409,6 +409,7 @@ static void end_declared_capture(fixture *f, cudaStream_t s)
 typedef struct {
     sp_pool *pool;
     cudaStream_t stream;
+    size_t n;
     void *ptr;
     int rc;
 } miss_arg;
@@ -416,7 +417,7 @@ typedef struct {
 static void *miss_thread(void *arg)
 {
     miss_arg *m = arg;
-    m->rc = sp_alloc(m->pool, &m->ptr, 4 * MiB, m->stream);
+    m->rc = sp_alloc(m->pool, &m->ptr, m->n, m->stream);
     return NULL;
 }
 
@@ -431,7 +432,7 @@ static void capture_declared_during_a_query_waits_for_it(void **state)
     gate_hold(g, a);
     SP(sp_free(pool, x, a)); /* pending behind the gate: b's miss asks about a */
     hold_arm(a);
-    miss_arg m = {pool, b, NULL, -1};
+    miss_arg m = {pool, b, 4 * MiB, NULL, -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread, &m), 0);
     hold_wait_arrival();
@@ -602,7 +603,7 @@ static void declared_capture_survives_always_checks_before_it_begins(void **stat
     f->declared = a, f->is_declared = true;
     SP(sp_free(pool, small, a)); /* asks cudaStreamIsCapturing: not yet */
     hold_arm(a);
-    miss_arg m = {pool, b, NULL, -1};
+    miss_arg m = {pool, b, 4 * MiB, NULL, -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread_reporting, &m), 0);
     pthread_mutex_lock(&held_query.mu); /* held in a query of a, or done without one */
@@ -644,7 +645,7 @@ static void declared_blocking_capture_keeps_always_checks_off_the_legacy_stream(
     f->declared = blocking, f->is_declared = true;
     hold_arm(NULL);
     held_query.query_armed = true; /* the legacy stream's query */
-    miss_arg m = {pool, b, NULL, -1};
+    miss_arg m = {pool, b, 4 * MiB, NULL, -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread_reporting, &m), 0);
     pthread_mutex_lock(&held_query.mu); /* held in a query of it, or done without one */
@@ -674,21 +675,6 @@ static void declared_blocking_capture_keeps_always_checks_off_the_legacy_stream(
  * fails and invalidates the capture (PyTorch's allocator and NCCL watchdog query in relaxed
  * mode for this reason). The miss must still learn the fence is complete, and the capture must
  * stay valid. */
-typedef struct {
-    sp_pool *pool;
-    cudaStream_t stream;
-    size_t n;
-    void *p;
-    int rc;
-} alloc_job;
-
-static void *alloc_job_run(void *arg)
-{
-    alloc_job *j = arg;
-    j->rc = sp_alloc(j->pool, &j->p, j->n, j->stream);
-    return NULL;
-}
-
 static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
 {
     fixture *f = *state;
@@ -711,16 +697,16 @@ static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     f->capturing = s;
     CK(cudaLaunchHostFunc(s, count_fn, &runs));
-    alloc_job j = {pool, t, n, NULL, -1};
+    miss_arg m = {pool, t, n, NULL, -1};
     pthread_t h;
-    assert_int_equal(pthread_create(&h, NULL, alloc_job_run, &j), 0);
+    assert_int_equal(pthread_create(&h, NULL, miss_thread, &m), 0);
     assert_int_equal(pthread_join(h, NULL), 0);
-    SP(j.rc);
-    assert_ptr_equal(j.p, pu); /* u's range: the miss queried u's fence and found it complete */
+    SP(m.rc);
+    assert_ptr_equal(m.ptr, pu); /* u's range: the miss queried u's fence and found it complete */
     end_and_replay(f, s, &runs); /* the capture stayed valid */
     SP(sp_stream_capture_end(f->rt, s));
     f->is_declared = false;
-    SP(sp_free(pool, j.p, t));
+    SP(sp_free(pool, m.ptr, t));
     SP(sp_free(pool, pt, t));
     assert_exact(pool);
     drop_stream(f->rt, s);
