@@ -250,7 +250,8 @@ int bench_hotpath(const hotpath_options *o, bench_results *r)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
             r->hotpath[r->n_hotpath++] = measure_cell(pool, streams, threads, sizes[i], o);
             const hotpath_row *row = &r->hotpath[r->n_hotpath - 1];
-            fprintf(stderr, "  hotpath: %9zu B x%d  %7.1f ns  (malloc %7.1f ns)  %.3gx [%.3g-%.3g]\n",
+            fprintf(stderr,
+                    "  hotpath: %9zu B x%d  %7.1f ns  (malloc %7.1f ns)  %.3gx [%.3g-%.3g]\n",
                     row->size, threads, row->ns_per_pair, row->malloc_ns_per_pair,
                     row->ratio_median, row->ratio_min, row->ratio_max);
         }

@@ -161,7 +161,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
             atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
             return SP_ERR_NO_HOST_MEMORY;
         }
-        if (sp_unlikely(sp__capture_possible(pool->rt)) && sp__cache_capturing(c, &capturing) != SP_OK)
+        if (sp_unlikely(sp__capture_possible(pool->rt)) &&
+            sp__cache_capturing(c, &capturing) != SP_OK)
             capturing = true; /* unknown: the careful choice */
         /* asked before the spin lock: under SP_CAPTURE_ALWAYS it is a CUDA call */
         touch = b->cls == SP_CLASS_COUNT && !capturing && b->seg->huge &&

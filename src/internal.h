@@ -774,8 +774,8 @@ void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
 void sp__set_cuda_error(int cuda_error);
 
 /* This thread's last CUDA error. Every public call that can reach CUDA clears it on entry (one
- * line, early in the function), so that it only ever describes the call that just returned. initial-exec: the hot
- * path reads it without a __tls_get_addr call. */
+ * line, early in the function), so that it only ever describes the call that just returned.
+ * initial-exec: the hot path reads it without a __tls_get_addr call. */
 extern _Thread_local int sp__cuda_error __attribute__((tls_model("initial-exec")));
 
 static inline void sp__cuda_error_clear(void)
