@@ -61,7 +61,9 @@ SP_API const char *sp_version_string(void);
     X(NOT_SUPPORTED, -13, "not supported by this device or runtime")                            \
     X(CONFIG, -14, "invalid configuration")                                                    \
     X(NO_DEVICE, -15, "no CUDA device with that number")                                       \
-    X(IO, -16, "a file could not be written")
+    X(IO, -16, "a file could not be written")                                                 \
+    X(REQUEST_ENDED, -17, "the request has already ended")                                    \
+    X(NO_REQUEST, -18, "no such request")
 
 enum {
 #define SP_STATUS_ENUM(name, value, text) SP_ERR_##name = (value),
@@ -157,6 +159,57 @@ SP_API int sp_stream_release(sp_runtime *rt, cudaStream_t stream);
  * streams go on as usual, their hot path without a lock. */
 SP_API int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream);
 SP_API int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream);
+
+/* ---- requests ----
+ * A request scope gathers the allocations a server makes for one request on (pool, stream):
+ *
+ *     sp_request req;
+ *     sp_request_begin(pool, stream, "chat-42", &req);
+ *     sp_request_alloc(pool, req, &kv, bytes);        ...kernels on stream...
+ *     sp_free(pool, kv, stream);                       (optional: the end frees what is left)
+ *     cudaStreamSynchronize(stream);                   (optional: then say so at the end)
+ *     sp_request_end(pool, req, SP_REQUEST_SYNCHRONIZED, &figures);
+ *
+ * At its end, every allocation of the request still live is freed on the request's stream (a
+ * cancelled or failed request leaks nothing), and the request's frees are settled for other
+ * streams at a constant cost: one fence recorded behind all of them (none if one already covers
+ * them), or, with SP_REQUEST_SYNCHRONIZED, no CUDA call at all. A request is an id, never
+ * reused: ending it twice or allocating into it after its end gives SP_ERR_REQUEST_ENDED, a
+ * request of another pool SP_ERR_WRONG_POOL, an id no pool gave SP_ERR_NO_REQUEST; each leaves
+ * everything as it was. An allocation of a request may be freed with sp_free (on any stream, in
+ * that stream's order, like any allocation) before the end; it then leaves the request. Do not
+ * free a request's allocation on one thread while another thread ends the request. */
+typedef uint64_t sp_request;              /* 0 is never a request */
+
+/* The end's promise: the host synchronized the request's stream after the last work that used
+ * the request's memory, and every free made on that stream up to sp_request_end (by any thread)
+ * is complete on the device. The end then settles all of the stream's frees with no CUDA call;
+ * a promise that does not hold lets another stream reuse memory still in use. */
+#define SP_REQUEST_SYNCHRONIZED 1u
+
+/* A request's figures, returned by its end. */
+typedef struct sp_request_stats {
+    size_t size;                          /* sizeof(sp_request_stats) */
+    sp_request id;
+    uint64_t allocs;                      /* successful sp_request_alloc calls (size > 0) */
+    uint64_t misses;                      /* of them, not served by the stream's own cache */
+    uint64_t frees;                       /* its allocations freed before the end */
+    uint64_t freed_at_end;                /* its allocations still live at the end, freed there */
+    uint64_t freed_at_end_bytes;          /* requested bytes of those */
+    uint64_t requested_total;             /* bytes asked for by its allocations */
+    uint64_t requested_peak;              /* most bytes of its allocations live at once */
+    uint64_t fences_recorded;             /* by the end: 0 or 1 */
+} sp_request_stats;
+
+/* Opens a request on (pool, stream); label (NULL: none) is copied, at most SP_POOL_NAME_MAX
+ * bytes, for the trace. */
+SP_API int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label,
+                            sp_request *out);
+/* sp_alloc on the request's pool and stream, the allocation counted in the request. */
+SP_API int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes);
+/* Ends the request: frees what it left live, settles its frees (flags: 0 or
+ * SP_REQUEST_SYNCHRONIZED) and fills *out if not NULL (out->size must be set). */
+SP_API int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_stats *out);
 
 /* ---- pools ---- */
 

@@ -7,6 +7,8 @@
 #include "internal.h"
 #include "introspect.h"
 
+_Thread_local uint64_t sp__thread_misses;
+
 static size_t large_size(size_t bytes)
 {
     return sp__round_up(bytes, SP_LARGE_ALIGN);
@@ -141,6 +143,8 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         sp__pool_count(pool, SP_COUNT_bad_frees, 1);
         return rc;
     }
+    if (sp_unlikely(b->req != NULL)) /* an allocation of an open request leaves it */
+        sp__req_forget(b);
     if (sp_unlikely(atomic_load_explicit(&b->state, memory_order_relaxed) == SP_BLOCK_BYPASS)) {
         /* a capture's own allocation: straight back to the driver (rule 24) */
         sp__usage_add(pool, -(int64_t)b->requested, -(int64_t)b->size, 0);
@@ -272,6 +276,7 @@ static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size
                             bool fresh, void **ptr)
 {
     b->requested = bytes;
+    sp__thread_misses++;
     count_miss(pool, b, bytes, fresh);
     sp__note_miss(c, b, bytes);
     atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
@@ -442,6 +447,7 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
     if (rc != SP_OK)
         return rc;
     b->bypass_stream = stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
+    sp__thread_misses++;
     count_miss(pool, b, bytes, true);
     sp__pool_count(pool, SP_COUNT_capture_bypasses, 1);
     *ptr = b->ptr;

@@ -397,3 +397,25 @@ void sp__cache_offer_fence(sp_stream_cache *c)
     }
     pthread_mutex_unlock(&c->fence_lock);
 }
+
+void sp__cache_settle_synchronized(sp_stream_cache *c)
+{
+    pthread_mutex_lock(&c->fence_lock);
+    raise_done(c, atomic_load_explicit(&c->free_epoch, memory_order_acquire));
+    prune_done(c);
+    pthread_mutex_unlock(&c->fence_lock);
+}
+
+bool sp__cache_fence_frees(sp_stream_cache *c)
+{
+    pthread_mutex_lock(&c->fence_lock);
+    uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
+    uint64_t before = c->fence_count;
+    sp_fence *newest = c->fences;
+    bool recorded = false;
+    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now &&
+        !(newest && newest->epoch >= now) && may_touch_stream(c))
+        recorded = covering_fence(c, now, true) != NULL && c->fence_count > before;
+    pthread_mutex_unlock(&c->fence_lock);
+    return recorded;
+}

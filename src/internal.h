@@ -175,6 +175,10 @@ typedef struct sp_block {
     /* a free range: the heap's coalesce that settled it by asking (sp_heap.coalesces), so that
      * the take of the same miss counts a cross-stream reuse; 0 if none */
     uint32_t asked_in;
+    /* request.c: the open request that allocated this live block (NULL: none), and its
+     * neighbours in that request's list (request_list.c) */
+    struct sp_req *req;
+    struct sp_block *req_prev, *req_next;
     struct sp_block *prev, *next; /* in a stream bin or a heap's free bin */
     /* introspect.c: who allocated a live block, and who last freed it (set under that cache's
      * lock, read under the ptrmap shard's lock while the block is live) */
@@ -246,6 +250,12 @@ int sp__cache_final_fence(sp_stream_cache *c);
  * trim (driver_frees) and, if c was released meanwhile, records its final fence behind it. */
 void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on);
 void sp__cache_drop_fences(sp_stream_cache *c);
+/* A request's end with the host's word that c's stream is synchronized past every free made on
+ * it so far: all of them settle, with no CUDA call. */
+void sp__cache_settle_synchronized(sp_stream_cache *c);
+/* A request's end: one fence behind all of c's frees so far, unless they are settled or a fence
+ * covers them already; true if one was recorded. */
+bool sp__cache_fence_frees(sp_stream_cache *c);
 /* The owner thread records a fence behind its frees so far, for another thread that asked
  * (fence_wanted: it could not record one itself on this thread's cudaStreamPerThread) or for
  * the streams whose asks found frees unsettled (fence_interest): a new fence, never a move of
@@ -481,10 +491,48 @@ void sp__ptrmap_remove(sp_ptrmap *m, const void *ptr);
  * removed from the map). */
 int sp__ptrmap_take_for_free(sp_ptrmap *m, const void *ptr, const sp_pool *pool, sp_block **out);
 void sp__ptrmap_free(sp_ptrmap *m);
+/* The block ptr names (NULL if none): for a caller that owns it, such as the allocator that
+ * just handed it out, so that it cannot go away meanwhile. */
+sp_block *sp__ptrmap_find(sp_ptrmap *m, const void *ptr);
 /* Calls fn with ptr's block (NULL if unknown), or with every block, under the shard's lock:
  * fn takes no lock and allocates nothing (introspect.c). */
 void sp__ptrmap_visit(sp_ptrmap *m, const void *ptr, void (*fn)(sp_block *, void *), void *arg);
 void sp__ptrmap_each(sp_ptrmap *m, void (*fn)(sp_block *, void *), void *arg);
+
+/* ---- requests (request.c) and their block lists (request_list.c) ---- */
+
+#define SP_REQ_BUCKETS 64
+/* A request id is its pool's id in the high bits and a sequence number below: ids are never
+ * reused, so an id that the pool gave but no longer holds is an ended request. */
+#define SP_REQ_SEQ_BITS 40
+
+typedef struct sp_req {
+    /* its block list and figures: a leaf spin lock, nothing taken under it. The owner's
+     * allocations and any thread's sp_free of one of its blocks take it. */
+    sp_spin lock;
+    sp_request id;
+    sp_pool *pool;
+    cudaStream_t stream;
+    sp_block *blocks;          /* live allocations, newest first */
+    uint64_t live_requested;
+    sp_request_stats st;
+    char label[SP_POOL_NAME_MAX + 1];
+    struct sp_req *next;       /* in its pool's table */
+} sp_req;
+
+/* Adds live block b (allocated for r) to r's list and figures. */
+void sp__req_link(sp_req *r, sp_block *b);
+/* b is being freed: it leaves its request, if any (b->req), counted as a free before the end. */
+void sp__req_forget(sp_block *b);
+/* Empties r's list onto an array of at most `cap` pointers (each block leaves the request, as
+ * freed at the end); returns how many, with their requested bytes added to *bytes. */
+size_t sp__req_take(sp_req *r, void **ptrs, size_t cap, uint64_t *bytes);
+
+/* Successful allocations of this thread not served by its stream's own cache (alloc.c): how a
+ * request counts its misses. */
+extern _Thread_local uint64_t sp__thread_misses;
+/* Frees the pool's open requests' structures, at its destroy (request.c). */
+void sp__requests_free(sp_pool *pool);
 
 /* ---- pools (pool.c) ---- */
 
@@ -546,6 +594,10 @@ struct sp_pool {
     /* the cache limit: one thread gives back at a time, and a pass that left the cache over the
      * limit (pending frees) is not repeated until the cache grew by a slab or a miss came */
     atomic_flag limit_busy;
+    /* open requests (request.c), under `lock`: a small table by id, and the next id's
+     * sequence number */
+    struct sp_req *requests[SP_REQ_BUCKETS];
+    uint64_t request_seq;
     atomic_uint_least64_t limit_stuck;
     sp_pool *next;
 };
@@ -751,6 +803,9 @@ int sp__trace_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream
 int sp__trace_free(sp_pool *pool, void *ptr, cudaStream_t stream);
 /* An instant event for sp_pool_trim (only when a trace is on). */
 void sp__trace_trim(sp_pool *pool);
+/* An instant event for a request's end: its id and peak requested bytes (only when a trace is
+ * on). */
+void sp__trace_request(sp_pool *pool, sp_request id, cudaStream_t stream, uint64_t peak);
 /* Starts the trace SP_ALLOC_CONF's trace:FILE asks for (a warning on stderr if it cannot). */
 void sp__trace_autostart(sp_runtime *rt);
 /* Stops a trace still on (writing its files) and frees the trace's memory. */

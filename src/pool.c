@@ -574,6 +574,7 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
 int sp__pool_free(sp_pool *pool)
 {
     int err = SP_OK;
+    sp__requests_free(pool); /* open ones without live allocations (live ones make it busy) */
     /* blocks kept aside by a capture that was never declared over */
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)

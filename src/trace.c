@@ -20,10 +20,11 @@
 atomic_int sp__tracing;
 _Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));
 
-enum { EV_ALLOC, EV_FREE, EV_OOM, EV_LIMIT, EV_RECLAIM, EV_TRIM };
+enum { EV_ALLOC, EV_FREE, EV_OOM, EV_LIMIT, EV_RECLAIM, EV_TRIM, EV_REQUEST };
 enum { OUT_HIT, OUT_STEAL, OUT_FRESH, OUT_WAIT, OUT_FAIL };
 static const char *const outcome_name[] = {"hit", "steal", "fresh", "wait", "fail"};
-static const char *const instant_name[] = {"alloc", "free", "oom", "limit", "reclaim", "trim"};
+static const char *const instant_name[] = {"alloc", "free", "oom", "limit", "reclaim", "trim",
+                                             "request end"};
 
 #define CHUNK_EVENTS 4096
 #define MAX_CHUNKS (SP_TRACE_THREAD_EVENTS / CHUNK_EVENTS)
@@ -255,6 +256,13 @@ void sp__trace_trim(sp_pool *pool)
         record(t, pool, EV_TRIM, OUT_HIT, SP_OK, NULL, 0, NULL);
 }
 
+void sp__trace_request(sp_pool *pool, sp_request id, cudaStream_t stream, uint64_t peak)
+{
+    struct sp_trace *t = active(pool);
+    if (t) /* the id in the pointer's place, its peak bytes in the size's */
+        record(t, pool, EV_REQUEST, OUT_HIT, SP_OK, (void *)(uintptr_t)id, peak, stream);
+}
+
 /* ---- start and stop ---- */
 
 int sp_runtime_trace_start(sp_runtime *rt, const char *path)
@@ -471,6 +479,8 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
                 (unsigned long long)e->ptr, (unsigned long long)e->size,
                 (unsigned long long)e->stream,
                 e->kind == EV_FREE ? "free" : outcome_name[e->outcome], sp_status_name(e->status));
+        if (e->kind == EV_REQUEST) /* the request's id, also in "ptr"; "size": its peak */
+            fprintf(json, ",\"request\":%llu", (unsigned long long)e->ptr);
         if (label[0]) {
             fputs(",\"stream_name\":", json);
             json_name(json, label);

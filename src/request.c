@@ -1,0 +1,152 @@
+/* Request scopes: the allocations a server makes for one request on (pool, stream), freed at
+ * the request's end if still live, with the request's frees settled for other streams at a
+ * constant cost there (one fence, or none when the server says it synchronized the stream).
+ * A request is an id in its pool's table (under pool->lock, taken only to begin and end),
+ * never reused, so that misuse of an ended one is told apart and changes nothing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static sp_req **bucket(sp_pool *pool, sp_request id)
+{
+    return &pool->requests[(id * 0x9E3779B97F4A7C15ull) >> 58 & (SP_REQ_BUCKETS - 1)];
+}
+
+static uint64_t pool_tag(const sp_pool *pool)
+{
+    return pool->id & ((1ull << (64 - SP_REQ_SEQ_BITS)) - 1);
+}
+
+/* The open request `id` of pool (pool->lock held), or why not: SP_ERR_WRONG_POOL for an id
+ * another pool gave, SP_ERR_REQUEST_ENDED for one this pool gave and ended, SP_ERR_NO_REQUEST
+ * for any other. With `detach`, it leaves the table. */
+static int find_locked(sp_pool *pool, sp_request id, bool detach, sp_req **out)
+{
+    if (id == 0)
+        return SP_ERR_NO_REQUEST;
+    for (sp_req **p = bucket(pool, id); *p; p = &(*p)->next)
+        if ((*p)->id == id) {
+            *out = *p;
+            if (detach)
+                *p = (*p)->next;
+            return SP_OK;
+        }
+    if (id >> SP_REQ_SEQ_BITS != pool_tag(pool))
+        return SP_ERR_WRONG_POOL;
+    uint64_t seq = id & ((1ull << SP_REQ_SEQ_BITS) - 1);
+    return seq >= 1 && seq <= pool->request_seq ? SP_ERR_REQUEST_ENDED : SP_ERR_NO_REQUEST;
+}
+
+int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label, sp_request *out)
+{
+    if (!pool || !out)
+        return SP_ERR_INVALID;
+    size_t len = label ? strnlen(label, SP_POOL_NAME_MAX + 1) : 0;
+    if (len > SP_POOL_NAME_MAX || (len && sp__pool_name_check(label) != SP_OK))
+        return SP_ERR_INVALID;
+    sp_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return SP_ERR_NO_HOST_MEMORY;
+    r->pool = pool;
+    r->stream = stream;
+    if (len)
+        memcpy(r->label, label, len);
+    r->st.size = sizeof r->st;
+    pthread_mutex_lock(&pool->lock);
+    if (pool->request_seq + 1 >= 1ull << SP_REQ_SEQ_BITS) {
+        pthread_mutex_unlock(&pool->lock);
+        free(r);
+        return SP_ERR_NO_REQUEST; /* 2^40 requests in one pool: no id is left to give */
+    }
+    r->id = pool_tag(pool) << SP_REQ_SEQ_BITS | ++pool->request_seq;
+    r->st.id = r->id;
+    sp_req **b = bucket(pool, r->id);
+    r->next = *b;
+    *b = r;
+    pthread_mutex_unlock(&pool->lock);
+    *out = r->id;
+    return SP_OK;
+}
+
+int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
+{
+    if (!pool || !ptr)
+        return SP_ERR_INVALID;
+    pthread_mutex_lock(&pool->lock);
+    sp_req *r = NULL;
+    int rc = find_locked(pool, req, false, &r);
+    pthread_mutex_unlock(&pool->lock);
+    /* r stays valid: only its end frees it, and allocating into a request while another thread
+     * ends it is the caller's race, like a free racing with its own double */
+    if (rc != SP_OK)
+        return rc;
+    uint64_t misses = sp__thread_misses;
+    rc = sp_alloc(pool, ptr, bytes, r->stream);
+    if (rc != SP_OK || !*ptr)
+        return rc;
+    sp_block *b = sp__ptrmap_find(&pool->rt->ptrmap, *ptr);
+    sp__req_link(r, b);
+    if (sp__thread_misses != misses) {
+        sp_spin_lock(&r->lock);
+        r->st.misses++;
+        sp_spin_unlock(&r->lock);
+    }
+    return SP_OK;
+}
+
+int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_stats *out)
+{
+    if (!pool || (flags & ~SP_REQUEST_SYNCHRONIZED) ||
+        (out && out->size < sizeof(sp_request_stats)))
+        return SP_ERR_INVALID;
+    sp__cuda_error_clear();
+    pthread_mutex_lock(&pool->lock);
+    sp_req *r = NULL;
+    int rc = find_locked(pool, req, true, &r);
+    pthread_mutex_unlock(&pool->lock);
+    if (rc != SP_OK)
+        return rc;
+    /* what is still live goes back on the request's stream, in its order */
+    void *ptrs[64];
+    size_t n;
+    while ((n = sp__req_take(r, ptrs, sizeof ptrs / sizeof *ptrs, &r->st.freed_at_end_bytes))) {
+        for (size_t i = 0; i < n; i++) {
+            int frc = sp_free(pool, ptrs[i], r->stream);
+            if (frc == SP_OK)
+                r->st.freed_at_end++;
+            else if (rc == SP_OK)
+                rc = frc;
+        }
+    }
+    sp_stream_cache *c = sp__cache_get(pool, sp__stream_key(r->stream));
+    bool capturing = false;
+    if (c && sp__capture_possible(pool->rt) && sp__cache_capturing(c, &capturing) != SP_OK)
+        capturing = true;
+    if (c && !capturing) {
+        if (flags & SP_REQUEST_SYNCHRONIZED)
+            sp__cache_settle_synchronized(c);
+        else if (sp__cache_fence_frees(c)) {
+            r->st.fences_recorded = 1;
+            sp__pool_count(pool, SP_COUNT_fences_recorded, 1);
+        }
+    }
+    sp__trace_request(pool, r->id, r->stream, r->st.requested_peak);
+    if (out) {
+        size_t size = out->size;
+        memcpy(out, &r->st, sizeof r->st);
+        out->size = size;
+    }
+    free(r);
+    return rc;
+}
+
+void sp__requests_free(sp_pool *pool)
+{
+    for (size_t i = 0; i < SP_REQ_BUCKETS; i++)
+        while (pool->requests[i]) {
+            sp_req *r = pool->requests[i];
+            pool->requests[i] = r->next;
+            free(r);
+        }
+}

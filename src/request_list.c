@@ -1,0 +1,57 @@
+/* The live blocks of a request: a list per request under its spin lock, kept apart from
+ * request.c so that sp_free (alloc.c), which must drop a freed block from its request, calls
+ * down into a leaf instead of up into the request API. */
+#include "internal.h"
+
+void sp__req_link(sp_req *r, sp_block *b)
+{
+    sp_spin_lock(&r->lock);
+    b->req = r;
+    b->req_prev = NULL;
+    b->req_next = r->blocks;
+    if (r->blocks)
+        r->blocks->req_prev = b;
+    r->blocks = b;
+    r->live_requested += b->requested;
+    r->st.allocs++;
+    r->st.requested_total += b->requested;
+    if (r->live_requested > r->st.requested_peak)
+        r->st.requested_peak = r->live_requested;
+    sp_spin_unlock(&r->lock);
+}
+
+static void unlink_locked(sp_req *r, sp_block *b)
+{
+    if (b->req_prev)
+        b->req_prev->req_next = b->req_next;
+    else
+        r->blocks = b->req_next;
+    if (b->req_next)
+        b->req_next->req_prev = b->req_prev;
+    b->req = NULL;
+    b->req_prev = b->req_next = NULL;
+    r->live_requested -= b->requested;
+}
+
+void sp__req_forget(sp_block *b)
+{
+    sp_req *r = b->req;
+    sp_spin_lock(&r->lock);
+    unlink_locked(r, b);
+    r->st.frees++;
+    sp_spin_unlock(&r->lock);
+}
+
+size_t sp__req_take(sp_req *r, void **ptrs, size_t cap, uint64_t *bytes)
+{
+    size_t n = 0;
+    sp_spin_lock(&r->lock);
+    while (r->blocks && n < cap) {
+        sp_block *b = r->blocks;
+        ptrs[n++] = b->ptr;
+        *bytes += b->requested;
+        unlink_locked(r, b);
+    }
+    sp_spin_unlock(&r->lock);
+    return n;
+}
