@@ -130,8 +130,9 @@ static inline void sp_spin_unlock(sp_spin *l)
 #define SP_FIT_CLASSES 4
 
 /* A miss looks for a fenced block in at most this many other streams' caches (newest first),
- * asking the driver (stream query, fence record or query) about at most SP_STEAL_ASKS of them;
- * a segment scan asks about at most SP_STEAL_ASKS free ranges. */
+ * taking first what is known settled (no CUDA call), and asks the driver (stream query, fence
+ * record or query) about at most SP_STEAL_ASKS of them; a segment scan asks about at most
+ * SP_STEAL_ASKS free ranges, and only once no range known usable fits. */
 #define SP_STEAL_PROBES 64
 #define SP_STEAL_ASKS 8
 /* An unanswered ask about a stream fences its next SP_FENCE_INTEREST large frees (one event,

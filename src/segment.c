@@ -235,10 +235,17 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
      * own size in whole pages, what a new segment for it would be), never a piece: huge
      * segments stay whole, so a free one can always go back to the driver, which remaps its
      * pages for any size (CUDA-SEMANTICS 13a) better than a split could */
-    if (size <= SP_MEDIUM_MAX)
-        return take_fit(h, size, SIZE_MAX, me, stream, mode, ab);
-    size_t most = size + size / SP_HUGE_SLACK, paged = sp__round_up(size, SP_DRIVER_GRANULARITY);
-    return take_fit(h, size, most > paged ? most : paged, me, stream, mode, ab);
+    size_t most = SIZE_MAX;
+    if (size > SP_MEDIUM_MAX) {
+        size_t slack = size + size / SP_HUGE_SLACK;
+        size_t paged = sp__round_up(size, SP_DRIVER_GRANULARITY);
+        most = slack > paged ? slack : paged;
+    }
+    /* the best fit among the ranges known usable first, with no CUDA call; only if there is
+     * none, a pending range, asking about its stream within the miss's budget (one ask): a miss
+     * never walks the index asking stream after stream */
+    sp_block *b = take_fit(h, size, most, me, stream, SP_TAKE_KNOWN, ab);
+    return b || mode == SP_TAKE_KNOWN ? b : take_fit(h, size, most, me, stream, mode, ab);
 }
 
 void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budget *ab)
