@@ -254,7 +254,9 @@ int bench_replay(const char *path, const replay_options *o, bench_results *r);
 
 /* ---- synthetic logs (genlog.c) ---- */
 
-typedef enum { SHAPE_SERVING, SHAPE_TRAINING, SHAPE_LLM, SHAPE_TENANTS, SHAPE_COUNT } log_shape;
+typedef enum {
+    SHAPE_SERVING, SHAPE_TRAINING, SHAPE_LLM, SHAPE_TENANTS, SHAPE_FORWARD, SHAPE_COUNT
+} log_shape;
 
 typedef struct {
     log_shape shape;
@@ -262,7 +264,7 @@ typedef struct {
     /* serving and tenants */
     long requests;               /* serving: requests; tenants: per tenant */
     int streams;                 /* serving: streams; tenants: per tenant */
-    /* training */
+    /* training and forward */
     int layers, hidden, batch, seq, steps;
     /* llm */
     long llm_requests;

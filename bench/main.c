@@ -5,7 +5,8 @@
  *   sp-bench hotpath [--seconds X] [--repeat R] [--quick]
  *   sp-bench replay  LOG [--max-streams N] [--allocators LIST] [--capacity BYTES] [--repeat R]
  *                    [--no-capacity] [--workload NAME]
- *   sp-bench gen-log FILE [--shape serving|training|llm|tenants] [shape options] [--seed S]
+ *   sp-bench gen-log FILE [--shape serving|training|forward|llm|tenants] [shape options]
+ *                    [--seed S]
  *   sp-bench all     [--quick] [--log-dir DIR]  serve, hotpath, replay of every shape
  * Every command takes --json FILE and --plot FILE.svg. */
 #include <stdio.h>
@@ -35,10 +36,11 @@ static void usage(void)
             "           --repeat 3 (runs per allocator, and clean runs a capacity needs)\n"
             "           --capacity BYTES (K/M/G: one run per allocator at that device capacity)\n"
             "           --no-capacity (skip the capacity search) --workload NAME (row label)\n"
-            "  gen-log: --shape serving|training|llm|tenants (default serving) --seed 1\n"
+            "  gen-log: --shape serving|training|forward|llm|tenants (default serving) --seed 1\n"
             "           serving:  --requests 2000 --streams 8\n"
             "           training: --layers 12 --hidden 1024 --batch 8 --seq 1024 --steps 3\n"
-
+            "           forward:  training's options; forward only (activations kept to the\n"
+            "                     step's end, no backward, no optimizer)\n"
             "           llm:      --requests 256 --max-batch 32 --block-tokens 16 (0: whole-\n"
             "                     sequence buffers) --max-prompt 2048 --max-output 1024\n"
             "           tenants:  --tenants 4 --requests 500 (per tenant) --streams 2 (per\n"

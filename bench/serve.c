@@ -73,7 +73,7 @@ typedef struct serve_variant {
  *     {"streampool (requests)", "streampool-requests", ALLOC_STREAMPOOL,
  *      .request_begin = scope_begin, .request_end = scope_end},
  * with scope_begin calling sp_request_begin(a->pool, s, ...) and scope_end sp_request_end.
- * README's benchmark section and tests/test_bench_cli.py's ALLOCATORS list the rows. */
+ * README's benchmark section and tests/test_bench_cli.py's SERVE_ROWS list the rows. */
 static const serve_variant variants[] = {
     {"cudaMalloc", "cudaMalloc", ALLOC_CUDA_MALLOC, false, NULL, NULL},
     {"cudaMallocAsync", "cudaMallocAsync", ALLOC_ASYNC_DEFAULT, false, NULL, NULL},
