@@ -55,8 +55,8 @@ static const char *const api_heads[API_COUNT][2] = {
 
 static void serve_calls_table(const bench_results *r)
 {
-    printf("\nserve: CUDA calls per request by API, made by the allocator (the benchmark's own work,"
-           " waits and queries left out),\nof the repeat with the median total; misses: "
+    printf("\nserve: CUDA calls per request by API, made by the allocator (the benchmark's own "
+           "work, waits and queries left out),\nof the repeat with the median total; misses: "
            "allocations no cache hit served; queries/miss: cudaEventQuery per miss\n");
     for (int line = 0; line < 2; line++) {
         printf("%-31s %3s", line ? "" : "allocator", line ? "" : "str");

@@ -237,9 +237,11 @@ static long long misses_so_far(bench_alloc *a)
 static int preallocate(stream_worker *w)
 {
     int k = w->o->buffers > 64 ? 64 : w->o->buffers;
-    for (int i = 0; i < k; i++)
-        if (bench_alloc_alloc(w->alloc, &w->prealloc[i], bench_request_buffer_max(i), w->stream) != 0)
+    for (int i = 0; i < k; i++) {
+        size_t n = bench_request_buffer_max(i);
+        if (bench_alloc_alloc(w->alloc, &w->prealloc[i], n, w->stream) != 0)
             return -1;
+    }
     return 0;
 }
 

@@ -45,7 +45,8 @@ SERVE_ROWS = ALLOCATORS + ["preallocated"]
 APIS = ["driver_alloc", "driver_free", "cudaEventRecord", "cudaEventQuery", "cudaStreamWaitEvent",
         "cudaEventSynchronize", "cudaStreamQuery", "cudaStreamSynchronize", "other"]
 SHAPES = ["serving", "training", "llm", "tenants", "forward"]
-SMALL_TRAINING = ["--layers", "2", "--hidden", "256", "--batch", "2", "--seq", "256", "--steps", "2"]
+SMALL_TRAINING = ["--layers", "2", "--hidden", "256", "--batch", "2", "--seq", "256",
+                  "--steps", "2"]
 SMALL = {"serving": ["--requests", "100", "--streams", "4"],
          "training": SMALL_TRAINING,
          "forward": SMALL_TRAINING,
