@@ -59,27 +59,35 @@ typedef struct serve_variant {
      * while measured. Its requests/s is what the benchmark's own work allows; its peak reserved
      * is the price of never sharing memory. */
     bool preallocated;
-    /* A request scope around each request, for a row that uses one: begin before the request's
-     * first allocation, end once its frees are enqueued and before the wait for the stream.
-     * NULL for rows without; a non-zero return counts as a failed call. */
-    int (*request_begin)(bench_alloc *a, cudaStream_t s, void **scope);
-    int (*request_end)(bench_alloc *a, cudaStream_t s, void *scope);
+    /* A request scope around each request, for a row that uses one (all three set, or none):
+     * begin before the request's first allocation, its buffers allocated into the request,
+     * end after the wait for the stream (so a row may promise that the host synchronized it).
+     * The buffers are still freed one by one before the wait. NULL for rows without; a
+     * non-zero return counts as a failed call. */
+    int (*request_begin)(bench_alloc *a, cudaStream_t s, uint64_t *req);
+    int (*request_alloc)(bench_alloc *a, uint64_t req, void **p, size_t n);
+    int (*request_end)(bench_alloc *a, uint64_t req);
 } serve_variant;
 
 /* One row per entry, in table order; a new row is an entry here (and its hooks).
  *
  * HOOK (issue 19, part 4): the `streampool (requests)` row belongs right after `streampool`,
- * once include/streampool.h declares sp_request_begin and sp_request_end (it does not yet):
- *     {"streampool (requests)", "streampool-requests", ALLOC_STREAMPOOL,
- *      .request_begin = scope_begin, .request_end = scope_end},
- * with scope_begin calling sp_request_begin(a->pool, s, ...) and scope_end sp_request_end.
- * README's benchmark section and tests/test_bench_cli.py's SERVE_ROWS list the rows. */
+ * once include/streampool.h declares request scopes (sp_request_begin, sp_request_alloc,
+ * sp_request_end; not in this branch's header yet):
+ *     {"streampool (requests)", "streampool-requests", ALLOC_STREAMPOOL, false,
+ *      scope_begin, scope_alloc, scope_end},
+ * where scope_begin calls sp_request_begin(a->pool, s, NULL, req), scope_alloc
+ * sp_request_alloc(a->pool, req, p, n) and scope_end sp_request_end(a->pool, req,
+ * SP_REQUEST_SYNCHRONIZED, NULL) (serve waits for the stream before the end), each mapped to
+ * 0 / -1 as bench_alloc_alloc does. README's benchmark section and tests/test_bench_cli.py's
+ * SERVE_ROWS list the rows. */
 static const serve_variant variants[] = {
-    {"cudaMalloc", "cudaMalloc", ALLOC_CUDA_MALLOC, false, NULL, NULL},
-    {"cudaMallocAsync", "cudaMallocAsync", ALLOC_ASYNC_DEFAULT, false, NULL, NULL},
-    {"cudaMallocAsync (threshold max)", "cudaMallocAsync-max", ALLOC_ASYNC_KEEP, false, NULL, NULL},
-    {"streampool", "streampool", ALLOC_STREAMPOOL, false, NULL, NULL},
-    {SERVE_PREALLOCATED, "preallocated", ALLOC_CUDA_MALLOC, true, NULL, NULL},
+    {"cudaMalloc", "cudaMalloc", ALLOC_CUDA_MALLOC, false, NULL, NULL, NULL},
+    {"cudaMallocAsync", "cudaMallocAsync", ALLOC_ASYNC_DEFAULT, false, NULL, NULL, NULL},
+    {"cudaMallocAsync (threshold max)", "cudaMallocAsync-max", ALLOC_ASYNC_KEEP, false, NULL,
+     NULL, NULL},
+    {"streampool", "streampool", ALLOC_STREAMPOOL, false, NULL, NULL, NULL},
+    {SERVE_PREALLOCATED, "preallocated", ALLOC_CUDA_MALLOC, true, NULL, NULL, NULL},
 };
 enum { N_VARIANTS = sizeof variants / sizeof variants[0] };
 _Static_assert(N_VARIANTS <= SERVE_MAX_VARIANTS, "serve_options.rows holds every row");
@@ -152,17 +160,24 @@ static double serve_request(stream_worker *w, uint64_t *rng, long r)
 {
     const serve_options *o = w->o;
     const serve_variant *v = w->v;
-    void *bufs[64], *scope = NULL;
+    void *bufs[64];
     size_t sizes[64];
+    uint64_t req = 0;
     int k = o->buffers > 64 ? 64 : o->buffers;
     double t0 = now_s();
-    if (v->request_begin && v->request_begin(w->alloc, w->stream, &scope) != 0)
+    bool scoped = v->request_begin && v->request_begin(w->alloc, w->stream, &req) == 0;
+    if (v->request_begin && !scoped)
         w->failures++;
     for (int i = 0; i < k; i++) {
         sizes[i] = bench_request_buffer_size(rng, i);
-        if (v->preallocated) {
+        int rc = 0;
+        if (v->preallocated)
             bufs[i] = w->prealloc[i];
-        } else if (bench_alloc_alloc(w->alloc, &bufs[i], sizes[i], w->stream) != 0) {
+        else if (scoped)
+            rc = v->request_alloc(w->alloc, req, &bufs[i], sizes[i]);
+        else
+            rc = bench_alloc_alloc(w->alloc, &bufs[i], sizes[i], w->stream);
+        if (rc != 0) {
             w->failures++;
             bufs[i] = NULL;
         }
@@ -179,9 +194,9 @@ static double serve_request(stream_worker *w, uint64_t *rng, long r)
     for (int i = 0; i < k && !v->preallocated; i++)
         if (bufs[i] && bench_alloc_free(w->alloc, bufs[i], w->stream) != 0)
             w->failures++;
-    if (v->request_end && v->request_end(w->alloc, w->stream, scope) != 0)
-        w->failures++;
     if (bench_stream_sync(w->stream) != cudaSuccess)
+        w->failures++;
+    if (scoped && v->request_end(w->alloc, req) != 0)
         w->failures++;
     return (now_s() - t0) * 1e6;
 }
