@@ -160,12 +160,12 @@ bool device_fresh(size_t capacity)
  * here, where the benchmark makes them, not subtracted by name from cudasim's totals: streampool
  * makes the same calls itself (cudaStreamSynchronize to settle frees, cudaMemGetInfo before an
  * out-of-memory answer), and those are its calls. */
-static _Atomic long long own_calls;
+static _Atomic long long own_mem_info, own_syncs, own_queries;
 
 size_t device_used_bytes(void)
 {
     size_t free_b = 0, total = 0;
-    own_calls++;
+    own_mem_info++;
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess)
         return 0;
     return total - free_b;
@@ -173,18 +173,35 @@ size_t device_used_bytes(void)
 
 cudaError_t bench_stream_sync(cudaStream_t s)
 {
-    own_calls++;
+    own_syncs++;
     return cudaStreamSynchronize(s);
 }
 
 void bench_stream_drain(cudaStream_t s)
 {
     for (;;) {
-        own_calls++;
+        own_queries++;
         if (cudaStreamQuery(s) != cudaErrorNotReady)
             return;
         sched_yield();
     }
+}
+
+static const char *const api_names[API_COUNT] = {
+    [API_DRIVER_ALLOC] = "driver_alloc",
+    [API_DRIVER_FREE] = "driver_free",
+    [API_EVENT_RECORD] = "cudaEventRecord",
+    [API_EVENT_QUERY] = "cudaEventQuery",
+    [API_STREAM_WAIT_EVENT] = "cudaStreamWaitEvent",
+    [API_EVENT_SYNCHRONIZE] = "cudaEventSynchronize",
+    [API_STREAM_QUERY] = "cudaStreamQuery",
+    [API_STREAM_SYNCHRONIZE] = "cudaStreamSynchronize",
+    [API_OTHER] = "other",
+};
+
+const char *call_api_name(call_api api)
+{
+    return api < API_COUNT ? api_names[api] : "?";
 }
 
 #ifdef SP_CUDASIM
@@ -198,7 +215,7 @@ static const char *const work_calls[] = {
 void calls_reset(void)
 {
     cudasimResetCallCounts();
-    own_calls = 0;
+    own_mem_info = own_syncs = own_queries = 0;
 }
 
 long long calls_by_allocator(void)
@@ -206,13 +223,39 @@ long long calls_by_allocator(void)
     long long n = (long long)cudasimCallCount(NULL);
     for (size_t i = 0; i < sizeof work_calls / sizeof work_calls[0]; i++)
         n -= (long long)cudasimCallCount(work_calls[i]);
-    return n - own_calls;
+    return n - own_mem_info - own_syncs - own_queries;
 }
 
 long long calls_allocating(void)
 {
     return (long long)(cudasimCallCount("cudaMalloc") + cudasimCallCount("cudaMallocAsync") +
                        cudasimCallCount("cudaMallocFromPoolAsync"));
+}
+
+static long long count(const char *api)
+{
+    return (long long)cudasimCallCount(api);
+}
+
+long long calls_by_api(call_api api)
+{
+    switch (api) {
+    case API_DRIVER_ALLOC: return calls_allocating();
+    case API_DRIVER_FREE: return count("cudaFree") + count("cudaFreeAsync");
+    case API_EVENT_RECORD: return count("cudaEventRecord");
+    case API_EVENT_QUERY: return count("cudaEventQuery");
+    case API_STREAM_WAIT_EVENT: return count("cudaStreamWaitEvent");
+    case API_EVENT_SYNCHRONIZE: return count("cudaEventSynchronize");
+    case API_STREAM_QUERY: return count("cudaStreamQuery") - own_queries;
+    case API_STREAM_SYNCHRONIZE: return count("cudaStreamSynchronize") - own_syncs;
+    case API_OTHER: {
+        long long rest = calls_by_allocator();
+        for (int a = 0; a < API_OTHER; a++)
+            rest -= calls_by_api((call_api)a);
+        return rest;
+    }
+    default: return -1;
+    }
 }
 
 bool calls_available(void)
@@ -231,6 +274,12 @@ void calls_reset(void)
 
 long long calls_by_allocator(void)
 {
+    return -1;
+}
+
+long long calls_by_api(call_api api)
+{
+    (void)api;
     return -1;
 }
 

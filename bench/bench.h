@@ -86,6 +86,26 @@ long long calls_by_allocator(void);
 long long calls_allocating(void);
 bool calls_available(void);
 
+/* The allocator's calls by API, as serve breaks them down; the groups add up to
+ * calls_by_allocator(). */
+typedef enum {
+    API_DRIVER_ALLOC,       /* cudaMalloc, cudaMallocAsync, cudaMallocFromPoolAsync */
+    API_DRIVER_FREE,        /* cudaFree, cudaFreeAsync */
+    API_EVENT_RECORD,       /* cudaEventRecord */
+    API_EVENT_QUERY,        /* cudaEventQuery: streampool's fence queries */
+    API_STREAM_WAIT_EVENT,  /* cudaStreamWaitEvent */
+    API_EVENT_SYNCHRONIZE,  /* cudaEventSynchronize */
+    API_STREAM_QUERY,       /* cudaStreamQuery, less the benchmark's own (bench_stream_drain) */
+    API_STREAM_SYNCHRONIZE, /* cudaStreamSynchronize, less the benchmark's (bench_stream_sync) */
+    API_OTHER,              /* the rest: memory and pool queries, event creation, ... */
+    API_COUNT
+} call_api;
+
+/* Its key in the JSON's calls_per_request_by_api ("driver_alloc", "cudaEventQuery", ...). */
+const char *call_api_name(call_api api);
+/* The allocator's calls of that group since calls_reset; -1 on a real runtime. */
+long long calls_by_api(call_api api);
+
 /* Device memory in use (total - free), for the peak-reserved figure. */
 size_t device_used_bytes(void);
 size_t device_total_bytes(void);
@@ -111,8 +131,15 @@ typedef struct {
     spread requests_per_s, p99_us;
     double p50_us;               /* median of the repeats */
     size_t peak_reserved_bytes;  /* largest of the repeats */
-    double cuda_calls_per_request; /* median of the repeats; < 0: not available */
-    double driver_allocs_per_request; /* the same for calls_allocating() */
+    /* CUDA calls per request, of the repeat with the median total (the mean of the two middle
+     * ones for an even count), so the groups add up to the total; < 0: not available. */
+    double cuda_calls_per_request;
+    double driver_allocs_per_request; /* calls_per_api[API_DRIVER_ALLOC] */
+    double calls_per_api[API_COUNT];
+    /* streampool rows, of the same repeats; < 0: not available (another allocator, no call
+     * counters, or no miss to divide by) */
+    double misses_per_request;   /* allocations not served by a cache hit */
+    double fence_queries_per_miss; /* cudaEventQuery calls per miss */
     long failures;               /* failed calls, all repeats */
 } serve_row;
 
@@ -170,6 +197,8 @@ typedef struct {
 
 /* ---- the benchmarks ---- */
 
+#define SERVE_MAX_VARIANTS 8
+
 typedef struct {
     int stream_counts[8];
     int n_stream_counts;
@@ -181,13 +210,26 @@ typedef struct {
     int work_us;                 /* host-function delay per request */
     size_t memset_bytes;         /* bytes of each buffer a request writes; 0: all of it */
     uint64_t seed;
-    bool allocators[ALLOC_KIND_COUNT];
+    bool rows[SERVE_MAX_VARIANTS]; /* which of serve's rows run, by variant index */
 } serve_options;
+
+/* serve's rows (serve.c), in table order: one per allocator, then the ones that use an
+ * allocator another way (preallocated buffers; request scopes, when the library has them). */
+int serve_variant_count(void);
+const char *serve_variant_label(int i);  /* the table's and the JSON's "allocator" */
+const char *serve_variant_option(int i); /* its name in --allocators */
+/* true if the row is the allocator alone, an allocation and a free per buffer, as replay runs
+ * it; *kind is then that allocator */
+bool serve_variant_plain(int i, alloc_kind *kind);
+/* The row every other's requests/s is divided by (x prealloc): buffers allocated once per
+ * stream, no allocator call while measured. */
+#define SERVE_PREALLOCATED "preallocated"
 
 int bench_serve(const serve_options *o, bench_results *r);
 long bench_serve_warmup(const serve_options *o, int streams); /* per stream */
-/* The i-th buffer size of a request (serve.c documents the shape). */
+/* The i-th buffer size of a request (serve.c documents the shape), and the largest it can be. */
 size_t bench_request_buffer_size(uint64_t *rng, int i);
+size_t bench_request_buffer_max(int i);
 
 typedef struct {
     double seconds_per_cell;     /* per measurement: each round measures both allocators */
@@ -212,7 +254,9 @@ int bench_replay(const char *path, const replay_options *o, bench_results *r);
 
 /* ---- synthetic logs (genlog.c) ---- */
 
-typedef enum { SHAPE_SERVING, SHAPE_TRAINING, SHAPE_LLM, SHAPE_TENANTS, SHAPE_COUNT } log_shape;
+typedef enum {
+    SHAPE_SERVING, SHAPE_TRAINING, SHAPE_LLM, SHAPE_TENANTS, SHAPE_FORWARD, SHAPE_COUNT
+} log_shape;
 
 typedef struct {
     log_shape shape;
@@ -220,7 +264,7 @@ typedef struct {
     /* serving and tenants */
     long requests;               /* serving: requests; tenants: per tenant */
     int streams;                 /* serving: streams; tenants: per tenant */
-    /* training */
+    /* training and forward */
     int layers, hidden, batch, seq, steps;
     /* llm */
     long llm_requests;

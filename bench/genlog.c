@@ -12,6 +12,12 @@
  *             frees each layer's activations and allocates its weight gradients; the optimizer
  *             step allocates Adam's two fp32 states once (kept to the end) and a temporary per
  *             tensor, then the gradients are freed (zero_grad to None). fp16 tensors.
+ *   forward   training's model and options, forward only (activations kept, no backward: an
+ *             evaluation that keeps the graph, or a loss never backpropagated): weights for the
+ *             run; per step the same draw of sequence length, the embedded input, each layer's
+ *             activations allocated in order (and the short-lived attention workspace), the
+ *             logits; all kept to the step's end, then freed newest first, as dropping the
+ *             graph releases them.
  *   llm       continuous batching on one stream (32 layers, 8 KV heads of 128, fp16: 128 KiB of
  *             KV cache per token; hidden 4096, vocabulary 32000): requests arrive over time
  *             with log-uniform prompt and output lengths, wait for one of max-batch slots, are
@@ -32,7 +38,8 @@
 
 #include "bench.h"
 
-static const char *const shape_names[SHAPE_COUNT] = {"serving", "training", "llm", "tenants"};
+static const char *const shape_names[SHAPE_COUNT] = {"serving", "training", "llm", "tenants",
+                                                      "forward"};
 
 const char *genlog_shape_name(log_shape s)
 {
@@ -161,10 +168,62 @@ static void gen_requests(writer *w, long requests, int tenants, int per_tenant, 
 
 enum { SAVED_PER_LAYER = 8 };
 
+/* The model both shapes run: an embedding (tied to the output layer) and four weight matrices a
+ * layer, fp16. */
+typedef struct {
+    size_t h, vocab, heads;
+    size_t weight_sizes[4];
+    int L;
+} model;
+
+static model model_of(const genlog_options *g)
+{
+    const size_t h = (size_t)g->hidden;
+    return (model){h, 32000, h / 64 ? h / 64 : 1,
+                   {3 * h * h * 2, h * h * 2, 4 * h * h * 2, 4 * h * h * 2}, g->layers};
+}
+
+/* weights[L * 4] is the embedding, weights[l * 4 + k] layer l's k-th matrix. */
+static void alloc_weights(writer *w, const model *m, tensor *weights)
+{
+    weights[m->L * 4] = talloc(w, m->vocab * m->h * 2);
+    for (int l = 0; l < m->L; l++)
+        for (int k = 0; k < 4; k++)
+            weights[l * 4 + k] = talloc(w, m->weight_sizes[k]);
+}
+
+/* A step's sequence length: in [seq/2, seq], a multiple of 64. */
+static size_t step_seq(writer *w, const genlog_options *g)
+{
+    size_t half = (size_t)g->seq / 2 / 64 ? (size_t)g->seq / 2 / 64 : 1;
+    return 64 * (half + rng_next(&w->rng) % (half + 1));
+}
+
+/* Every layer's forward, keeping its activations in saved[l * SAVED_PER_LAYER ..]; T is the
+ * bytes of one hidden-sized activation. */
+static void forward_layers(writer *w, const genlog_options *g, const model *m, size_t seq,
+                           size_t T, tensor *saved)
+{
+    for (int l = 0; l < m->L; l++) {
+        tensor *s = &saved[l * SAVED_PER_LAYER];
+        s[0] = talloc(w, T);                                    /* layer norm 1 */
+        s[1] = talloc(w, 3 * T);                                /* qkv */
+        tensor ws = talloc(w, (size_t)g->batch * m->heads * seq * seq * 2); /* scores */
+        s[2] = talloc(w, T);                                    /* attention output */
+        tfree(w, &ws);
+        s[3] = talloc(w, T);                                    /* projection + residual */
+        s[4] = talloc(w, T);                                    /* layer norm 2 */
+        s[5] = talloc(w, 4 * T);                                /* MLP up */
+        s[6] = talloc(w, 4 * T);                                /* GELU */
+        s[7] = talloc(w, T);                                    /* MLP down + residual */
+    }
+}
+
 static void gen_training(writer *w, const genlog_options *g)
 {
-    const size_t h = (size_t)g->hidden, vocab = 32000, heads = h / 64 ? h / 64 : 1;
-    const size_t weight_sizes[4] = {3 * h * h * 2, h * h * 2, 4 * h * h * 2, 4 * h * h * 2};
+    const model m = model_of(g);
+    const size_t h = m.h, vocab = m.vocab, heads = m.heads;
+    const size_t *weight_sizes = m.weight_sizes;
     int L = g->layers;
     tensor *weights = calloc((size_t)L * 4 + 1, sizeof *weights);
     tensor *grads = calloc((size_t)L * 4 + 1, sizeof *grads);
@@ -172,28 +231,12 @@ static void gen_training(writer *w, const genlog_options *g)
     tensor *saved = calloc((size_t)L * SAVED_PER_LAYER, sizeof *saved);
     if (!weights || !grads || !adam || !saved)
         goto out;
-    weights[L * 4] = talloc(w, vocab * h * 2); /* embedding, tied to the output layer */
-    for (int l = 0; l < L; l++)
-        for (int k = 0; k < 4; k++)
-            weights[l * 4 + k] = talloc(w, weight_sizes[k]);
+    alloc_weights(w, &m, weights);
     for (int step = 0; step < g->steps; step++) {
-        size_t half = (size_t)g->seq / 2 / 64 ? (size_t)g->seq / 2 / 64 : 1;
-        size_t seq = 64 * (half + rng_next(&w->rng) % (half + 1));
+        size_t seq = step_seq(w, g);
         size_t tok = (size_t)g->batch * seq, T = tok * h * 2;
         tensor x = talloc(w, T); /* embedded input */
-        for (int l = 0; l < L; l++) {
-            tensor *s = &saved[l * SAVED_PER_LAYER];
-            s[0] = talloc(w, T);                                    /* layer norm 1 */
-            s[1] = talloc(w, 3 * T);                                /* qkv */
-            tensor ws = talloc(w, (size_t)g->batch * heads * seq * seq * 2); /* scores */
-            s[2] = talloc(w, T);                                    /* attention output */
-            tfree(w, &ws);
-            s[3] = talloc(w, T);                                    /* projection + residual */
-            s[4] = talloc(w, T);                                    /* layer norm 2 */
-            s[5] = talloc(w, 4 * T);                                /* MLP up */
-            s[6] = talloc(w, 4 * T);                                /* GELU */
-            s[7] = talloc(w, T);                                    /* MLP down + residual */
-        }
+        forward_layers(w, g, &m, seq, T, saved);
         tensor logits = talloc(w, tok * vocab * 2);
         tensor dlogits = talloc(w, tok * vocab * 2);
         tfree(w, &logits);
@@ -249,6 +292,35 @@ out:
     free(weights);
     free(grads);
     free(adam);
+    free(saved);
+}
+
+/* ---- forward: training's forward, kept to the step's end ---- */
+
+static void gen_forward(writer *w, const genlog_options *g)
+{
+    const model m = model_of(g);
+    int L = g->layers;
+    tensor *weights = calloc((size_t)L * 4 + 1, sizeof *weights);
+    tensor *saved = calloc((size_t)L * SAVED_PER_LAYER, sizeof *saved);
+    if (!weights || !saved)
+        goto out;
+    alloc_weights(w, &m, weights);
+    for (int step = 0; step < g->steps; step++) {
+        size_t seq = step_seq(w, g);
+        size_t tok = (size_t)g->batch * seq, T = tok * m.h * 2;
+        tensor x = talloc(w, T); /* embedded input */
+        forward_layers(w, g, &m, seq, T, saved);
+        tensor logits = talloc(w, tok * m.vocab * 2);
+        tfree(w, &logits); /* the step's end: everything it kept, newest first */
+        for (int i = L * SAVED_PER_LAYER - 1; i >= 0; i--)
+            tfree(w, &saved[i]);
+        tfree(w, &x);
+    }
+    for (int i = 0; i <= L * 4; i++)
+        tfree(w, &weights[i]);
+out:
+    free(weights);
     free(saved);
 }
 
@@ -388,6 +460,7 @@ int bench_generate_log(const char *path, const genlog_options *g)
     switch (g->shape) {
     case SHAPE_SERVING: gen_requests(&w, g->requests, 1, g->streams, 1); break;
     case SHAPE_TRAINING: gen_training(&w, g); break;
+    case SHAPE_FORWARD: gen_forward(&w, g); break;
     case SHAPE_LLM: gen_llm(&w, g); break;
     case SHAPE_TENANTS:
         gen_requests(&w, g->requests * g->tenants, g->tenants, g->streams, g->noisy_factor);

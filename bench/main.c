@@ -5,7 +5,8 @@
  *   sp-bench hotpath [--seconds X] [--repeat R] [--quick]
  *   sp-bench replay  LOG [--max-streams N] [--allocators LIST] [--capacity BYTES] [--repeat R]
  *                    [--no-capacity] [--workload NAME]
- *   sp-bench gen-log FILE [--shape serving|training|llm|tenants] [shape options] [--seed S]
+ *   sp-bench gen-log FILE [--shape serving|training|forward|llm|tenants] [shape options]
+ *                    [--seed S]
  *   sp-bench all     [--quick] [--log-dir DIR]  serve, hotpath, replay of every shape
  * Every command takes --json FILE and --plot FILE.svg. */
 #include <stdio.h>
@@ -25,17 +26,21 @@ static void usage(void)
             "                                (default: 64, and at least 512 over all streams)\n"
             "           --repeat 3           runs per row: median and min-max\n"
             "           --buffers 8 --work-us 50 --memset-bytes 65536 (0: whole buffers) --seed 1\n"
-            "           --allocators cudaMalloc,cudaMallocAsync,cudaMallocAsync-max,streampool\n"
+            "           --allocators cudaMalloc,cudaMallocAsync,cudaMallocAsync-max,streampool,\n"
+            "                        preallocated (the rows; preallocated: each stream's\n"
+            "                        buffers allocated once before measuring, the ceiling)\n"
             "  hotpath: --seconds 0.1 (per measurement) --repeat 5 (rounds per cell, each\n"
             "           streampool and malloc back to back: medians, the ratio's min-max)\n"
             "           --quick (smaller scaling sweeps)\n"
-            "  replay:  --max-streams 64 --allocators LIST (as serve) --repeat 3 (runs per\n"
-            "           allocator, and clean runs a capacity needs)\n"
+            "  replay:  --max-streams 64 --allocators LIST (as serve, less preallocated)\n"
+            "           --repeat 3 (runs per allocator, and clean runs a capacity needs)\n"
             "           --capacity BYTES (K/M/G: one run per allocator at that device capacity)\n"
             "           --no-capacity (skip the capacity search) --workload NAME (row label)\n"
-            "  gen-log: --shape serving|training|llm|tenants (default serving) --seed 1\n"
+            "  gen-log: --shape serving|training|forward|llm|tenants (default serving) --seed 1\n"
             "           serving:  --requests 2000 --streams 8\n"
             "           training: --layers 12 --hidden 1024 --batch 8 --seq 1024 --steps 3\n"
+            "           forward:  training's options; forward only (activations kept to the\n"
+            "                     step's end, no backward, no optimizer)\n"
             "           llm:      --requests 256 --max-batch 32 --block-tokens 16 (0: whole-\n"
             "                     sequence buffers) --max-prompt 2048 --max-output 1024\n"
             "           tenants:  --tenants 4 --requests 500 (per tenant) --streams 2 (per\n"
@@ -79,22 +84,31 @@ static int parse_list(const char *s, int *out, int max)
     return n;
 }
 
-static int parse_allocators(const char *s, bool *on)
+/* --allocators: serve's rows by their option names; replay (and all's replays) takes the rows
+ * that are an allocator alone, and refuses the others by name when the command is replay. */
+static int parse_allocators(const char *s, const char *cmd, bool *rows, bool *kinds)
 {
-    static const char *const names[ALLOC_KIND_COUNT] = {"cudaMalloc", "cudaMallocAsync",
-                                                        "cudaMallocAsync-max", "streampool"};
-    memset(on, 0, sizeof(bool) * ALLOC_KIND_COUNT);
+    memset(rows, 0, sizeof(bool) * SERVE_MAX_VARIANTS);
+    memset(kinds, 0, sizeof(bool) * ALLOC_KIND_COUNT);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         int k = 0;
-        while (k < ALLOC_KIND_COUNT && strcmp(names[k], tok) != 0)
+        while (k < serve_variant_count() && strcmp(serve_variant_option(k), tok) != 0)
             k++;
-        if (k == ALLOC_KIND_COUNT) {
+        if (k == serve_variant_count()) {
             fprintf(stderr, "sp-bench: unknown allocator '%s'\n", tok);
             return -1;
         }
-        on[k] = true;
+        rows[k] = true;
+        alloc_kind kind;
+        if (serve_variant_plain(k, &kind)) {
+            kinds[kind] = true;
+        } else if (strcmp(cmd, "replay") == 0) {
+            fprintf(stderr, "sp-bench: '%s' is a serve row, not an allocator replay can run\n",
+                    tok);
+            return -1;
+        }
     }
     return 0;
 }
@@ -166,8 +180,9 @@ int main(int argc, char **argv)
     const char *cmd = argv[1], *json = NULL, *plot = NULL, *file = NULL, *log_dir = ".";
     serve_options so = {.stream_counts = {1, 4, 16, 64}, .n_stream_counts = 4, .requests = 32,
                         .warmup = -1, .repeats = 3, .buffers = 8, .work_us = 50,
-                        .memset_bytes = 65536, .seed = 1,
-                        .allocators = {true, true, true, true}};
+                        .memset_bytes = 65536, .seed = 1};
+    for (int k = 0; k < serve_variant_count(); k++)
+        so.rows[k] = true;
     hotpath_options ho = {.seconds_per_cell = 0.1, .repeats = 5, .quick = false};
     replay_options ro = {.max_streams = 64, .allocators = {true, true, true, true},
                          .find_capacity = true, .repeats = 3};
@@ -219,9 +234,8 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--seed") == 0) {
             so.seed = go.seed = strtoull(v, NULL, 0);
         } else if (strcmp(a, "--allocators") == 0) {
-            if (parse_allocators(v, so.allocators) != 0)
+            if (parse_allocators(v, cmd, so.rows, ro.allocators) != 0)
                 return 2;
-            memcpy(ro.allocators, so.allocators, sizeof ro.allocators);
         } else if (strcmp(a, "--seconds") == 0) {
             ho.seconds_per_cell = atof(v);
         } else if (strcmp(a, "--max-streams") == 0) {

@@ -14,15 +14,74 @@ static const serve_row *find_serve(const bench_results *r, const char *alloc, in
     return NULL;
 }
 
-/* This row's median requests/s over the baseline's at the same stream count; 0: no baseline,
- * or either row failed calls (a request whose allocation failed skips its work, so its rate is
- * not comparable). */
-static double multiple(const bench_results *r, const serve_row *s, alloc_kind baseline)
+#define RAW_MAX "cudaMallocAsync (threshold max)" /* the fair baseline */
+
+/* This row's median requests/s over the baseline row's at the same stream count; 0: no
+ * baseline, or either row failed calls (a request whose allocation failed skips its work, so its
+ * rate is not comparable). */
+static double multiple(const bench_results *r, const serve_row *s, const char *baseline)
 {
-    const serve_row *b = find_serve(r, bench_alloc_name(baseline), s->streams);
+    const serve_row *b = find_serve(r, baseline, s->streams);
     if (!b || b->failures || s->failures || b->requests_per_s.median <= 0)
         return 0;
     return s->requests_per_s.median / b->requests_per_s.median;
+}
+
+/* This row's calls per request over the fair baseline's; < 0: no baseline or no counters. */
+static double calls_multiple(const bench_results *r, const serve_row *s)
+{
+    const serve_row *b = find_serve(r, RAW_MAX, s->streams);
+    if (!b || b->cuda_calls_per_request <= 0 || s->cuda_calls_per_request < 0)
+        return -1;
+    return s->cuda_calls_per_request / b->cuda_calls_per_request;
+}
+
+static void fmt_or_dash(char *buf, size_t len, const char *fmt, double v)
+{
+    if (v >= 0)
+        snprintf(buf, len, fmt, v);
+    else
+        snprintf(buf, len, "-");
+}
+
+/* Column headings of the calls table, by call_api. */
+static const char *const api_heads[API_COUNT][2] = {
+    [API_DRIVER_ALLOC] = {"driver", "alloc"},   [API_DRIVER_FREE] = {"driver", "free"},
+    [API_EVENT_RECORD] = {"event", "record"},   [API_EVENT_QUERY] = {"event", "query"},
+    [API_STREAM_WAIT_EVENT] = {"stream", "wait"}, [API_EVENT_SYNCHRONIZE] = {"event", "sync"},
+    [API_STREAM_QUERY] = {"stream", "query"},   [API_STREAM_SYNCHRONIZE] = {"stream", "sync"},
+    [API_OTHER] = {"", "other"},
+};
+
+static void serve_calls_table(const bench_results *r)
+{
+    printf("\nserve: CUDA calls per request by API, made by the allocator (the benchmark's own "
+           "work, waits and queries left out),\nof the repeat with the median total; misses: "
+           "allocations no cache hit served; queries/miss: cudaEventQuery per miss\n");
+    for (int line = 0; line < 2; line++) {
+        printf("%-31s %3s", line ? "" : "allocator", line ? "" : "str");
+        for (int a = 0; a < API_COUNT; a++)
+            printf(" %6s", api_heads[a][line]);
+        printf(" %6s %7s %7s %7s\n", line ? "/req" : "total", line ? "max" : "x async",
+               line ? "/req" : "misses", line ? "/miss" : "queries");
+    }
+    for (int i = 0; i < r->n_serve; i++) {
+        const serve_row *s = &r->serve[i];
+        char cell[32];
+        printf("%-31s %3d", s->allocator, s->streams);
+        for (int a = 0; a < API_COUNT; a++) {
+            fmt_or_dash(cell, sizeof cell, "%.2f", s->calls_per_api[a]);
+            printf(" %6s", cell);
+        }
+        fmt_or_dash(cell, sizeof cell, "%.2f", s->cuda_calls_per_request);
+        printf(" %6s", cell);
+        fmt_or_dash(cell, sizeof cell, "%.2fx", calls_multiple(r, s));
+        printf(" %7s", cell);
+        fmt_or_dash(cell, sizeof cell, "%.2f", s->misses_per_request);
+        printf(" %7s", cell);
+        fmt_or_dash(cell, sizeof cell, "%.2f", s->fence_queries_per_miss);
+        printf(" %7s\n", cell);
+    }
 }
 
 static void serve_table(const bench_results *r)
@@ -35,33 +94,35 @@ static void serve_table(const bench_results *r)
             printf("%s %ld at %d stream%s", i ? "," : "", r->serve[i].warmup / r->serve[i].streams,
                    r->serve[i].streams, r->serve[i].streams > 1 ? "s" : "");
     printf("), %d repeats: median (min-max)\n", f->repeats);
-    printf("%-31s %3s %21s %23s %7s %8s %6s %6s %7s %7s\n", "allocator", "str", "requests/s",
-           "p99 us", "p50 us", "peak MiB", "calls", "allocs", "x async", "x cuda");
-    printf("%-31s %3s %21s %23s %7s %8s %6s %6s %7s %7s\n", "", "", "", "", "", "", "/req", "/req",
-           "max", "Malloc");
+    printf("%-31s %3s %21s %23s %7s %8s %6s %7s %7s %7s\n", "allocator", "str", "requests/s",
+           "p99 us", "p50 us", "peak MiB", "calls", "x async", "x cuda", "x pre-");
+    printf("%-31s %3s %21s %23s %7s %8s %6s %7s %7s %7s\n", "", "", "", "", "", "", "/req", "max",
+           "Malloc", "alloc");
     for (int i = 0; i < r->n_serve; i++) {
         const serve_row *s = &r->serve[i];
-        char calls[16] = "-", allocs[16] = "-", vmax[16] = "", vmalloc[16] = "", rps[40], p99[40];
+        char calls[16] = "-", vmax[16] = "", vmalloc[16] = "", vpre[16] = "", rps[40], p99[40];
         if (s->cuda_calls_per_request >= 0)
             snprintf(calls, sizeof calls, "%.2f", s->cuda_calls_per_request);
-        if (s->driver_allocs_per_request >= 0)
-            snprintf(allocs, sizeof allocs, "%.2f", s->driver_allocs_per_request);
-        double m = multiple(r, s, ALLOC_ASYNC_KEEP), c = multiple(r, s, ALLOC_CUDA_MALLOC);
+        double m = multiple(r, s, RAW_MAX), c = multiple(r, s, "cudaMalloc");
+        double pre = multiple(r, s, SERVE_PREALLOCATED);
         if (m > 0)
             snprintf(vmax, sizeof vmax, "%.2fx", m);
         if (c > 0)
             snprintf(vmalloc, sizeof vmalloc, "%.2fx", c);
+        if (pre > 0)
+            snprintf(vpre, sizeof vpre, "%.2fx", pre);
         snprintf(rps, sizeof rps, "%.0f (%.0f-%.0f)", s->requests_per_s.median,
                  s->requests_per_s.min, s->requests_per_s.max);
         snprintf(p99, sizeof p99, "%.0f (%.0f-%.0f)", s->p99_us.median, s->p99_us.min,
                  s->p99_us.max);
-        printf("%-31s %3d %21s %23s %7.0f %8.0f %6s %6s %7s %7s", s->allocator, s->streams, rps,
-               p99, s->p50_us, (double)s->peak_reserved_bytes / 1048576.0, calls, allocs, vmax,
-               vmalloc);
+        printf("%-31s %3d %21s %23s %7.0f %8.0f %6s %7s %7s %7s", s->allocator, s->streams, rps,
+               p99, s->p50_us, (double)s->peak_reserved_bytes / 1048576.0, calls, vmax, vmalloc,
+               vpre);
         if (s->failures)
             printf("  %ld FAILED calls: not comparable", s->failures);
         printf("\n");
     }
+    serve_calls_table(r);
 }
 
 static void ratio_spread(char *buf, size_t len, size_t median, size_t lo, size_t hi, double req)
@@ -186,6 +247,15 @@ static void json_spread(FILE *f, const char *name, spread s, int decimals)
             decimals, s.min, decimals, s.max);
 }
 
+/* A figure that is never negative; < 0 stands for "not available": null. */
+static void json_number(FILE *f, double v)
+{
+    if (v >= 0)
+        fprintf(f, "%.4f", v);
+    else
+        fprintf(f, "null");
+}
+
 static void json_ratio(FILE *f, const char *name, double v)
 {
     if (v > 0)
@@ -218,13 +288,28 @@ int report_json(const bench_results *r, const bench_env *env, const char *path)
         fprintf(f, ", \"p50_us\": %.1f, \"peak_reserved_bytes\": %zu, \"failures\": %ld, "
                    "\"cuda_calls_per_request\": ",
                 s->p50_us, s->peak_reserved_bytes, s->failures);
-        if (s->cuda_calls_per_request >= 0)
-            fprintf(f, "%.3f, \"driver_allocs_per_request\": %.3f", s->cuda_calls_per_request,
-                    s->driver_allocs_per_request);
-        else
-            fprintf(f, "null, \"driver_allocs_per_request\": null");
-        json_ratio(f, "vs_async_threshold_max", multiple(r, s, ALLOC_ASYNC_KEEP));
-        json_ratio(f, "vs_cuda_malloc", multiple(r, s, ALLOC_CUDA_MALLOC));
+        json_number(f, s->cuda_calls_per_request);
+        fprintf(f, ", \"driver_allocs_per_request\": ");
+        json_number(f, s->driver_allocs_per_request);
+        fprintf(f, ", \"calls_per_request_by_api\": ");
+        if (s->cuda_calls_per_request >= 0) {
+            for (int a = 0; a < API_COUNT; a++) {
+                fprintf(f, "%s\"%s\": ", a ? ", " : "{", call_api_name((call_api)a));
+                json_number(f, s->calls_per_api[a]);
+            }
+            fprintf(f, "}");
+        } else {
+            fprintf(f, "null");
+        }
+        fprintf(f, ", \"calls_vs_async_threshold_max\": ");
+        json_number(f, calls_multiple(r, s));
+        fprintf(f, ", \"misses_per_request\": ");
+        json_number(f, s->misses_per_request);
+        fprintf(f, ", \"fence_queries_per_miss\": ");
+        json_number(f, s->fence_queries_per_miss);
+        json_ratio(f, "vs_async_threshold_max", multiple(r, s, RAW_MAX));
+        json_ratio(f, "vs_cuda_malloc", multiple(r, s, "cudaMalloc"));
+        json_ratio(f, "vs_preallocated", multiple(r, s, SERVE_PREALLOCATED));
         fprintf(f, "}");
     }
     fprintf(f, "],\n \"hotpath\": [");
@@ -294,7 +379,8 @@ int report_json(const bench_results *r, const bench_env *env, const char *path)
 /* ---- SVG ---- */
 
 static const char *const colors[] = {"#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd",
-                                     "#8c564b"};
+                                     "#8c564b", "#e377c2", "#7f7f7f"};
+enum { N_COLORS = sizeof colors / sizeof colors[0] };
 enum { PANEL_W = 500, PANEL_H = 380, PLOT_W = 400, PLOT_H = 270, PLOT_LEFT = 70, PLOT_TOP = 50 };
 
 typedef struct {
@@ -367,7 +453,7 @@ static void svg_lines(FILE *f, double ox, double oy, const char *title, const ch
     }
     svg_text(f, L + PLOT_W / 2.0, T + PLOT_H + 34, 12, "middle", "#000", xlabel);
     for (int k = 0; k < ns; k++) {
-        const char *c = colors[k % 6];
+        const char *c = colors[k % N_COLORS];
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", c);
         for (int i = 0; i < s[k].n; i++)
             if (s[k].p[i].y > 0)
@@ -440,8 +526,8 @@ int report_svg(const bench_results *r, const bench_env *env, const char *path)
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
-    int panels = (r->n_serve ? 2 : 0) + (r->n_replay ? 1 : 0) + (r->n_hotpath ? 1 : 0);
-    int rows = panels > 2 ? 2 : 1, width = 2 * PANEL_W, height = rows * PANEL_H + 60;
+    int panels = (r->n_serve ? 4 : 0) + (r->n_replay ? 1 : 0) + (r->n_hotpath ? 1 : 0);
+    int rows = (panels + 1) / 2, width = 2 * PANEL_W, height = rows * PANEL_H + 60;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                "font-family=\"sans-serif\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
             width, height, width, height);
@@ -455,26 +541,39 @@ int report_svg(const bench_results *r, const bench_env *env, const char *path)
 #define ORIGIN_X ((double)(slot % 2) * PANEL_W)
 #define ORIGIN_Y (50.0 + (double)(slot / 2) * PANEL_H)
     if (r->n_serve) {
-        static series rps[ALLOC_KIND_COUNT], p99[ALLOC_KIND_COUNT];
-        for (int k = 0; k < ALLOC_KIND_COUNT; k++) {
-            rps[k] = (series){.name = bench_alloc_name((alloc_kind)k)};
-            p99[k] = rps[k];
+        /* one line per serve row, in the variants' order */
+        static series rps[SERVE_MAX_VARIANTS], p99[SERVE_MAX_VARIANTS];
+        static series peak[SERVE_MAX_VARIANTS], calls[SERVE_MAX_VARIANTS];
+        int nv = serve_variant_count();
+        for (int k = 0; k < nv; k++) {
+            rps[k] = (series){.name = serve_variant_label(k)};
+            p99[k] = peak[k] = calls[k] = rps[k];
         }
         for (int i = 0; i < r->n_serve; i++) {
             const serve_row *s = &r->serve[i];
-            for (int k = 0; k < ALLOC_KIND_COUNT; k++)
+            double mib = (double)s->peak_reserved_bytes / 1048576.0, c = s->cuda_calls_per_request;
+            for (int k = 0; k < nv; k++)
                 if (strcmp(s->allocator, rps[k].name) == 0 && rps[k].n < 64) {
                     rps[k].p[rps[k].n++] = (point){s->streams, s->requests_per_s.median,
                                                    s->requests_per_s.min, s->requests_per_s.max};
                     p99[k].p[p99[k].n++] = (point){s->streams, s->p99_us.median, s->p99_us.min,
                                                    s->p99_us.max};
+                    peak[k].p[peak[k].n++] = (point){s->streams, mib, mib, mib};
+                    calls[k].p[calls[k].n++] = (point){s->streams, c, c, c};
                 }
         }
         svg_lines(f, ORIGIN_X, ORIGIN_Y, "serve: requests/s, median and min-max (higher is better)",
-                  "streams", rps, ALLOC_KIND_COUNT);
+                  "streams", rps, nv);
         slot++;
         svg_lines(f, ORIGIN_X, ORIGIN_Y, "serve: p99 latency, us (lower is better)", "streams",
-                  p99, ALLOC_KIND_COUNT);
+                  p99, nv);
+        slot++;
+        svg_lines(f, ORIGIN_X, ORIGIN_Y, "serve: peak reserved MiB, largest of the repeats",
+                  "streams", peak, nv);
+        slot++;
+        svg_lines(f, ORIGIN_X, ORIGIN_Y,
+                  "serve: CUDA calls per request by the allocator (0: not drawn)", "streams",
+                  calls, nv);
         slot++;
     }
     if (r->n_replay) {

@@ -1,7 +1,9 @@
 /* sp-bench serve: a simulated inference server. S streams, one host thread each, serve requests
  * back to back: allocate K buffers on the stream, do the request's work there (a host-function
  * delay standing in for kernels, and a memset of each buffer), free the buffers on the stream,
- * wait for the stream. Every allocator gets the same seeded requests.
+ * wait for the stream. Every allocator gets the same seeded requests. The `preallocated` row does
+ * the same work on buffers each stream allocated once before measuring: the ceiling, with no
+ * allocator call (serve_variant says how each row gets its buffers).
  *
  * Buffer sizes follow the shape of one decoder-only transformer step (hidden size 4096, 32
  * layers, fp16), cycling through four kinds per request:
@@ -36,6 +38,83 @@ size_t bench_request_buffer_size(uint64_t *rng, int i)
     }
 }
 
+size_t bench_request_buffer_max(int i)
+{
+    const size_t KiB = 1024, MiB = KiB * 1024;
+    switch (i % 8) {
+    case 0: case 1: case 2: case 3: return 64 * KiB;
+    case 4: case 5: case 6: return 8 * MiB;
+    default: return 48 * MiB;
+    }
+}
+
+/* ---- the rows ---- */
+
+typedef struct serve_variant {
+    const char *label;        /* the table's and the JSON's "allocator" */
+    const char *option;       /* its name in --allocators */
+    alloc_kind kind;          /* the allocator opened for the row */
+    /* Each stream allocates, before the warm-up, one buffer per slot of the largest size the mix
+     * can draw there (bench_request_buffer_max), and every request uses them: no allocator call
+     * while measured. Its requests/s is what the benchmark's own work allows; its peak reserved
+     * is the price of never sharing memory. */
+    bool preallocated;
+    /* A request scope around each request, for a row that uses one (all three set, or none):
+     * begin before the request's first allocation, its buffers allocated into the request,
+     * end after the wait for the stream (so a row may promise that the host synchronized it).
+     * The buffers are still freed one by one before the wait. NULL for rows without; a
+     * non-zero return counts as a failed call. */
+    int (*request_begin)(bench_alloc *a, cudaStream_t s, uint64_t *req);
+    int (*request_alloc)(bench_alloc *a, uint64_t req, void **p, size_t n);
+    int (*request_end)(bench_alloc *a, uint64_t req);
+} serve_variant;
+
+/* One row per entry, in table order; a new row is an entry here (and its hooks).
+ *
+ * HOOK (issue 19, part 4): the `streampool (requests)` row belongs right after `streampool`,
+ * once include/streampool.h declares request scopes (sp_request_begin, sp_request_alloc,
+ * sp_request_end; not in this branch's header yet):
+ *     {"streampool (requests)", "streampool-requests", ALLOC_STREAMPOOL, false,
+ *      scope_begin, scope_alloc, scope_end},
+ * where scope_begin calls sp_request_begin(a->pool, s, NULL, req), scope_alloc
+ * sp_request_alloc(a->pool, req, p, n) and scope_end sp_request_end(a->pool, req,
+ * SP_REQUEST_SYNCHRONIZED, NULL) (serve waits for the stream before the end), each mapped to
+ * 0 / -1 as bench_alloc_alloc does. README's benchmark section and tests/test_bench_cli.py's
+ * SERVE_ROWS list the rows. */
+static const serve_variant variants[] = {
+    {"cudaMalloc", "cudaMalloc", ALLOC_CUDA_MALLOC, false, NULL, NULL, NULL},
+    {"cudaMallocAsync", "cudaMallocAsync", ALLOC_ASYNC_DEFAULT, false, NULL, NULL, NULL},
+    {"cudaMallocAsync (threshold max)", "cudaMallocAsync-max", ALLOC_ASYNC_KEEP, false, NULL,
+     NULL, NULL},
+    {"streampool", "streampool", ALLOC_STREAMPOOL, false, NULL, NULL, NULL},
+    {SERVE_PREALLOCATED, "preallocated", ALLOC_CUDA_MALLOC, true, NULL, NULL, NULL},
+};
+enum { N_VARIANTS = sizeof variants / sizeof variants[0] };
+_Static_assert(N_VARIANTS <= SERVE_MAX_VARIANTS, "serve_options.rows holds every row");
+
+int serve_variant_count(void)
+{
+    return N_VARIANTS;
+}
+
+const char *serve_variant_label(int i)
+{
+    return i >= 0 && i < N_VARIANTS ? variants[i].label : "?";
+}
+
+const char *serve_variant_option(int i)
+{
+    return i >= 0 && i < N_VARIANTS ? variants[i].option : "?";
+}
+
+bool serve_variant_plain(int i, alloc_kind *kind)
+{
+    if (i < 0 || i >= N_VARIANTS || variants[i].preallocated || variants[i].request_begin)
+        return false;
+    *kind = variants[i].kind;
+    return true;
+}
+
 static void delay_fn(void *arg)
 {
     long us = (long)(intptr_t)arg;
@@ -45,6 +124,7 @@ static void delay_fn(void *arg)
 
 typedef struct {
     const serve_options *o;
+    const serve_variant *v;
     bench_alloc *alloc;
     cudaStream_t stream;
     int index;
@@ -53,6 +133,7 @@ typedef struct {
     pthread_barrier_t *warm, *go;
     atomic_size_t *peak_used;
     long failures;
+    void *prealloc[64];          /* the preallocated row's buffers, one per slot */
 } stream_worker;
 
 static void note_peak(atomic_size_t *peak, size_t used)
@@ -62,7 +143,6 @@ static void note_peak(atomic_size_t *peak, size_t used)
         ;
 }
 
-/* One request: allocate, enqueue the work, free, wait for the stream. Returns its latency. */
 /* The default warm-up is 64 requests per stream and at least 512 in all: one stream alone needs
  * more requests than each of many (which also take each other's cached blocks) before its
  * cache has seen the sizes the mix draws and it stops asking the driver. */
@@ -74,16 +154,30 @@ long bench_serve_warmup(const serve_options *o, int streams)
     return per_stream > 64 ? per_stream : 64;
 }
 
+/* One request: allocate (or take the stream's preallocated buffers), enqueue the work, free,
+ * wait for the stream. Returns its latency. */
 static double serve_request(stream_worker *w, uint64_t *rng, long r)
 {
     const serve_options *o = w->o;
+    const serve_variant *v = w->v;
     void *bufs[64];
     size_t sizes[64];
+    uint64_t req = 0;
     int k = o->buffers > 64 ? 64 : o->buffers;
     double t0 = now_s();
+    bool scoped = v->request_begin && v->request_begin(w->alloc, w->stream, &req) == 0;
+    if (v->request_begin && !scoped)
+        w->failures++;
     for (int i = 0; i < k; i++) {
         sizes[i] = bench_request_buffer_size(rng, i);
-        if (bench_alloc_alloc(w->alloc, &bufs[i], sizes[i], w->stream) != 0) {
+        int rc = 0;
+        if (v->preallocated)
+            bufs[i] = w->prealloc[i];
+        else if (scoped)
+            rc = v->request_alloc(w->alloc, req, &bufs[i], sizes[i]);
+        else
+            rc = bench_alloc_alloc(w->alloc, &bufs[i], sizes[i], w->stream);
+        if (rc != 0) {
             w->failures++;
             bufs[i] = NULL;
         }
@@ -97,10 +191,12 @@ static double serve_request(stream_worker *w, uint64_t *rng, long r)
         size_t n = o->memset_bytes && o->memset_bytes < sizes[i] ? o->memset_bytes : sizes[i];
         cudaMemsetAsync(bufs[i], (int)(r & 0xff), n, w->stream);
     }
-    for (int i = 0; i < k; i++)
+    for (int i = 0; i < k && !v->preallocated; i++)
         if (bufs[i] && bench_alloc_free(w->alloc, bufs[i], w->stream) != 0)
             w->failures++;
     if (bench_stream_sync(w->stream) != cudaSuccess)
+        w->failures++;
+    if (scoped && v->request_end(w->alloc, req) != 0)
         w->failures++;
     return (now_s() - t0) * 1e6;
 }
@@ -135,18 +231,49 @@ static double percentile(const double *sorted, long n, double p)
 }
 
 typedef struct {
-    double requests_per_s, p50_us, p99_us, calls_per_request, allocs_per_request;
+    double requests_per_s, p50_us, p99_us;
+    long long calls, api[API_COUNT]; /* the allocator's, while measured; < 0: not available */
+    long long misses;            /* streampool's, while measured; < 0: not available */
     size_t peak_reserved;
     long failures;
 } serve_run;
 
+/* Allocations streampool served without a cache hit, so far. */
+static long long misses_so_far(bench_alloc *a)
+{
+    sp_stats st;
+    bench_alloc_stats(a, &st);
+    return (long long)(st.allocs - st.same_stream_hits - st.cross_stream_reuses -
+                       st.cross_stream_waits);
+}
+
+/* The preallocated row's buffers, before any request: the stream's slots, each at the largest
+ * size the mix can draw there. */
+static int preallocate(stream_worker *w)
+{
+    int k = w->o->buffers > 64 ? 64 : w->o->buffers;
+    for (int i = 0; i < k; i++) {
+        size_t n = bench_request_buffer_max(i);
+        if (bench_alloc_alloc(w->alloc, &w->prealloc[i], n, w->stream) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void release_preallocated(stream_worker *w)
+{
+    for (int i = 0; i < 64; i++)
+        if (w->prealloc[i] && bench_alloc_free(w->alloc, w->prealloc[i], w->stream) != 0)
+            w->failures++;
+}
+
 /* One repeat of one row, the allocator opened on a device it finds empty. */
-static int serve_once(const serve_options *o, alloc_kind kind, int streams, serve_run *run)
+static int serve_once(const serve_options *o, const serve_variant *v, int streams, serve_run *run)
 {
     (void)device_fresh(0);
     bench_alloc alloc;
-    if (bench_alloc_open(&alloc, kind) != 0) {
-        fprintf(stderr, "serve: cannot set up %s\n", bench_alloc_name(kind));
+    if (bench_alloc_open(&alloc, v->kind) != 0) {
+        fprintf(stderr, "serve: cannot set up %s\n", v->label);
         return -1;
     }
     long total = o->requests * streams;
@@ -163,37 +290,43 @@ static int serve_once(const serve_options *o, alloc_kind kind, int streams, serv
     pthread_barrier_init(&go, NULL, (unsigned)streams + 1);
     atomic_size_t peak_used = device_used_bytes();
     size_t used_before = atomic_load(&peak_used);
+    long failures = 0;
     for (int i = 0; i < streams; i++) {
-        ws[i] = (stream_worker){o, &alloc, ss[i], i, lat + (long)i * o->requests,
-                                bench_serve_warmup(o, streams), &warm, &go, &peak_used, 0};
-        pthread_create(&ts[i], NULL, serve_stream, &ws[i]);
+        ws[i] = (stream_worker){o, v, &alloc, ss[i], i, lat + (long)i * o->requests,
+                                bench_serve_warmup(o, streams), &warm, &go, &peak_used, 0, {0}};
+        if (v->preallocated && preallocate(&ws[i]) != 0)
+            failures++;
     }
+    for (int i = 0; i < streams; i++)
+        pthread_create(&ts[i], NULL, serve_stream, &ws[i]);
     pthread_barrier_wait(&warm);
+    /* streampool's stats before the counters' reset: reading them may call CUDA */
+    bool streampool = v->kind == ALLOC_STREAMPOOL;
+    long long misses_before = streampool ? misses_so_far(&alloc) : 0;
     calls_reset();
     pthread_barrier_wait(&go);
     double t0 = now_s();
-    long failures = 0;
-    for (int i = 0; i < streams; i++) {
+    for (int i = 0; i < streams; i++)
         pthread_join(ts[i], NULL);
-        failures += ws[i].failures;
-    }
     double wall = now_s() - t0;
-    long long calls = calls_by_allocator(), allocs = calls_allocating();
+    *run = (serve_run){.calls = calls_by_allocator(), .misses = -1};
+    for (int a = 0; a < API_COUNT; a++)
+        run->api[a] = calls_by_api((call_api)a);
+    if (streampool)
+        run->misses = misses_so_far(&alloc) - misses_before;
     for (int i = 0; i < streams; i++) {
+        release_preallocated(&ws[i]);
+        failures += ws[i].failures;
         bench_alloc_stream_done(&alloc, ss[i]);
         cudaStreamDestroy(ss[i]);
     }
     bench_alloc_close(&alloc);
     qsort(lat, (size_t)total, sizeof *lat, cmp_double);
-    *run = (serve_run){
-        .requests_per_s = (double)total / wall,
-        .p50_us = percentile(lat, total, 0.50),
-        .p99_us = percentile(lat, total, 0.99),
-        .calls_per_request = calls >= 0 ? (double)calls / (double)total : -1,
-        .allocs_per_request = allocs >= 0 ? (double)allocs / (double)total : -1,
-        .peak_reserved = atomic_load(&peak_used) - used_before,
-        .failures = failures,
-    };
+    run->requests_per_s = (double)total / wall;
+    run->p50_us = percentile(lat, total, 0.50);
+    run->p99_us = percentile(lat, total, 0.99);
+    run->peak_reserved = atomic_load(&peak_used) - used_before;
+    run->failures = failures;
     pthread_barrier_destroy(&warm);
     pthread_barrier_destroy(&go);
     free(ss);
@@ -210,48 +343,71 @@ static spread spread_of(double *v, int n)
     return (spread){median, v[0], v[n - 1]};
 }
 
-static int serve_row_of(const serve_options *o, alloc_kind kind, int streams, serve_row *row)
+/* Orders repeats by their total calls (serve_row_of's median repeat). */
+static int cmp_run_calls(const void *a, const void *b)
+{
+    const serve_run *x = a, *y = b;
+    return (x->calls > y->calls) - (x->calls < y->calls);
+}
+
+/* The calls figures of the repeat with the median total: the middle one, or the mean of the two
+ * middle ones, so that the groups add up to the total as each repeat's do. */
+static void median_calls(serve_run *runs, int n, long requests, serve_row *row)
+{
+    qsort(runs, (size_t)n, sizeof *runs, cmp_run_calls);
+    const serve_run *a = &runs[(n - 1) / 2], *b = &runs[n / 2];
+    double per = 2.0 * (double)requests;
+    row->cuda_calls_per_request = a->calls >= 0 ? (double)(a->calls + b->calls) / per : -1;
+    for (int k = 0; k < API_COUNT; k++)
+        row->calls_per_api[k] = a->api[k] >= 0 ? (double)(a->api[k] + b->api[k]) / per : -1;
+    row->driver_allocs_per_request = row->calls_per_api[API_DRIVER_ALLOC];
+    row->misses_per_request = a->misses >= 0 ? (double)(a->misses + b->misses) / per : -1;
+    row->fence_queries_per_miss = -1;
+    if (a->misses >= 0 && a->api[API_EVENT_QUERY] >= 0 && a->misses + b->misses > 0)
+        row->fence_queries_per_miss = (double)(a->api[API_EVENT_QUERY] + b->api[API_EVENT_QUERY]) /
+                                      (double)(a->misses + b->misses);
+}
+
+static int serve_row_of(const serve_options *o, const serve_variant *v, int streams,
+                        serve_row *row)
 {
     enum { MAX_REPEATS = 64 };
-    double rps[MAX_REPEATS], p99[MAX_REPEATS], p50[MAX_REPEATS], calls[MAX_REPEATS];
-    double allocs[MAX_REPEATS];
+    double rps[MAX_REPEATS], p99[MAX_REPEATS], p50[MAX_REPEATS];
+    serve_run runs[MAX_REPEATS];
     int n = o->repeats < MAX_REPEATS ? o->repeats : MAX_REPEATS;
-    *row = (serve_row){.allocator = bench_alloc_name(kind), .streams = streams,
+    *row = (serve_row){.allocator = v->label, .streams = streams,
                        .requests = o->requests * streams,
                        .warmup = bench_serve_warmup(o, streams) * streams,
                        .repeats = n};
     for (int i = 0; i < n; i++) {
-        serve_run run;
-        if (serve_once(o, kind, streams, &run) != 0)
+        serve_run *run = &runs[i];
+        if (serve_once(o, v, streams, run) != 0)
             return -1;
-        rps[i] = run.requests_per_s;
-        p99[i] = run.p99_us;
-        p50[i] = run.p50_us;
-        calls[i] = run.calls_per_request;
-        allocs[i] = run.allocs_per_request;
-        if (run.peak_reserved > row->peak_reserved_bytes)
-            row->peak_reserved_bytes = run.peak_reserved;
-        row->failures += run.failures;
+        rps[i] = run->requests_per_s;
+        p99[i] = run->p99_us;
+        p50[i] = run->p50_us;
+        if (run->peak_reserved > row->peak_reserved_bytes)
+            row->peak_reserved_bytes = run->peak_reserved;
+        row->failures += run->failures;
     }
     row->requests_per_s = spread_of(rps, n);
     row->p99_us = spread_of(p99, n);
     row->p50_us = spread_of(p50, n).median;
-    row->cuda_calls_per_request = spread_of(calls, n).median;
-    row->driver_allocs_per_request = spread_of(allocs, n).median;
+    median_calls(runs, n, row->requests, row);
     return 0;
 }
 
-/* The rows go in alloc_kind order: cudaMalloc, cudaMallocAsync, the fair baseline
- * cudaMallocAsync (threshold max), then streampool right after it. */
+/* The rows go in the variants' order: cudaMalloc, cudaMallocAsync, the fair baseline
+ * cudaMallocAsync (threshold max), streampool right after it, then the preallocated ceiling. */
 int bench_serve(const serve_options *o, bench_results *r)
 {
     int rc = 0;
     for (int si = 0; si < o->n_stream_counts; si++) {
-        for (int k = 0; k < ALLOC_KIND_COUNT; k++) {
-            if (!o->allocators[k] || r->n_serve >= (int)(sizeof r->serve / sizeof r->serve[0]))
+        for (int k = 0; k < N_VARIANTS; k++) {
+            if (!o->rows[k] || r->n_serve >= (int)(sizeof r->serve / sizeof r->serve[0]))
                 continue;
             serve_row row;
-            if (serve_row_of(o, (alloc_kind)k, o->stream_counts[si], &row) != 0) {
+            if (serve_row_of(o, &variants[k], o->stream_counts[si], &row) != 0) {
                 rc = -1;
                 continue;
             }

@@ -67,6 +67,63 @@ static void streampool_out_of_memory_counts_every_call(void **state)
     bench_alloc_close(&a);
 }
 
+/* serve's breakdown: each call lands in its group, the benchmark's own waits and queries in
+ * none, and the groups add up to calls_by_allocator. */
+static void calls_by_api_groups_add_up(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    cudaEvent_t e;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    void *p, *q;
+    size_t free_b, total;
+    calls_reset();
+    CK(cudaMalloc(&p, MiB));
+    CK(cudaMallocAsync(&q, MiB, s));
+    CK(cudaMemsetAsync(q, 0, MiB, s));   /* the benchmark's work */
+    CK(cudaFreeAsync(q, s));
+    CK(cudaEventRecord(e, s));
+    CK(cudaStreamWaitEvent(s, e, 0));
+    CK(cudaEventSynchronize(e));
+    CK(cudaEventQuery(e));
+    CK(cudaEventQuery(e));
+    CK(cudaStreamQuery(s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemGetInfo(&free_b, &total));
+    CK(cudaFree(p));
+    CK(bench_stream_sync(s));            /* the benchmark's own */
+    bench_stream_drain(s);
+    assert_true(device_used_bytes() < total);
+    const long long want[API_COUNT] = {
+        [API_DRIVER_ALLOC] = 2, [API_DRIVER_FREE] = 2, [API_EVENT_RECORD] = 1,
+        [API_EVENT_QUERY] = 2, [API_STREAM_WAIT_EVENT] = 1, [API_EVENT_SYNCHRONIZE] = 1,
+        [API_STREAM_QUERY] = 1, [API_STREAM_SYNCHRONIZE] = 2, [API_OTHER] = 1,
+    };
+    long long sum = 0;
+    for (int a = 0; a < API_COUNT; a++) {
+        assert_int_equal(calls_by_api((call_api)a), want[a]);
+        sum += calls_by_api((call_api)a);
+    }
+    assert_int_equal(sum, 13);
+    assert_int_equal(calls_by_allocator(), sum);
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(s));
+}
+
+/* The breakdown's JSON keys, which README and the bench_cli test name. */
+static void call_api_names_are_the_json_keys(void **state)
+{
+    (void)state;
+    static const char *const keys[API_COUNT] = {
+        "driver_alloc", "driver_free", "cudaEventRecord", "cudaEventQuery", "cudaStreamWaitEvent",
+        "cudaEventSynchronize", "cudaStreamQuery", "cudaStreamSynchronize", "other",
+    };
+    for (int a = 0; a < API_COUNT; a++)
+        assert_string_equal(call_api_name((call_api)a), keys[a]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -74,6 +131,8 @@ int main(void)
         T(benchmark_work_is_not_counted),
         T(allocator_sync_and_mem_info_are_counted),
         T(streampool_out_of_memory_counts_every_call),
+        T(calls_by_api_groups_add_up),
+        T(call_api_names_are_the_json_keys),
 #undef T
     };
     return cmocka_run_group_tests_name("bench_calls", tests, NULL, NULL);

@@ -39,10 +39,17 @@ def case(name):
 
 log = os.path.join(tmp, "gen.csv")
 ALLOCATORS = ["cudaMalloc", "cudaMallocAsync", "cudaMallocAsync (threshold max)", "streampool"]
-SHAPES = ["serving", "training", "llm", "tenants"]
+# serve's rows: every allocator, then the preallocated ceiling
+SERVE_ROWS = ALLOCATORS + ["preallocated"]
+# calls_per_request_by_api's keys, in the table's order
+APIS = ["driver_alloc", "driver_free", "cudaEventRecord", "cudaEventQuery", "cudaStreamWaitEvent",
+        "cudaEventSynchronize", "cudaStreamQuery", "cudaStreamSynchronize", "other"]
+SHAPES = ["serving", "training", "llm", "tenants", "forward"]
+SMALL_TRAINING = ["--layers", "2", "--hidden", "256", "--batch", "2", "--seq", "256",
+                  "--steps", "2"]
 SMALL = {"serving": ["--requests", "100", "--streams", "4"],
-         "training": ["--layers", "2", "--hidden", "256", "--batch", "2", "--seq", "256",
-                      "--steps", "2"],
+         "training": SMALL_TRAINING,
+         "forward": SMALL_TRAINING,
          "llm": ["--requests", "16", "--max-batch", "4", "--max-prompt", "128",
                  "--max-output", "32"],
          "tenants": ["--tenants", "3", "--requests", "30"]}
@@ -92,6 +99,42 @@ def _():
     check("llm whole-sequence buffers: balanced", balanced(whole)[2] == 0)
     r = run("gen-log", log, "--shape", "nope")
     check("gen-log unknown shape: exit 2", r.returncode == 2, r.stderr)
+
+
+@case("gen-log forward: training's forward only, replayed with every allocation freed")
+def _():
+    path, train = os.path.join(tmp, "fwd.csv"), os.path.join(tmp, "fwd-train.csv")
+    r = run("gen-log", path, "--shape", "forward", "--seed", "5", *SMALL_TRAINING)
+    check("forward: exits 0", r.returncode == 0, r.stderr)
+    run("gen-log", train, "--shape", "training", "--seed", "5", *SMALL_TRAINING)
+    allocs, frees, left = balanced(path)
+    check("forward: every allocation freed once", allocs == frees > 0 and left == 0,
+          (allocs, frees, left))
+    # 9 weights (embedding + 4 a layer); per step an input, 8 activations and a workspace a
+    # layer, the logits: 9 + 2 x (1 + 2 x 9 + 1)
+    check("forward: weights once, per step input, 2 layers' activations and workspaces, logits",
+          allocs == 9 + 2 * (1 + 2 * 9 + 1), allocs)
+    check("forward: no backward, so fewer allocations than training",
+          allocs < balanced(train)[0], (allocs, balanced(train)[0]))
+    live, peak, lows = 0, 0, []
+    for line in open(path).read().splitlines()[1:]:
+        live += 1 if line.split(",")[2] == "allocate" else -1
+        peak = max(peak, live)
+        if live == 9:
+            lows.append(line.split(",")[2])
+    check("forward: every activation kept to the step's end (peak: weights, input, 16, logits)",
+          peak == 9 + 1 + 2 * 8 + 1, peak)
+    check("forward: each step frees all it kept, back to the weights",
+          lows == ["allocate", "free", "free"], lows)
+    out = os.path.join(tmp, "fwd.json")
+    r = run("replay", path, "--json", out, "--repeat", "1", "--no-capacity")
+    check("forward replay: exit 0", r.returncode == 0, r.stderr)
+    rows = json.load(open(out))["replay"]
+    check("forward replay: every allocator, no failure, every event replayed",
+          [x["allocator"] for x in rows] == ALLOCATORS and
+          all(x["failures"] == 0 and x["events"] == allocs + frees for x in rows), rows)
+    check("forward replay: nothing left live at the end (no warning)",
+          "left memory" not in r.stderr, r.stderr)
 
 
 @case("gen-log and replay")
@@ -162,9 +205,9 @@ def _():
     check("serve exits 0", r.returncode == 0, r.stderr)
     d = json.load(open(out))
     check("json names device, runtime and machine", d["device"] and d["runtime"] and d["machine"], d)
-    check("rows by streams, the fair baseline right before streampool",
+    check("rows by streams, the fair baseline right before streampool, then preallocated",
           [(x["streams"], x["allocator"]) for x in d["serve"]] ==
-          [(s, a) for s in (1, 2) for a in ALLOCATORS], d["serve"])
+          [(s, a) for s in (1, 2) for a in SERVE_ROWS], d["serve"])
     for x in d["serve"]:
         tag = f"{x['allocator']} x{x['streams']}"
         check(f"{tag}: requests per stream and warm-up",
@@ -179,12 +222,60 @@ def _():
         # the JSON keeps 4 decimals of the multiple and 1 of each median: allow both roundings
         check(f"{tag}: multiple against the fair baseline",
               abs(x["vs_async_threshold_max"] - want) <= 1e-3 * want + 5e-5, x)
-        if d["runtime"] == "cudasim" and x["allocator"] != "streampool":
-            check(f"{tag}: 4 driver allocations per request", x["driver_allocs_per_request"] == 4, x)
-    check("table printed with the multiples", "x async" in r.stdout and "x cuda" in r.stdout, r.stdout)
-    check("svg written", open(svg).read().startswith("<svg"))
+        pre = [y for y in d["serve"] if y["streams"] == x["streams"] and
+               y["allocator"] == "preallocated"][0]
+        want = x["requests_per_s"]["median"] / pre["requests_per_s"]["median"]
+        check(f"{tag}: multiple against the preallocated ceiling",
+              abs(x["vs_preallocated"] - want) <= 1e-3 * want + 5e-5, x)
+        if d["runtime"] != "cudasim":
+            continue
+        apis = x["calls_per_request_by_api"]
+        check(f"{tag}: calls broken down by API, adding up to calls/req",
+              list(apis) == APIS and all(v >= 0 for v in apis.values()) and
+              abs(sum(apis.values()) - x["cuda_calls_per_request"]) <= 1e-3, x)
+        check(f"{tag}: driver allocations in the breakdown",
+              apis["driver_alloc"] == x["driver_allocs_per_request"], x)
+        want = x["cuda_calls_per_request"] / base["cuda_calls_per_request"]
+        check(f"{tag}: calls over the fair baseline's",
+              abs(x["calls_vs_async_threshold_max"] - want) <= 1e-3, x)
+        if x["allocator"] == "preallocated":
+            check(f"{tag}: no allocator call at all", x["cuda_calls_per_request"] == 0, x)
+            # with 4 buffers every slot is a metadata one, of at most 64 KiB
+            check(f"{tag}: its buffers reserved for every stream",
+                  x["peak_reserved_bytes"] >= x["streams"] * 4 * 65536, x)
+        elif x["allocator"] != "streampool":
+            check(f"{tag}: 4 driver allocations and 4 frees per request, nothing else",
+                  apis == {k: (4 if k in ("driver_alloc", "driver_free") else 0) for k in APIS}, x)
+        if x["allocator"] == "streampool":
+            check(f"{tag}: misses per request, fence queries per miss",
+                  0 <= x["misses_per_request"] <= 4 and
+                  (x["fence_queries_per_miss"] is None if x["misses_per_request"] == 0 else
+                   abs(x["fence_queries_per_miss"] * x["misses_per_request"] -
+                       apis["cudaEventQuery"]) <= 1e-3), x)
+        else:
+            check(f"{tag}: misses only for streampool",
+                  x["misses_per_request"] is None and x["fence_queries_per_miss"] is None, x)
+    check("table printed with the multiples",
+          "x async" in r.stdout and "x cuda" in r.stdout and "x pre-" in r.stdout, r.stdout)
+    check("calls table printed by API",
+          "CUDA calls per request by API" in r.stdout and "queries" in r.stdout, r.stdout)
+    page = open(svg).read()
+    check("svg written, with peak reserved and calls per request panels",
+          page.startswith("<svg") and "peak reserved MiB" in page and
+          "calls per request" in page and "preallocated" in page, page[:300])
     r = run("serve", "--allocators", "nope")
     check("unknown allocator: exit 2", r.returncode == 2, r.stderr)
+    r = run("replay", log, "--allocators", "streampool,preallocated")
+    check("replay refuses the preallocated row: exit 2",
+          r.returncode == 2 and "preallocated" in r.stderr, r.stderr)
+    r = run("serve", "--streams", "1", "--requests", "2", "--warmup", "1", "--repeat", "1",
+            "--buffers", "2", "--work-us", "0", "--allocators", "streampool,preallocated",
+            "--json", out)
+    rows = json.load(open(out))["serve"]
+    check("--allocators picks serve's rows; no baseline, no multiple",
+          r.returncode == 0 and [x["allocator"] for x in rows] == ["streampool", "preallocated"]
+          and all(x["vs_async_threshold_max"] is None and
+                  x["calls_vs_async_threshold_max"] is None for x in rows), (r.stderr, rows))
 
 
 @case("hotpath writes its rows")
@@ -219,7 +310,7 @@ def _():
 SCHEMA = {
     "serve": {"allocator": str, "streams": int, "requests": int, "warmup_requests": int,
               "repeats": int, "requests_per_s": dict, "p99_us": dict, "p50_us": float,
-              "peak_reserved_bytes": int, "failures": int},
+              "peak_reserved_bytes": int, "failures": int, "vs_preallocated": float},
     "hotpath": {"size": int, "threads": int, "repeats": int, "ns_per_pair": float,
                 "malloc_ns_per_pair": float, "ratio": dict, "driver_calls_per_1000_pairs": float},
     "scaling": {"dimension": str, "value": int, "ns_per_pair": float, "held_bytes": int},
@@ -244,6 +335,15 @@ def _():
         check(f"all: {section} has rows", len(rows) > 0 or (section == "calls" and d["runtime"] != "cudasim"))
         bad = [(x, k) for x in rows for k, t in fields.items() if not isinstance(x.get(k), t)]
         check(f"all: {section} rows carry every field with its type", not bad, bad[:3])
+    if d["runtime"] == "cudasim":
+        typed = {"cuda_calls_per_request": float, "driver_allocs_per_request": float,
+                 "calls_per_request_by_api": dict, "calls_vs_async_threshold_max": float}
+        bad = [(x, k) for x in d["serve"] for k, t in typed.items() if not isinstance(x.get(k), t)]
+        check("all: serve rows carry the calls figures (cudasim)", not bad, bad[:3])
+        sp = [x for x in d["serve"] if x["allocator"] == "streampool"]
+        check("all: streampool rows carry misses per request",
+              sp and all(isinstance(x["misses_per_request"], float) and
+                         "fence_queries_per_miss" in x for x in sp), sp)
     check("all: every shape by every allocator",
           sorted((x["workload"], x["allocator"]) for x in d["replay"]) ==
           sorted((s, a) for s in SHAPES for a in ALLOCATORS), d["replay"])
