@@ -61,32 +61,42 @@ typedef struct serve_variant {
     bool preallocated;
     /* A request scope around each request, for a row that uses one (all three set, or none):
      * begin before the request's first allocation, its buffers allocated into the request,
-     * end after the wait for the stream (so a row may promise that the host synchronized it).
-     * The buffers are still freed one by one before the wait. NULL for rows without; a
+     * end after the wait for the stream (so a row may promise that the host synchronized it),
+     * which frees the buffers: none is freed one by one. NULL for rows without; a
      * non-zero return counts as a failed call. */
     int (*request_begin)(bench_alloc *a, cudaStream_t s, uint64_t *req);
     int (*request_alloc)(bench_alloc *a, uint64_t req, void **p, size_t n);
     int (*request_end)(bench_alloc *a, uint64_t req);
 } serve_variant;
 
-/* One row per entry, in table order; a new row is an entry here (and its hooks).
- *
- * HOOK (issue 19, part 4): the `streampool (requests)` row belongs right after `streampool`,
- * once include/streampool.h declares request scopes (sp_request_begin, sp_request_alloc,
- * sp_request_end; not in this branch's header yet):
- *     {"streampool (requests)", "streampool-requests", ALLOC_STREAMPOOL, false,
- *      scope_begin, scope_alloc, scope_end},
- * where scope_begin calls sp_request_begin(a->pool, s, NULL, req), scope_alloc
- * sp_request_alloc(a->pool, req, p, n) and scope_end sp_request_end(a->pool, req,
- * SP_REQUEST_SYNCHRONIZED, NULL) (serve waits for the stream before the end), each mapped to
- * 0 / -1 as bench_alloc_alloc does. README's benchmark section and tests/test_bench_cli.py's
- * SERVE_ROWS list the rows. */
+/* The `streampool (requests)` row: each request is a request scope, its buffers allocated
+ * into it and freed by its end, which comes after serve's wait for the stream and so promises
+ * that the host synchronized it: the request's frees settle with no CUDA call. */
+static int scope_begin(bench_alloc *a, cudaStream_t s, uint64_t *req)
+{
+    return sp_request_begin(a->pool, s, NULL, req) == SP_OK ? 0 : -1;
+}
+
+static int scope_alloc(bench_alloc *a, uint64_t req, void **p, size_t n)
+{
+    return sp_request_alloc(a->pool, req, p, n) == SP_OK ? 0 : -1;
+}
+
+static int scope_end(bench_alloc *a, uint64_t req)
+{
+    return sp_request_end(a->pool, req, SP_REQUEST_SYNCHRONIZED, NULL) == SP_OK ? 0 : -1;
+}
+
+/* One row per entry, in table order; a new row is an entry here (and its hooks). README's
+ * benchmark section and tests/test_bench_cli.py's SERVE_ROWS list the rows. */
 static const serve_variant variants[] = {
     {"cudaMalloc", "cudaMalloc", ALLOC_CUDA_MALLOC, false, NULL, NULL, NULL},
     {"cudaMallocAsync", "cudaMallocAsync", ALLOC_ASYNC_DEFAULT, false, NULL, NULL, NULL},
     {"cudaMallocAsync (threshold max)", "cudaMallocAsync-max", ALLOC_ASYNC_KEEP, false, NULL,
      NULL, NULL},
     {"streampool", "streampool", ALLOC_STREAMPOOL, false, NULL, NULL, NULL},
+    {"streampool (requests)", "streampool-requests", ALLOC_STREAMPOOL, false, scope_begin,
+     scope_alloc, scope_end},
     {SERVE_PREALLOCATED, "preallocated", ALLOC_CUDA_MALLOC, true, NULL, NULL, NULL},
 };
 enum { N_VARIANTS = sizeof variants / sizeof variants[0] };
@@ -191,7 +201,7 @@ static double serve_request(stream_worker *w, uint64_t *rng, long r)
         size_t n = o->memset_bytes && o->memset_bytes < sizes[i] ? o->memset_bytes : sizes[i];
         cudaMemsetAsync(bufs[i], (int)(r & 0xff), n, w->stream);
     }
-    for (int i = 0; i < k && !v->preallocated; i++)
+    for (int i = 0; i < k && !v->preallocated && !scoped; i++)
         if (bufs[i] && bench_alloc_free(w->alloc, bufs[i], w->stream) != 0)
             w->failures++;
     if (bench_stream_sync(w->stream) != cudaSuccess)
