@@ -1040,6 +1040,56 @@ static void rule23_last_error(void **state)
     (void)cudaGetLastError();
 }
 
+/* cudaMallocManaged (Runtime API reference): a size of 0, a NULL output and any flags but
+ * exactly cudaMemAttachGlobal or cudaMemAttachHost are cudaErrorInvalidValue, the output left
+ * as it was; the memory is reachable from the host (after a synchronize, on devices without
+ * concurrent managed access) and from streams in stream order, and goes back with cudaFree. */
+static void managed_memory_contract(void **state)
+{
+    (void)state;
+    int supported = 0;
+    CK(cudaDeviceGetAttribute(&supported, cudaDevAttrManagedMemory, 0));
+    assert_int_equal(supported, 1);
+    void *untouched = (void *)0x1234;
+    assert_int_equal(cudaMallocManaged(NULL, 4096, cudaMemAttachGlobal), cudaErrorInvalidValue);
+    assert_int_equal(cudaMallocManaged(&untouched, 0, cudaMemAttachGlobal), cudaErrorInvalidValue);
+    const unsigned bad_flags[] = {0, cudaMemAttachSingle, cudaMemAttachGlobal | cudaMemAttachHost,
+                                  0x100};
+    for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++)
+        assert_int_equal(cudaMallocManaged(&untouched, 4096, bad_flags[i]), cudaErrorInvalidValue);
+    assert_ptr_equal(untouched, (void *)0x1234);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue); /* not sticky */
+    CK(cudaMallocManaged(&untouched, 16, cudaMemAttachGlobal)); /* the device still works */
+    CK(cudaFree(untouched));
+
+    const unsigned flags[] = {cudaMemAttachGlobal, cudaMemAttachHost};
+    for (size_t i = 0; i < 2; i++) {
+        unsigned char *m = NULL;
+        CK(cudaMallocManaged((void **)&m, MiB, flags[i]));
+        assert_non_null(m);
+        assert_int_equal((uintptr_t)m % 256, 0);
+        memset(m, 0x3c, MiB); /* the host writes it directly */
+        cudaStream_t s;
+        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        if (flags[i] == cudaMemAttachGlobal) {
+            /* a stream sees the host's bytes and writes over half of them */
+            assert_true(device_bytes_are(m, MiB, 0x3c, s));
+            CK(cudaMemsetAsync(m, 0x7e, MiB / 2, s));
+            CK(cudaStreamSynchronize(s));
+        }
+        CK(cudaDeviceSynchronize());
+        unsigned char first = flags[i] == cudaMemAttachGlobal ? 0x7e : 0x3c;
+        assert_int_equal(m[0], first);
+        assert_int_equal(m[MiB / 2 - 1], first);
+        assert_int_equal(m[MiB / 2], 0x3c);
+        assert_int_equal(m[MiB - 1], 0x3c);
+        CK(cudaStreamDestroy(s));
+        CK(cudaFree(m));
+        assert_int_equal(cudaFree(m), cudaErrorInvalidValue); /* freed once only */
+        (void)cudaGetLastError();
+    }
+}
+
 /* Handles: a destroyed event is rejected, not used. */
 static void bad_handles_are_rejected(void **state)
 {
@@ -1096,6 +1146,7 @@ int main(void)
         T(rule22_cudamalloc_synchronizes_device),
         T(rule23_last_error),
         T(bad_handles_are_rejected),
+        T(managed_memory_contract),
 #undef T
     };
     return cmocka_run_group_tests_name("cuda_conformance", tests, NULL, NULL);

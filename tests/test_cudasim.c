@@ -40,6 +40,44 @@ static void capacity_limits_allocation_and_mem_get_info(void **state)
     CK(cudaMemPoolDestroy(pool));
 }
 
+/* cudaMallocManaged on cudasim (a device without concurrent managed access): the device's own
+ * pages hold the memory from the call on, in whole 2 MiB pages as cudaMalloc's, so
+ * cudaMemGetInfo counts it; over the capacity it is cudaErrorMemoryAllocation with the output
+ * untouched; cudaFree gives the pages back. Its call counter is its own. */
+static void managed_memory_is_device_memory(void **state)
+{
+    (void)state;
+    CK(cudasimSetDeviceMemory(0, 16 * MiB));
+    int concurrent = -1;
+    CK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, 0));
+    assert_int_equal(concurrent, 0);
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    assert_int_equal(prop.managedMemory, 1);
+    assert_int_equal(prop.concurrentManagedAccess, 0);
+    cudasimResetCallCounts();
+    size_t free_b = 0, total = 0;
+    void *m = NULL, *big = (void *)0x42;
+    CK(cudaMallocManaged(&m, 3 * MiB + 1, cudaMemAttachGlobal));
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, 12 * MiB); /* 3 MiB + 1 byte: two pages */
+    assert_int_equal(cudaMallocManaged(&big, 13 * MiB, cudaMemAttachHost),
+                     cudaErrorMemoryAllocation);
+    assert_ptr_equal(big, (void *)0x42);
+    (void)cudaGetLastError();
+    assert_int_equal(cudasimCallCount("cudaMallocManaged"), 2);
+    assert_int_equal(cudasimCallCount("cudaMalloc"), 0);
+    CK(cudaFree(m));
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, 16 * MiB);
+    /* fault injection reaches it by name, like every entry point */
+    CK(cudasimInjectFault("cudaMallocManaged", 1, cudaErrorMemoryAllocation, 0));
+    assert_int_equal(cudaMallocManaged(&big, 4096, cudaMemAttachGlobal), cudaErrorMemoryAllocation);
+    assert_ptr_equal(big, (void *)0x42);
+    (void)cudaGetLastError();
+    cudasimClearFaults();
+}
+
 /* Rule 8 in exact figures: 512-byte rounding, 2 MiB chunks, high watermarks. */
 static void pool_accounting_is_exact(void **state)
 {
@@ -690,6 +728,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_teardown(fn, reset_device)
         T(capacity_limits_allocation_and_mem_get_info),
+        T(managed_memory_is_device_memory),
         T(pool_accounting_is_exact),
         T(rule11d_internal_dependency_when_device_full),
         T(frees_on_two_streams_do_not_merge),

@@ -3,7 +3,8 @@
 # three ways, as README's "Use it from your project" tells a user to: a Makefile with pkg-config
 # (a C program and a C++ one), CMake find_package(streampool), and a Meson subproject. Every
 # consumer links with -Wl,--as-needed and runs on cudasim, found first through LD_LIBRARY_PATH.
-# Also checks that the installed libstreampool NEEDs the real runtime and never cudasim.
+# Also checks that the installed libstreampool NEEDs the real runtime and never cudasim, and builds
+# a CNMeM program against libstreampool_cnmem (pkg-config streampool_cnmem, CMake streampool::cnmem).
 # Usage: [VERBOSE=1] run.sh SOURCE_DIR [meson setup options for the install build]. Prints TAP.
 set -uo pipefail
 src=$(cd "$1" && pwd)
@@ -111,7 +112,23 @@ cudasim_pc() {
         run_on_cudasim "$tmp/ci_on_cudasim"
 }
 
-echo "1..7"
+# cnmem/example.c, a CNMeM program, built as its users would: pkg-config streampool_cnmem in a
+# plain compiler line, then CMake's streampool::cnmem.
+cnmem_consumers() {
+    local flags
+    flags=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs streampool_cnmem) &&
+        cc -std=c11 -Wall -Wextra -pedantic -Werror "$src/cnmem/example.c" -o "$tmp/cnmem_pc" \
+            $LDFLAGS $flags &&
+        run_on_cudasim "$tmp/cnmem_pc" &&
+        rm -rf "${tmp:?}/cnmem" && cp -r "$here/cnmem" "$tmp/cnmem" &&
+        cp "$src/cnmem/example.c" "$tmp/cnmem/" &&
+        cmake -S "$tmp/cnmem" -B "$tmp/cnmem/build" -DCMAKE_PREFIX_PATH="$prefix" \
+            -DCMAKE_EXE_LINKER_FLAGS="$LDFLAGS" &&
+        cmake --build "$tmp/cnmem/build" &&
+        run_on_cudasim "$tmp/cnmem/build/cnmem_example"
+}
+
+echo "1..8"
 step "install into a temporary prefix with cudasim" install_streampool "$@"
 step "installed libstreampool NEEDs the real libcudart, never cudasim" \
     installed_library_needs_real_runtime
@@ -120,4 +137,6 @@ step "Makefile + pkg-config: C++ consumer (-pedantic -Werror) runs on cudasim" m
 step "CMake find_package(streampool) under --as-needed runs on cudasim" cmake_find_package
 step "Meson subproject (no bench, no tests) under --as-needed runs on cudasim" meson_subproject
 step "cudasim.pc: a downstream test calls cudasim's extension API" cudasim_pc
+step "CNMeM program: pkg-config streampool_cnmem and CMake streampool::cnmem run on cudasim" \
+    cnmem_consumers
 exit $failed

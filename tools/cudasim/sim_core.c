@@ -557,6 +557,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrWarpSize: v = 32; break;
     case cudaDevAttrMaxThreadsPerBlock: v = 1024; break;
     case cudaDevAttrUnifiedAddressing: v = 1; break;
+    case cudaDevAttrManagedMemory: v = 1; break;
     case cudaDevAttrConcurrentManagedAccess: v = 0; break;
     case cudaDevAttrIntegrated: v = 0; break;
     default: return sim_ret(cudaErrorInvalidValue); /* documented subset only */
@@ -588,6 +589,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     prop->maxThreadsPerBlock = 1024;
     prop->unifiedAddressing = 1;
     prop->memoryPoolsSupported = 1;
+    prop->managedMemory = 1; /* cudaMallocManaged; concurrentManagedAccess stays 0 */
     return cudaSuccess;
 }
 

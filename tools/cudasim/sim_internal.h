@@ -62,7 +62,7 @@
     X(cudaStreamQuery) X(cudaStreamWaitEvent) X(cudaLaunchHostFunc) X(cudaEventCreate) \
     X(cudaEventCreateWithFlags) X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize) \
     X(cudaEventDestroy) X(cudaEventElapsedTime) X(cudaMemsetAsync) X(cudaMemcpyAsync) \
-    X(cudaMalloc) X(cudaFree) X(cudaMallocHost) X(cudaFreeHost) X(cudaHostAlloc) \
+    X(cudaMalloc) X(cudaMallocManaged) X(cudaFree) X(cudaMallocHost) X(cudaFreeHost) X(cudaHostAlloc) \
     X(cudaMemGetInfo) X(cudaDeviceSynchronize) X(cudaGetDeviceCount) X(cudaSetDevice) \
     X(cudaGetDevice) X(cudaDeviceGetAttribute) X(cudaDriverGetVersion) \
     X(cudaRuntimeGetVersion) X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorName) \

@@ -972,16 +972,13 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 
 /* ---- API: synchronous allocation (rule 22: synchronizes the device) ---- */
 
-cudaError_t cudaMalloc(void **devPtr, size_t size)
+/* cudaMalloc and cudaMallocManaged: whole pages of the device's synchronous pool. */
+static cudaError_t malloc_sync(void **devPtr, size_t size)
 {
-    cudaError_t err = sim_enter(SIM_API_cudaMalloc);
-    if (err || (err = sim_graph_unsafe_call()))
-        return sim_ret(err);
-    if (!devPtr)
-        return sim_ret(cudaErrorInvalidValue);
     sim_lock();
     int dev = sim_current_device();
     sim_device *d = sim_dev(dev);
+    cudaError_t err = cudaSuccess;
     if (!d) {
         err = cudaErrorInvalidDevice;
     } else if (d->sticky) {
@@ -996,7 +993,33 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
             *devPtr = p;
     }
     sim_unlock();
-    return sim_ret(err);
+    return err;
+}
+
+cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMalloc);
+    if (err || (err = sim_graph_unsafe_call()))
+        return sim_ret(err);
+    if (!devPtr)
+        return sim_ret(cudaErrorInvalidValue);
+    return sim_ret(malloc_sync(devPtr, size));
+}
+
+/* Managed memory as on a device without concurrent managed access
+ * (cudaDevAttrConcurrentManagedAccess 0, which cudasim reports): the physical storage is the
+ * current device's, taken when the call returns, so cudaMemGetInfo counts it at once; the host
+ * reaches it directly (the emulated device memory is host memory). Released with cudaFree.
+ * Unlike cudaMalloc, a size of 0 and any flags but exactly cudaMemAttachGlobal or
+ * cudaMemAttachHost are cudaErrorInvalidValue (the Runtime API's documented contract). */
+cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaMallocManaged);
+    if (err || (err = sim_graph_unsafe_call()))
+        return sim_ret(err);
+    if (!devPtr || size == 0 || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost))
+        return sim_ret(cudaErrorInvalidValue);
+    return sim_ret(malloc_sync(devPtr, size));
 }
 
 cudaError_t cudaFree(void *devPtr)
