@@ -31,7 +31,9 @@
 #if __has_include(<cuda/memory_resource>)
 #if !defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
 #if defined(_CUDA__MEMORY_RESOURCE_RESOURCE_H)
-#error "streampool.hpp: include it before <cuda/memory_resource>, or define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE for the whole build"
+// CCCL is already in without its experimental interface: the resource's concepts are missing.
+#error "include streampool.hpp before <cuda/memory_resource>, or define \
+LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE for the whole build"
 #endif
 #define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
 #endif
@@ -150,7 +152,10 @@ public:
     sp_pool *get() const noexcept { return pool_; }
     const char *name() const noexcept { return sp_pool_name(pool_); }
     sp_stats stats() const { return stats_of(pool_); }
-    void trim(std::size_t keep_bytes = 0) const { check(sp_pool_trim(pool_, keep_bytes), "sp_pool_trim"); }
+    void trim(std::size_t keep_bytes = 0) const
+    {
+        check(sp_pool_trim(pool_, keep_bytes), "sp_pool_trim");
+    }
     // Raw stream-ordered calls (device_buffer and memory_resource are the RAII forms).
     void *allocate(std::size_t bytes, cudaStream_t stream) const
     {

@@ -2,7 +2,8 @@
 # Builds tests/cxx/test_hpp.cpp with g++ and with clang++ under -std=c++17 -Wall -Wextra -pedantic
 # -Werror, against the build's libstreampool, and runs each (on cudasim where the build uses it).
 # A compiler that is missing is skipped, except in CI (CI=true), where it fails. Prints TAP.
-# Usage: compilers.sh SOURCE_DIR CUDA_INCLUDEDIR CCCL_INCLUDEDIR LIBSTREAMPOOL CUDA_LIBDIR [CUDASIM_DIR]
+# Usage: compilers.sh SOURCE_DIR CUDA_INCLUDEDIR CCCL_INCLUDEDIR LIBSTREAMPOOL CUDA_LIBDIR
+#        [CUDASIM_DIR]
 set -uo pipefail
 src=$1 cuda_inc=$2 cccl_inc=$3 lib=$4 cuda_lib=$5 sim=${6:-}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sp-hpp.XXXXXX")
@@ -36,7 +37,8 @@ for cxx in "${compilers[@]}"; do
         failed=1
     fi
     n=$((n + 1))
-    if [ -x "$exe" ] && LD_LIBRARY_PATH=$sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$exe" >"$tmp/log" 2>&1; then
+    if [ -x "$exe" ] &&
+        LD_LIBRARY_PATH=$sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$exe" >"$tmp/log" 2>&1; then
         echo "ok $n - run with $cxx"
     else
         echo "not ok $n - run with $cxx"
