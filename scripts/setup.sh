@@ -5,10 +5,11 @@
 # location (/usr/local/cuda); nothing here downloads it.
 set -euo pipefail
 packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils)
-# Test-only: promtool (Debian's prometheus) checks the metrics text. CI installs it; elsewhere
-# the metrics test skips without it.
+# Test-only: promtool (Debian's prometheus) checks the metrics text, and clang++ (Debian's clang)
+# builds streampool.hpp's test beside g++. CI installs them; elsewhere those tests skip without
+# them.
 if [ "${CI:-}" = true ]; then
-  packages+=(prometheus)
+  packages+=(prometheus clang)
 fi
 missing=()
 for p in "${packages[@]}"; do
