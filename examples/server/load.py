@@ -4,8 +4,8 @@
 Sends a fixed load, the same for the same seed: REQUESTS inference requests, each to a tenant
 picked at random from TENANTS with 1 to MAX_BUFFERS buffers of 1 to MAX_BYTES bytes, from
 CONCURRENCY threads, each on its own keep-alive connection. Prints one JSON object: per tenant
-the requests and bytes sent and those answered 200, and the count of every HTTP status. Exits 0
-if every request was answered 200, 1 otherwise.
+the requests, buffers and bytes sent and those answered 200, and the count of every HTTP
+status. Exits 0 if every request was answered 200, 1 otherwise.
 
   load.py --port 8080 --tenants llama,mistral --requests 200 --seed 1
 """
@@ -48,7 +48,8 @@ def main():
     load = make_load(args)
     lock = threading.Lock()
     cursor = [0]
-    sent = {t: {"requests": 0, "bytes": 0, "served_requests": 0, "served_bytes": 0}
+    sent = {t: {"requests": 0, "buffers": 0, "bytes": 0,
+                "served_requests": 0, "served_buffers": 0, "served_bytes": 0}
             for t in args.tenants.split(",")}
     statuses = {}
     errors = []
@@ -73,10 +74,12 @@ def main():
                 with lock:
                     s = sent[tenant]
                     s["requests"] += 1
+                    s["buffers"] += len(sizes)
                     s["bytes"] += sum(sizes)
                     statuses[resp.status] = statuses.get(resp.status, 0) + 1
                     if resp.status == 200:
                         s["served_requests"] += 1
+                        s["served_buffers"] += len(sizes)
                         s["served_bytes"] += sum(sizes)
                     elif len(errors) < 10:
                         errors.append(f"{resp.status} {path}: {body.decode(errors='replace')}")

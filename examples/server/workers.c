@@ -69,23 +69,22 @@ void workers_open_all(workers *w)
     pthread_mutex_unlock(&w->lock);
 }
 
-/* The "model": runs on the stream after the memsets, holds it at the job's gate, then for the
- * job's delay, as a kernel would. */
-static void CUDART_CB host_work(void *arg)
+/* The "model": runs on the stream after the memsets for the job's delay, as a kernel would. */
+static void CUDART_CB host_delay(void *arg)
 {
-    job *j = arg;
-    workers *w = j->owner;
-    if (j->hold[0]) {
-        pthread_mutex_lock(&w->lock);
-        while (!gate_open_locked(w, j->hold))
-            pthread_cond_wait(&w->gate, &w->lock);
-        pthread_mutex_unlock(&w->lock);
-    }
-    if (j->delay_us) {
-        struct timespec d = {(time_t)(j->delay_us / 1000000u), (long)(j->delay_us % 1000000u) * 1000};
-        while (nanosleep(&d, &d) != 0)
-            ;
-    }
+    const job *j = arg;
+    struct timespec d = {(time_t)(j->delay_us / 1000000u), (long)(j->delay_us % 1000000u) * 1000};
+    while (nanosleep(&d, &d) != 0)
+        ;
+}
+
+/* Keeps the worker, and so the job's buffers, until the gate opens. */
+static void wait_gate(workers *w, const char *name)
+{
+    pthread_mutex_lock(&w->lock);
+    while (!gate_open_locked(w, name))
+        pthread_cond_wait(&w->gate, &w->lock);
+    pthread_mutex_unlock(&w->lock);
 }
 
 static void answer_error(job *j, unsigned http, const char *what, const char *detail)
@@ -136,8 +135,11 @@ static void serve(worker *me, job *j)
             break;
         }
     }
-    if (rc == SP_OK && cerr == cudaSuccess)
-        cerr = cudaLaunchHostFunc(me->stream, host_work, j);
+    if (rc == SP_OK && cerr == cudaSuccess && j->delay_us)
+        cerr = cudaLaunchHostFunc(me->stream, host_delay, j);
+    /* a held request keeps its buffers allocated: live in its tenant's pool until released */
+    if (rc == SP_OK && cerr == cudaSuccess && j->hold[0])
+        wait_gate(me->pool, j->hold);
     /* Every buffer goes back in stream order, after the work enqueued on it, whatever failed. */
     int free_rc = SP_OK;
     for (size_t i = 0; i < got; i++) {
