@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing streampool needs on Debian 12: Meson, Ninja, pkg-config,
 # CMake, g++ and make (the consumer tests build against the installed library as users do),
-# and cmocka (tests). The CUDA toolkit is expected in its standard
+# cmocka (tests) and libmicrohttpd (examples/server; the build skips the example without it,
+# except under CI=true). The CUDA toolkit is expected in its standard
 # location (/usr/local/cuda); nothing here downloads it.
 set -euo pipefail
-packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils)
-# Test-only: promtool (Debian's prometheus) checks the metrics text. CI installs it; elsewhere
-# the metrics test skips without it.
+packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils
+          libmicrohttpd-dev)
+# Test-only: promtool (Debian's prometheus) checks the metrics text and the example server's
+# scrape. CI installs it; elsewhere those checks skip without it (under CI=true they fail).
 if [ "${CI:-}" = true ]; then
   packages+=(prometheus)
 fi
