@@ -159,14 +159,17 @@ static enum MHD_Result infer(server *s, request *r, struct MHD_Connection *c)
         snprintf(j->hold, sizeof j->hold, "%s", hold);
     }
     tenant *t = j->tenant;
-    if (t->limit && j->bytes > t->limit) {
-        /* no amount of waiting makes it fit: refused before it touches the pool */
+    /* no amount of waiting makes it fit: refused before it touches the pool */
+    bool device_caps = s->device_bytes && (!t->limit || s->device_bytes < t->limit);
+    uint64_t cap = device_caps ? s->device_bytes : t->limit;
+    if (cap && j->bytes > cap) {
         atomic_fetch_add_explicit(&t->rejected_too_large, 1, memory_order_relaxed);
         char body[256];
         snprintf(body, sizeof body,
-                 "{\"tenant\":\"%s\",\"error\":\"larger than the tenant's limit\","
-                 "\"bytes\":%" PRIu64 ",\"limit\":%" PRIu64 "}",
-                 t->name, j->bytes, t->limit);
+                 "{\"tenant\":\"%s\",\"error\":\"larger than the %s\",\"bytes\":%" PRIu64
+                 ",\"%s\":%" PRIu64 "}",
+                 t->name, device_caps ? "device's memory" : "tenant's limit", j->bytes,
+                 device_caps ? "device_bytes" : "limit", cap);
         return reply(c, 413, JSON, body);
     }
     j->done = job_done;

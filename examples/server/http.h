@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "streampool.h"
 #include "tenants.h"
@@ -17,6 +18,7 @@ typedef struct server {
     tenant_table tenants;
     workers *workers;
     const char *trace_path;            /* where POST /trace/start writes */
+    uint64_t device_bytes;             /* the device's total memory; 0: unknown */
     atomic_bool stopping;              /* new inference requests get 503 */
     pthread_mutex_t lock;
     pthread_cond_t changed;            /* inflight or suspended went down */

@@ -118,6 +118,9 @@ int main(int argc, char **argv)
                 cudaGetErrorName((cudaError_t)sp_last_cuda_error()));
         return 1;
     }
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+        s.device_bytes = total_bytes;
     char err[512];
     rc = tenants_load(argv[optind], s.rt, &s.tenants, err, sizeof err);
     if (rc == SP_OK)

@@ -26,6 +26,7 @@ CONFIG = """# tenants of the test: NAME LIMIT [RESERVE]
 alpha 256M 16M
 beta  128M
 tiny   64M
+gamma  0
 """
 MiB = 1 << 20
 LOAD = ["--tenants", "alpha,beta", "--requests", "150", "--concurrency", "4", "--seed", "21",
@@ -144,10 +145,36 @@ def tenant(name, code=None):
     return (("code", code), ("tenant", name)) if code else (("tenant", name),)
 
 
+BAD_CONFIGS = [
+    ("a 1M\nb 2X\n", ":2: "),                 # a size streampool's parser refuses
+    ("a 1M\na 2M\n", ":2: tenant 'a'"),        # the same name twice
+    ("a/b 1M\n", ":1: tenant name"),           # a name outside [A-Za-z0-9_.-]
+    ("a 1M,priority:3\n", ":1: a size"),        # no smuggled SP_ALLOC_CONF keys
+    ("a\n", ":1: expected NAME LIMIT"),
+    ("a 1M 1M 1M\n", ":1: expected NAME LIMIT"),
+    ("# nobody\n", "no tenants"),
+]
+
+
+def bad_configs(tap, exe, tmp):
+    """A config the server cannot use: exit 1 before listening, with a message naming the line."""
+    for i, (text, want) in enumerate(BAD_CONFIGS):
+        conf = os.path.join(tmp, f"bad{i}.conf")
+        with open(conf, "w", encoding="utf-8") as f:
+            f.write(text)
+        r = subprocess.run([exe, "-p", "0", conf], capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        tap.ok(r.returncode == 1 and (conf + want if want.startswith(":") else want) in r.stderr,
+               f"config {text.strip()!r}: exit 1, '{want}'", f"exit {r.returncode}\n{r.stderr}")
+    r = subprocess.run([exe, "-p", "70000", conf], capture_output=True, text=True, timeout=TIMEOUT)
+    tap.ok(r.returncode == 2 and "usage" in r.stderr, "-p 70000: usage, exit 2", r.stderr)
+
+
 def main():
     server_exe, load_py = sys.argv[1], sys.argv[2]
     tap = Tap()
     with tempfile.TemporaryDirectory() as tmp:
+        bad_configs(tap, server_exe, tmp)
         srv = Server(server_exe, tmp)
         if not tap.ok(srv.port is not None, "the server starts on a free loopback port",
                       "".join(srv.lines) + srv.stderr()):
@@ -213,6 +240,9 @@ def run(tap, srv, load_py):
     tap.ok(status == 413, "one buffer larger than tiny's limit: 413", f"{status} {body}")
     status, body = srv.call("POST", "/infer?tenant=tiny&sizes=40M,40M")
     tap.ok(status == 413, "buffers larger than tiny's limit together: 413", f"{status} {body}")
+    status, body = srv.call("POST", "/infer?tenant=gamma&sizes=1024G")
+    tap.ok(status == 413 and "device" in body, "gamma has no limit; more than the device: 413",
+           f"{status} {body}")
 
     for method, path, want in [("POST", "/infer?tenant=nobody&sizes=1", 404),
                                ("POST", "/infer?tenant=alpha&sizes=0", 400),
@@ -256,7 +286,9 @@ def run(tap, srv, load_py):
     expect[("streampool_allocs_total", pool("tiny"))] = 2      # the held 40 MiB, the 429's 1 MiB
     expect[("streampool_frees_total", pool("tiny"))] = 2
     expect[("streampool_limit_rejections_total", pool("tiny"))] = 1
-    for name in ("default", "alpha", "beta", "tiny"):
+    expect[("spserver_rejected_requests_total", tenant("gamma", "413"))] = 1
+    expect[("streampool_allocs_total", pool("gamma"))] = 0
+    for name in ("default", "alpha", "beta", "tiny", "gamma"):
         expect[("streampool_requested_bytes", pool(name))] = 0
         expect[("streampool_active_bytes", pool(name))] = 0
     wrong = [f"{k}: metrics {m.get(k)}, expected {v}" for k, v in expect.items() if m.get(k) != v]
@@ -266,7 +298,7 @@ def run(tap, srv, load_py):
            "\n".join(wrong))
 
     status, body = srv.call("GET", "/summary")
-    tap.ok(status == 200 and all(re.search(rf"^{n}\s", body, re.M) for n in ("alpha", "beta", "tiny")),
+    tap.ok(status == 200 and all(re.search(rf"^{n}\s", body, re.M) for n in ("alpha", "beta", "tiny", "gamma")),
            "GET /summary has a row per tenant", body)
 
     # SIGTERM while a request is held at a gate nobody opens: the drain opens it and answers.

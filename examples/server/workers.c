@@ -135,7 +135,7 @@ static void serve(worker *me, job *j)
             break;
         }
     }
-    if (rc == SP_OK && cerr == cudaSuccess && j->delay_us)
+    if (rc == SP_OK && cerr == cudaSuccess)
         cerr = cudaLaunchHostFunc(me->stream, host_delay, j);
     /* a held request keeps its buffers allocated: live in its tenant's pool until released */
     if (rc == SP_OK && cerr == cudaSuccess && j->hold[0])
