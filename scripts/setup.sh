@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building and testing streampool needs on Debian 12: Meson, Ninja, pkg-config,
 # CMake, g++ and make (the consumer tests build against the installed library as users do),
-# and cmocka (tests). The CUDA toolkit is expected in its standard
+# cmocka (tests) and libmicrohttpd (examples/server; the build skips the example without it,
+# except under CI=true). The CUDA toolkit is expected in its standard
 # location (/usr/local/cuda); nothing here downloads it.
 set -euo pipefail
-packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils)
-# Test-only: promtool (Debian's prometheus) checks the metrics text, and clang++ (Debian's clang)
-# builds streampool.hpp's test beside g++. CI installs them; elsewhere those tests skip without
-# them.
+packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils
+          libmicrohttpd-dev)
+# Test-only: promtool (Debian's prometheus) checks the metrics text and the example server's
+# scrape, and clang++ (Debian's clang) builds streampool.hpp's test beside g++. CI installs them;
+# elsewhere those tests skip without them (under CI=true they fail).
 if [ "${CI:-}" = true ]; then
   packages+=(prometheus clang)
 fi
