@@ -4,8 +4,9 @@
 Sends a fixed load, the same for the same seed: REQUESTS inference requests, each to a tenant
 picked at random from TENANTS with 1 to MAX_BUFFERS buffers of 1 to MAX_BYTES bytes, from
 CONCURRENCY threads, each on its own keep-alive connection. Prints one JSON object: per tenant
-the requests, buffers and bytes sent and those answered 200, and the count of every HTTP
-status. Exits 0 if every request was answered 200, 1 otherwise.
+the requests, buffers and bytes sent and those answered 200 (with the largest total of one
+served request's buffers), and the count of every HTTP status. Exits 0 if every request was
+answered 200, 1 otherwise.
 
   load.py --port 8080 --tenants llama,mistral --requests 200 --seed 1
 """
@@ -49,7 +50,8 @@ def main():
     lock = threading.Lock()
     cursor = [0]
     sent = {t: {"requests": 0, "buffers": 0, "bytes": 0,
-                "served_requests": 0, "served_buffers": 0, "served_bytes": 0}
+                "served_requests": 0, "served_buffers": 0, "served_bytes": 0,
+                "served_max_request_bytes": 0}
             for t in args.tenants.split(",")}
     statuses = {}
     errors = []
@@ -81,6 +83,8 @@ def main():
                         s["served_requests"] += 1
                         s["served_buffers"] += len(sizes)
                         s["served_bytes"] += sum(sizes)
+                        s["served_max_request_bytes"] = max(s["served_max_request_bytes"],
+                                                            sum(sizes))
                     elif len(errors) < 10:
                         errors.append(f"{resp.status} {path}: {body.decode(errors='replace')}")
         except (OSError, http.client.HTTPException) as e:

@@ -192,6 +192,21 @@ size_t tenants_metrics(const tenant_table *t, char *buf, size_t len)
                       "spserver_rejected_requests_total{tenant=\"%s\",code=\"413\"} %" PRIu64 "\n",
                       t->v[i].name, load(&t->v[i].rejected_too_large));
     }
+    at = text_put(buf, len, at,
+                  "# HELP spserver_request_peak_bytes The most bytes one request had allocated at "
+                  "once (sp_request_stats.requested_peak), over the requests ended.\n"
+                  "# TYPE spserver_request_peak_bytes gauge\n");
+    for (size_t i = 0; i < t->n; i++)
+        at = text_put(buf, len, at, "spserver_request_peak_bytes{tenant=\"%s\"} %" PRIu64 "\n",
+                      t->v[i].name, load(&t->v[i].request_peak_bytes));
+    at = text_put(buf, len, at,
+                  "# HELP spserver_request_freed_at_end_bytes_total Bytes of buffers freed by "
+                  "their request's end (sp_request_stats.freed_at_end_bytes).\n"
+                  "# TYPE spserver_request_freed_at_end_bytes_total counter\n");
+    for (size_t i = 0; i < t->n; i++)
+        at = text_put(buf, len, at,
+                      "spserver_request_freed_at_end_bytes_total{tenant=\"%s\"} %" PRIu64 "\n",
+                      t->v[i].name, load(&t->v[i].request_freed_at_end_bytes));
     return at;
 }
 

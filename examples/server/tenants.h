@@ -18,6 +18,9 @@ typedef struct tenant {
     /* Requests answered 200 and the bytes their buffers asked for; requests refused with 429
      * (over the limit now) and 413 (larger than the limit). */
     _Atomic uint64_t served_requests, served_bytes, rejected_limit, rejected_too_large;
+    /* Of the request scopes ended, served or not: the most bytes one had allocated at once, and
+     * the bytes their ends freed (every buffer of a request is freed by its end). */
+    _Atomic uint64_t request_peak_bytes, request_freed_at_end_bytes;
 } tenant;
 
 typedef struct tenant_table {
@@ -42,8 +45,8 @@ int tenants_name_ok(const char *name);
  * still had live allocations, which is a leak); it goes on with the others regardless. */
 int tenants_destroy(tenant_table *t);
 
-/* The served and rejected counters in the Prometheus text format, snprintf-style: writes into
- * buf (NUL-terminated when len > 0) and returns the length the whole text needs. */
+/* The served, rejected and request-scope figures in the Prometheus text format, snprintf-style:
+ * writes into buf (NUL-terminated when len > 0) and returns the length the whole text needs. */
 size_t tenants_metrics(const tenant_table *t, char *buf, size_t len);
 
 /* One line per tenant for people: limit, reserve, served and refused. snprintf-style. */

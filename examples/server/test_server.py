@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """streampool-server end to end, as TAP: the server on a free loopback port (-p 0), a fixed
 seeded load from load.py, then /metrics through `promtool check metrics` and checked against
-what load.py sent (served requests, bytes, buffers as sp_alloc calls), the trace of the load,
+what load.py sent (served requests, bytes, buffers as allocations, each freed by its request's
+end; the requests' peak and freed bytes), the trace of the load,
 a request over a tenant's limit while another holds its memory (429, nothing left allocated),
 requests larger than the limit (413), bad requests, and a SIGTERM during a request: drained,
 answered, and exit 0 with every pool and the runtime destroyed.
@@ -216,9 +217,11 @@ def run(tap, srv, load_py):
     buffers = sum(t["buffers"] for t in tenants.values())
     allocs = sum(1 for r in rows if r[2] == "allocate")
     frees = sum(1 for r in rows if r[2] == "free")
+    # no buffer is freed by the server itself: every free is made by its request's end
     tap.ok(allocs == buffers and frees == buffers and
            {r[6] for r in rows} == {'"alpha"', '"beta"'},
-           f"the trace has one allocate and one free per buffer sent ({buffers})",
+           f"the trace has one allocate and one free (at the request's end) per buffer sent "
+           f"({buffers})",
            f"allocate {allocs}, free {frees}, pools {sorted({r[6] for r in rows})}")
 
     # Over the limit now: one request holds 40 MiB of tiny's 64 MiB at a gate; a request for
@@ -277,6 +280,8 @@ def run(tap, srv, load_py):
         expect[("spserver_served_bytes_total", tenant(name))] = t["served_bytes"]
         expect[("streampool_allocs_total", pool(name))] = t["served_buffers"]
         expect[("streampool_frees_total", pool(name))] = t["served_buffers"]
+        expect[("spserver_request_freed_at_end_bytes_total", tenant(name))] = t["served_bytes"]
+        expect[("spserver_request_peak_bytes", tenant(name))] = t["served_max_request_bytes"]
         expect[("spserver_rejected_requests_total", tenant(name, "429"))] = 0
         expect[("spserver_rejected_requests_total", tenant(name, "413"))] = 0
     expect[("spserver_served_requests_total", tenant("tiny"))] = 1
@@ -284,15 +289,19 @@ def run(tap, srv, load_py):
     expect[("spserver_rejected_requests_total", tenant("tiny", "429"))] = 1
     expect[("spserver_rejected_requests_total", tenant("tiny", "413"))] = 2
     expect[("streampool_allocs_total", pool("tiny"))] = 2      # the held 40 MiB, the 429's 1 MiB
-    expect[("streampool_frees_total", pool("tiny"))] = 2
+    expect[("streampool_frees_total", pool("tiny"))] = 2       # both by their request's end
+    expect[("spserver_request_freed_at_end_bytes_total", tenant("tiny"))] = 41 * MiB
+    expect[("spserver_request_peak_bytes", tenant("tiny"))] = 40 * MiB
     expect[("streampool_limit_rejections_total", pool("tiny"))] = 1
     expect[("spserver_rejected_requests_total", tenant("gamma", "413"))] = 1
     expect[("streampool_allocs_total", pool("gamma"))] = 0
+    expect[("spserver_request_freed_at_end_bytes_total", tenant("gamma"))] = 0
     for name in ("default", "alpha", "beta", "tiny", "gamma"):
         expect[("streampool_requested_bytes", pool(name))] = 0
         expect[("streampool_active_bytes", pool(name))] = 0
     wrong = [f"{k}: metrics {m.get(k)}, expected {v}" for k, v in expect.items() if m.get(k) != v]
-    tap.ok(not wrong, "served requests, bytes and buffers in /metrics equal what load.py sent "
+    tap.ok(not wrong, "served requests, bytes, buffers and request figures in /metrics equal "
+           "what load.py sent "
            f"({sum(t['served_requests'] for t in tenants.values())} requests, "
            f"{sum(t['served_bytes'] for t in tenants.values())} bytes); nothing live",
            "\n".join(wrong))

@@ -94,9 +94,9 @@ static void answer_error(job *j, unsigned http, const char *what, const char *de
              j->tenant->name, what, detail);
 }
 
-/* The HTTP answer to an sp_alloc failure: the limit is 429 (retry later: memory in use by the
- * tenant's other requests will come back), a request the pool can never hold 413, the device
- * out of memory 503. */
+/* The HTTP answer to an sp_request_alloc failure: the limit is 429 (retry later: memory in use
+ * by the tenant's other requests will come back), a request the pool can never hold 413, the
+ * device out of memory 503. */
 static void answer_alloc_error(job *j, int rc)
 {
     tenant *t = j->tenant;
@@ -118,44 +118,61 @@ static void answer_alloc_error(job *j, int rc)
     }
 }
 
+/* The figures of an ended request into its tenant's /metrics counters. */
+static void count_request(tenant *t, const sp_request_stats *st)
+{
+    atomic_fetch_add_explicit(&t->request_freed_at_end_bytes, st->freed_at_end_bytes,
+                              memory_order_relaxed);
+    uint64_t peak = atomic_load_explicit(&t->request_peak_bytes, memory_order_relaxed);
+    while (st->requested_peak > peak &&
+           !atomic_compare_exchange_weak_explicit(&t->request_peak_bytes, &peak,
+                                                  st->requested_peak, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+/* One request is one request scope of its tenant's pool on the worker's stream: the buffers are
+ * the request's allocations, and its end frees them all, whatever failed, so that no path here
+ * can leak one. */
 static void serve(worker *me, job *j)
 {
-    sp_pool *pool = j->tenant->pool;
-    void *buf[JOB_MAX_BUFFERS];
-    size_t got = 0;
-    int rc = SP_OK;
+    tenant *t = j->tenant;
+    sp_pool *pool = t->pool;
+    sp_request req;
+    int rc = sp_request_begin(pool, me->stream, t->name, &req);
+    if (rc != SP_OK) {
+        answer_error(j, 500, "sp_request_begin failed", sp_status_name(rc));
+        return;
+    }
     cudaError_t cerr = cudaSuccess;
-    for (; got < j->nbuf; got++) {
-        rc = sp_alloc(pool, &buf[got], j->sizes[got], me->stream);
-        if (rc != SP_OK)
-            break;
-        cerr = cudaMemsetAsync(buf[got], (int)(got + 1) & 0xff, j->sizes[got], me->stream);
-        if (cerr != cudaSuccess) {
-            got++;
-            break;
-        }
+    for (size_t i = 0; i < j->nbuf && rc == SP_OK && cerr == cudaSuccess; i++) {
+        void *buf;
+        rc = sp_request_alloc(pool, req, &buf, j->sizes[i]);
+        if (rc == SP_OK)
+            cerr = cudaMemsetAsync(buf, (int)(i + 1) & 0xff, j->sizes[i], me->stream);
     }
     if (rc == SP_OK && cerr == cudaSuccess)
         cerr = cudaLaunchHostFunc(me->stream, host_delay, j);
+    bool ok = rc == SP_OK && cerr == cudaSuccess;
     /* a held request keeps its buffers allocated: live in its tenant's pool until released */
-    if (rc == SP_OK && cerr == cudaSuccess && j->hold[0])
+    if (ok && j->hold[0])
         wait_gate(me->pool, j->hold);
-    /* Every buffer goes back in stream order, after the work enqueued on it, whatever failed. */
-    int free_rc = SP_OK;
-    for (size_t i = 0; i < got; i++) {
-        int r = sp_free(pool, buf[i], me->stream);
-        if (r != SP_OK && free_rc == SP_OK)
-            free_rc = r;
-    }
-    cudaError_t sync = cudaStreamSynchronize(me->stream);
+    /* A request that got its buffers waits for its work, then ends promising that: the end frees
+     * the buffers with no CUDA call to settle them. A failed one is answered at once: its end
+     * frees what it got in stream order, behind the memsets already queued, under a fence. */
+    cudaError_t sync = ok ? cudaStreamSynchronize(me->stream) : cudaSuccess;
+    unsigned flags = ok && sync == cudaSuccess ? SP_REQUEST_SYNCHRONIZED : 0;
+    sp_request_stats st = {.size = sizeof st};
+    int end_rc = sp_request_end(pool, req, flags, &st);
+    if (end_rc == SP_OK)
+        count_request(t, &st);
     if (rc != SP_OK) {
         answer_alloc_error(j, rc);
     } else if (cerr != cudaSuccess || sync != cudaSuccess) {
         answer_error(j, 500, "CUDA error", cudaGetErrorName(cerr != cudaSuccess ? cerr : sync));
-    } else if (free_rc != SP_OK) {
-        answer_error(j, 500, "sp_free failed", sp_status_name(free_rc));
+    } else if (end_rc != SP_OK) {
+        answer_error(j, 500, "sp_request_end failed", sp_status_name(end_rc));
     } else {
-        tenant *t = j->tenant;
         atomic_fetch_add_explicit(&t->served_requests, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&t->served_bytes, j->bytes, memory_order_relaxed);
         j->http_status = 200;
@@ -164,9 +181,9 @@ static void serve(worker *me, job *j)
                  "\"stream\":\"%s\"}",
                  t->name, j->nbuf, j->bytes, j->delay_us, me->label);
     }
-    if (free_rc != SP_OK || sync != cudaSuccess)
-        fprintf(stderr, "streampool-server: %s: tenant %s: sp_free %s, synchronize %s\n",
-                me->label, j->tenant->name, sp_status_name(free_rc), cudaGetErrorName(sync));
+    if (end_rc != SP_OK || sync != cudaSuccess)
+        fprintf(stderr, "streampool-server: %s: tenant %s: sp_request_end %s, synchronize %s\n",
+                me->label, t->name, sp_status_name(end_rc), cudaGetErrorName(sync));
 }
 
 static void *worker_main(void *arg)

@@ -1,9 +1,9 @@
 /* The example server's worker pool: each worker thread owns a CUDA stream and serves one
- * inference job at a time on it (allocate every buffer with sp_alloc, cudaMemsetAsync it, a
- * host-function delay, sp_free in stream order, synchronize), so that every request runs on a
- * stream of its own while it runs. A request may name a gate: its worker then keeps its buffers
- * allocated, before freeing them, until the gate is opened (tests and demos hold a tenant's
- * memory with it). */
+ * inference job at a time on it as a request scope of the tenant's pool (sp_request_begin,
+ * every buffer sp_request_alloc'ed and cudaMemsetAsync'ed, a host-function delay, synchronize,
+ * then sp_request_end frees the buffers), so that every request runs on a stream of its own
+ * while it runs. A request may name a gate: its worker then keeps its buffers allocated, before
+ * the request's end, until the gate is opened (tests and demos hold a tenant's memory with it). */
 #ifndef SERVER_WORKERS_H
 #define SERVER_WORKERS_H
 
@@ -27,7 +27,7 @@ struct job {
     size_t sizes[JOB_MAX_BUFFERS];
     uint64_t bytes;                    /* the sum of sizes */
     unsigned delay_us;
-    char hold[TENANT_NAME_MAX + 1];    /* a gate to wait at before freeing, or "" */
+    char hold[TENANT_NAME_MAX + 1];    /* a gate to wait at before the end, or "" */
     void (*done)(job *j);              /* called on the worker thread once the job is answered */
     void *user;
     /* set by the worker before done() */
