@@ -208,7 +208,8 @@ def _():
             env["SP_ALLOC_CONF"] = saved
     check("leftovers: replay exits 0 with no failure", r.returncode == 0 and row["failures"] == 0
           and "failed" not in r.stderr and "still allocated" not in r.stderr, r.stderr)
-    rows = [l.split(",") for l in open(trace).read().splitlines()[1:]] if os.path.exists(trace) else []
+    rows = ([l.split(",") for l in open(trace).read().splitlines()[1:]]
+            if os.path.exists(trace) else [])
     calls = sorted((f[2], f[4], f[6]) for f in rows)
     check("leftovers: the runtime was destroyed, its trace holds each free in its own pool",
           calls == [("allocate", "256", '"bench"'), ("allocate", "512", '"tenant-1"'),

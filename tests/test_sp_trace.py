@@ -202,8 +202,8 @@ r, root = svg_of(rmm_log)
 check("timeline of an RMM log: exit 0, well-formed SVG", r.returncode == 0 and root is not None
       and root.tag == NS + "svg", r.stderr)
 if root is not None:
-    check("timeline: one series for a log without pools", series_of(root) == {"all allocations": 7000},
-          series_of(root))
+    check("timeline: one series for a log without pools",
+          series_of(root) == {"all allocations": 7000}, series_of(root))
     peak = peak_of(root)
     check("timeline: the peak marked, 7000 bytes at 0.2 ms",
           peak is not None and peak[0] == 7000 and abs(peak[1] - 0.0002) < 1e-9, peak)
@@ -216,7 +216,8 @@ check("timeline --per-stream: a series per allocating stream, with its peak",
       root is not None and series_of(root) == {"stream 0x0": 6000, "stream 0x5": 2000},
       (r.stderr, root is not None and series_of(root)))
 check("timeline --label 1: only the largest", root is not None and
-      allocations_of(root) == [(1, 5000, "stream 0x0", 3)], root is not None and allocations_of(root))
+      allocations_of(root) == [(1, 5000, "stream 0x0", 3)],
+      root is not None and allocations_of(root))
 
 r, root = svg_of(trace)
 summary_lines = run("summary", trace).stdout.splitlines()
