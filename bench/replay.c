@@ -6,6 +6,7 @@
  * a failed allocation. Every allocator starts on a fresh device (cudasim's reset), so none pays
  * for memory the one before kept. The whole log is checked before anything runs; a bad line is
  * reported by its number. */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@ typedef struct {
     void *real;
     size_t size;
     int stream;
+    int tenant;    /* whose pool frees it */
 } live_slot;
 
 typedef struct {
@@ -100,14 +102,22 @@ static void live_remove(live_map *m, uint64_t key)
 
 /* ---- parsing ---- */
 
+/* A pointer, size or stream id: hexadecimal after 0x (RMM writes pointers and streams so),
+ * otherwise decimal; a leading zero is not octal. Only digits: strtoull would skip leading
+ * blanks and negate a '-' (" -1" would read as 2^64-1). */
 static bool parse_u64(const char *s, uint64_t *out)
 {
-    if (!*s)
+    int base = 10;
+    if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+        base = 16;
+        s += 2;
+    }
+    if (!(base == 16 ? isxdigit((unsigned char)*s) : isdigit((unsigned char)*s)))
         return false;
     errno = 0;
     char *end;
-    unsigned long long v = strtoull(s, &end, 0); /* 0x... or decimal */
-    if (errno || *end || *s == '-')
+    unsigned long long v = strtoull(s, &end, base);
+    if (errno || *end)
         return false;
     *out = v;
     return true;
@@ -141,39 +151,44 @@ static int tenant_index(replay_log *log, const char *name)
     return log->n_tenants++;
 }
 
-static void strip_newline(char *line)
+static void report(const char *path, long lineno, const char *why)
 {
-    size_t len = strlen(line);
-    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-        line[--len] = '\0';
+    fprintf(stderr, "replay: %s: line %ld: %s\n", path, lineno, why);
 }
 
+/* Reads the whole log, checking every line before anything runs. Lines are read whole
+ * (getline), whatever their length, so a NUL byte inside one is seen for what it is. */
 static int load_log(const char *path, replay_log *log)
 {
+    static const char header[] = "Thread,Time,Action,Pointer,Size,Stream";
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "replay: %s: %s\n", path, strerror(errno));
         return 2;
     }
-    char line[1024];
+    char *line = NULL;
+    size_t line_cap = 0;
     long lineno = 0;
     int rc = 0;
     live_map live = {0};
-    lineno = 1;
-    if (!fgets(line, sizeof line, f) ||
-        strncmp(line, "Thread,Time,Action,Pointer,Size,Stream", 38) != 0) {
-        fprintf(stderr, "replay: %s: line 1: expected the header Thread,Time,Action,Pointer,Size,Stream\n", path);
-        fclose(f);
-        return 2;
-    }
-    while (rc == 0 && fgets(line, sizeof line, f)) {
+    for (ssize_t got; rc == 0 && (got = getline(&line, &line_cap, f)) >= 0;) {
+        size_t len = (size_t)got;
         lineno++;
-        if (!strchr(line, '\n') && !feof(f)) {
-            fprintf(stderr, "replay: %s: line %ld: longer than %zu characters\n", path, lineno, sizeof line);
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (memchr(line, '\0', len)) {
+            report(path, lineno, "contains a NUL byte");
             rc = 2;
             break;
         }
-        strip_newline(line);
+        if (lineno == 1) {
+            if (strncmp(line, header, sizeof header - 1) != 0 ||
+                (line[sizeof header - 1] != '\0' && line[sizeof header - 1] != ',')) {
+                report(path, lineno, "expected the header Thread,Time,Action,Pointer,Size,Stream");
+                rc = 2;
+            }
+            continue;
+        }
         if (!line[0])
             continue;
         char *field[8] = {0};
@@ -197,7 +212,7 @@ static int load_log(const char *path, replay_log *log)
         if (!why && (!parse_u64(field[3], &e.ptr) || e.ptr == 0))
             why = "bad pointer";
         else if (!why && !parse_u64(field[4], &size))
-            why = "bad size";
+            why = "bad size (a decimal byte count, or hexadecimal after 0x)";
         else if (!why && !parse_u64(field[5], &stream))
             why = "bad stream";
         else if (!why && (e.tenant = tenant_index(log, nf > 6 ? field[6] : "")) < 0)
@@ -209,32 +224,42 @@ static int load_log(const char *path, replay_log *log)
                 why = "allocates a pointer that is still live";
             else if (!e.is_alloc && !s)
                 why = "frees a pointer that is not live";
-            else if (e.is_alloc && !live_insert(&live, e.ptr))
+            else if (!e.is_alloc && s->tenant != e.tenant)
+                why = "frees a pointer that another tenant allocated";
+            else if (e.is_alloc && !(s = live_insert(&live, e.ptr)))
                 why = "out of host memory";
-            else if (!e.is_alloc)
+            else if (e.is_alloc)
+                s->tenant = e.tenant;
+            else
                 live_remove(&live, e.ptr);
         }
-        if (why) {
-            fprintf(stderr, "replay: %s: line %ld: %s\n", path, lineno, why);
-            rc = 2;
-            break;
-        }
-        if (log->n == log->cap) {
+        if (!why && log->n == log->cap) {
             long cap = log->cap ? log->cap * 2 : 4096;
             event *grown = realloc(log->ev, (size_t)cap * sizeof *grown);
-            if (!grown) {
-                rc = 2;
-                break;
+            if (grown) {
+                log->ev = grown;
+                log->cap = cap;
+            } else {
+                why = "out of host memory";
             }
-            log->ev = grown;
-            log->cap = cap;
         }
-        if ((e.stream = stream_index(log, stream)) < 0) {
+        if (!why && (e.stream = stream_index(log, stream)) < 0)
+            why = "out of host memory";
+        if (why) {
+            report(path, lineno, why);
             rc = 2;
             break;
         }
         log->ev[log->n++] = e;
     }
+    if (rc == 0 && ferror(f)) {
+        fprintf(stderr, "replay: %s: line %ld: %s\n", path, lineno + 1, strerror(errno));
+        rc = 2;
+    } else if (rc == 0 && lineno == 0) {
+        report(path, 1, "expected the header Thread,Time,Action,Pointer,Size,Stream");
+        rc = 2;
+    }
+    free(line);
     free(live.s);
     fclose(f);
     return rc;
@@ -251,6 +276,7 @@ static uint64_t pool_attr(cudaMemPool_t pool, enum cudaMemPoolAttr attr)
 
 typedef struct {
     long failures;
+    long free_failures; /* frees the allocator refused: a bug, never a figure */
     size_t peak_requested, peak_held, peak_reserved;
     long long cuda_calls;
     long hits, oom_reclaims;
@@ -284,6 +310,7 @@ static int replay_once(const replay_log *log, alloc_kind kind, int max_streams, 
             live_slot *s = live_insert(&live, e->ptr);
             s->size = e->size;
             s->stream = si;
+            s->tenant = e->tenant;
             if (bench_alloc_alloc_tenant(&a, e->tenant, &s->real, e->size, streams[si]) != 0) {
                 run->failures++; /* counted; its free is skipped below */
                 live_remove(&live, e->ptr);
@@ -300,7 +327,8 @@ static int replay_once(const replay_log *log, alloc_kind kind, int max_streams, 
             live_slot *s = live_find(&live, e->ptr);
             if (!s)
                 continue; /* its allocation failed */
-            bench_alloc_free_tenant(&a, e->tenant, s->real, streams[si]);
+            if (bench_alloc_free_tenant(&a, s->tenant, s->real, streams[si]) != 0)
+                run->free_failures++;
             if (ns > 1) /* whether another stream may reuse it must not depend on timing */
                 bench_stream_drain(streams[si]);
             requested -= s->size;
@@ -325,9 +353,28 @@ static int replay_once(const replay_log *log, alloc_kind kind, int max_streams, 
         run->peak_held = pool_attr(a.default_pool, cudaMemPoolAttrUsedMemHigh);
         run->peak_reserved = pool_attr(a.default_pool, cudaMemPoolAttrReservedMemHigh);
     }
-    for (size_t i = 0; i < live.cap; i++) /* what the log never freed */
-        if (live.s[i].key)
-            bench_alloc_free(&a, live.s[i].real, streams[live.s[i].stream]);
+    /* what the log never freed, each through the pool that allocated it (a streampool pool
+     * refuses another tenant's pointer, and a runtime with live allocations cannot be
+     * destroyed, which would leave the next run's device in use) */
+    long free_failures = run->free_failures;
+    for (size_t i = 0; i < live.cap; i++)
+        if (live.s[i].key && bench_alloc_free_tenant(&a, live.s[i].tenant, live.s[i].real,
+                                                     streams[live.s[i].stream]) != 0)
+            free_failures++;
+    int rc = 0;
+    if (free_failures) {
+        fprintf(stderr, "replay: %s: %ld frees failed\n", bench_alloc_name(kind), free_failures);
+        rc = -1;
+    }
+    if (kind == ALLOC_STREAMPOOL) {
+        sp_stats st;
+        bench_alloc_stats(&a, &st);
+        if (st.requested.current) {
+            fprintf(stderr, "replay: streampool: %" PRIu64 " bytes still allocated after the "
+                            "log's last free\n", (uint64_t)st.requested.current);
+            rc = -1;
+        }
+    }
     for (int i = 0; i < ns; i++) {
         bench_alloc_stream_done(&a, streams[i]);
         cudaStreamDestroy(streams[i]);
@@ -338,7 +385,7 @@ static int replay_once(const replay_log *log, alloc_kind kind, int max_streams, 
                         "allocator's figures include it\n", bench_alloc_name(kind));
     free(streams);
     free(live.s);
-    return 0;
+    return rc;
 }
 
 /* Replays `trials` times at `capacity`; true if none failed an allocation. Several allocators

@@ -195,6 +195,68 @@ def _():
     bad_log("double-alloc", head + ok + ok, 3, "still live")
     r = run("replay", os.path.join(tmp, "missing.csv"))
     check("missing log: exit 2", r.returncode == 2, r.stderr)
+    # issue 22 item 16: a NUL byte is named as such (not as an overlong line), a size of " -1"
+    # is refused (strtoull would read 2^64-1), and so is a free naming another tenant's pointer
+    bad_log("nul", head + "0,0.1,allocate,0x1000,2\x0056,0x1\n", 2, "NUL byte")
+    bad_log("negative-size", head + "0,0.1,allocate,0x1000, -1,0x1\n", 2, "bad size")
+    bad_log("blank-size", head + "0,0.1,allocate,0x1000, 5,0x1\n", 2, "bad size")
+    bad_log("other-tenant", head + "0,0.1,allocate,0x1000,256,0x1,a\n0,0.2,free,0x1000,256,0x1,b\n",
+            3, "another tenant")
+    # a line of 1023 characters fits no 1024-byte buffer with its newline, and is still a line
+    prefix, rest = "0,0.1,allocate,0x", "1000,256,0x1"
+    long_line = prefix + "0" * (1023 - len(prefix) - len(rest)) + rest
+    bad_log("long-line", head + long_line.replace("allocate", "alloc!!!") + "\n", 2,
+            "neither allocate nor free")
+
+
+def replay_one(name, body, *extra):
+    """Replays a log once by streampool on a 64 MiB device: (result, its JSON row or None)."""
+    path, out = os.path.join(tmp, name + ".csv"), os.path.join(tmp, name + ".json")
+    open(path, "w").write(body)
+    r = run("replay", path, "--allocators", "streampool", "--repeat", "1", "--capacity",
+            str(64 << 20), "--json", out, *extra)
+    return r, (json.load(open(out))["replay"][0] if r.returncode == 0 else None)
+
+
+@case("replay reads every number as written")
+def _():
+    head = "Thread,Time,Action,Pointer,Size,Stream\n"
+    r, row = replay_one("decimal", head + "0,0.1,allocate,0x1000,0100,0x1\n"
+                                          "0,0.2,allocate,0x2000,0x100,0x1\n")
+    check("size 0100 is decimal 100, 0x100 hexadecimal 256",
+          row is not None and row["peak_requested_bytes"] == 356, (r.stderr, row))
+    prefix, rest = "0,0.1,allocate,0x", "1000,256,0x1"
+    long_line = prefix + "0" * (1023 - len(prefix) - len(rest)) + rest
+    r, row = replay_one("long-line", head + long_line + "\n")
+    check("a valid line of 1023 characters replays", len(long_line) == 1023 and row is not None
+          and row["peak_requested_bytes"] == 256, (r.stderr, row))
+
+
+@case("replay frees a multi-tenant log's leftovers through their own pools")
+def _():
+    # issue 22 item 17: two tenants' allocations, never freed. Each leftover must go back to the
+    # pool that made it, so the runtime can be destroyed and streampool's trace (written when
+    # the runtime is destroyed) shows both allocations and both frees, each in its own pool.
+    trace = os.path.join(tmp, "leftovers-trace.csv")
+    saved = env.get("SP_ALLOC_CONF")
+    env["SP_ALLOC_CONF"] = "trace:" + trace
+    try:
+        r, row = replay_one("leftovers", "Thread,Time,Action,Pointer,Size,Stream,Pool\n"
+                                         "0,0.1,allocate,0x1000,256,0x1,a\n"
+                                         "0,0.2,allocate,0x2000,512,0x1,b\n")
+    finally:
+        if saved is None:
+            del env["SP_ALLOC_CONF"]
+        else:
+            env["SP_ALLOC_CONF"] = saved
+    check("leftovers: replay exits 0 with no failure", r.returncode == 0 and row["failures"] == 0
+          and "failed" not in r.stderr and "still allocated" not in r.stderr, r.stderr)
+    rows = ([l.split(",") for l in open(trace).read().splitlines()[1:]]
+            if os.path.exists(trace) else [])
+    calls = sorted((f[2], f[4], f[6]) for f in rows)
+    check("leftovers: the runtime was destroyed, its trace holds each free in its own pool",
+          calls == [("allocate", "256", '"bench"'), ("allocate", "512", '"tenant-1"'),
+                    ("free", "256", '"bench"'), ("free", "512", '"tenant-1"')], calls)
 
 
 @case("serve writes JSON and SVG")

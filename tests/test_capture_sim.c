@@ -374,6 +374,116 @@ static void relaunch_must_follow_outside_free(void **state)
     CK(cudaStreamDestroy(other));
 }
 
+/* Issue 22 item 19: the graph allocator's figures (cudaDeviceGetGraphMemAttribute), their high
+ * watermarks reset to zero only, and cudaDeviceGraphMemTrim, which returns the memory of graphs
+ * that are neither running nor holding a live allocation. Used and reserved are one figure on
+ * cudasim (it keeps no graph memory that no graph holds). */
+static uint64_t graph_attr(enum cudaGraphMemAttributeType attr)
+{
+    uint64_t v = 42;
+    CK(cudaDeviceGetGraphMemAttribute(0, attr, &v));
+    return v;
+}
+
+static void graph_figures_are(uint64_t current, uint64_t high)
+{
+    assert_int_equal(graph_attr(cudaGraphMemAttrUsedMemCurrent), current);
+    assert_int_equal(graph_attr(cudaGraphMemAttrReservedMemCurrent), current);
+    assert_int_equal(graph_attr(cudaGraphMemAttrUsedMemHigh), high);
+    assert_int_equal(graph_attr(cudaGraphMemAttrReservedMemHigh), high);
+}
+
+/* A graph that allocates `size` bytes and, if `free_it`, frees them again. */
+static cudaGraphExec_t alloc_graph(cudaStream_t s, size_t size, bool free_it, cudaGraph_t *g)
+{
+    void *p = NULL;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CK(cudaMallocAsync(&p, size, s));
+    if (free_it)
+        CK(cudaFreeAsync(p, s));
+    CK(cudaStreamEndCapture(s, g));
+    cudaGraphExec_t x;
+    CK(cudaGraphInstantiate(&x, *g, 0));
+    return x;
+}
+
+static void graph_memory_attributes_and_trim(void **state)
+{
+    (void)state;
+    CK(cudasimSetDeviceMemory(0, 64 * MiB));
+    cudaStream_t s = new_stream();
+    graph_figures_are(0, 0);
+    cudaGraph_t g;
+    cudaGraphExec_t x = alloc_graph(s, 5 * MiB + 512 * 1024, true, &g);
+    graph_figures_are(0, 0); /* instantiation takes no memory: the first launch does */
+    CK(cudaGraphLaunch(x, s));
+    CK(cudaStreamSynchronize(s));
+    graph_figures_are(6 * MiB, 6 * MiB);
+    assert_int_equal(device_free(), 58 * MiB);
+
+    /* only the high watermarks may be set, and only to 0 */
+    uint64_t v = 1;
+    assert_int_equal(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &v),
+                     cudaErrorInvalidValue);
+    v = 0;
+    assert_int_equal(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &v),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &v),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaDeviceSetGraphMemAttribute(0, (enum cudaGraphMemAttributeType)7, &v),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaDeviceGetGraphMemAttribute(0, (enum cudaGraphMemAttributeType)7, &v),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, NULL),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaDeviceGetGraphMemAttribute(3, cudaGraphMemAttrUsedMemCurrent, &v),
+                     cudaErrorInvalidDevice);
+    assert_int_equal(cudaDeviceSetGraphMemAttribute(3, cudaGraphMemAttrUsedMemHigh, &v),
+                     cudaErrorInvalidDevice);
+    assert_int_equal(cudaDeviceGraphMemTrim(3), cudaErrorInvalidDevice);
+    (void)cudaGetLastError();
+    graph_figures_are(6 * MiB, 6 * MiB);
+
+    /* an idle graph's memory goes back to the device; its next launch takes it again */
+    CK(cudaDeviceGraphMemTrim(0));
+    graph_figures_are(0, 6 * MiB);
+    assert_int_equal(device_free(), 64 * MiB);
+    v = 0;
+    CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &v));
+    CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrReservedMemHigh, &v));
+    graph_figures_are(0, 0);
+    CK(cudaGraphLaunch(x, s));
+    CK(cudaStreamSynchronize(s));
+    graph_figures_are(6 * MiB, 6 * MiB);
+
+    /* a running graph, and one whose allocation is live, keep theirs */
+    gate *gt = gate_new();
+    gate_hold(gt, s);
+    CK(cudaGraphLaunch(x, s));
+    cudaGraph_t g2;
+    cudaGraphExec_t x2 = alloc_graph(s, 3 * MiB, false, &g2);
+    CK(cudaGraphLaunch(x2, s));
+    CK(cudaDeviceGraphMemTrim(0));
+    graph_figures_are(10 * MiB, 10 * MiB);
+    gate_open(gt);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaDeviceGraphMemTrim(0)); /* x is idle now; x2's allocation is still live */
+    graph_figures_are(4 * MiB, 10 * MiB);
+    v = 0;
+    CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrReservedMemHigh, &v));
+    assert_int_equal(graph_attr(cudaGraphMemAttrReservedMemHigh), 4 * MiB); /* from current */
+    assert_int_equal(graph_attr(cudaGraphMemAttrUsedMemHigh), 10 * MiB);
+
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphDestroy(g));
+    CK(cudaGraphExecDestroy(x2));
+    CK(cudaGraphDestroy(g2));
+    /* x2's allocation outlives its graph until freed */
+    assert_int_equal(graph_attr(cudaGraphMemAttrUsedMemCurrent), 4 * MiB);
+    assert_int_equal(graph_attr(cudaGraphMemAttrReservedMemHigh), 4 * MiB);
+    CK(cudaStreamDestroy(s));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +496,7 @@ int main(void)
         T(free_node_of_freed_allocation_faults),
         T(forked_branches_run_concurrently),
         T(relaunch_must_follow_outside_free),
+        T(graph_memory_attributes_and_trim),
 #undef T
     };
     return cmocka_run_group_tests_name("capture_sim", tests, NULL, NULL);

@@ -397,16 +397,126 @@ static void two_devices_are_not_peers(void **state)
     int types = -1;
     CK(cudaDeviceGetAttribute(&types, cudaDevAttrMemoryPoolSupportedHandleTypes, 1));
     assert_int_equal(types, 0);
+    /* issue 22 item 20: every IPC entry point links and answers as on a device without IPC,
+     * with cudaErrorInvalidValue (the one error the Runtime API documents for each of them):
+     * no pool can be IPC capable, so none can be exported, nor a handle or pointer imported */
     int fd = -1;
     cudaMemPool_t imported = NULL;
+    struct cudaMemPoolProps props = {.allocType = cudaMemAllocationTypePinned,
+                                     .handleTypes = cudaMemHandleTypePosixFileDescriptor,
+                                     .location = {.type = cudaMemLocationTypeDevice, .id = 1}};
+    assert_int_equal(cudaMemPoolCreate(&imported, &props), cudaErrorNotSupported);
+    assert_null(imported);
     assert_int_equal(cudaMemPoolExportToShareableHandle(&fd, pool,
                                                         cudaMemHandleTypePosixFileDescriptor, 0),
-                     cudaErrorNotSupported);
+                     cudaErrorInvalidValue);
+    assert_int_equal(fd, -1);
     assert_int_equal(cudaMemPoolImportFromShareableHandle(&imported, &fd,
                                                           cudaMemHandleTypePosixFileDescriptor, 0),
-                     cudaErrorNotSupported);
+                     cudaErrorInvalidValue);
     assert_null(imported);
+    void *p = NULL, *q = NULL;
+    CK(cudaSetDevice(1));
+    CK(cudaMallocFromPoolAsync(&p, 4096, pool, 0));
+    struct cudaMemPoolPtrExportData data;
+    memset(&data, 0x5a, sizeof data);
+    assert_int_equal(cudaMemPoolExportPointer(&data, p), cudaErrorInvalidValue);
+    assert_int_equal(data.reserved[0], 0x5a); /* untouched */
+    assert_int_equal(cudaMemPoolImportPointer(&q, pool, &data), cudaErrorInvalidValue);
+    assert_null(q);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
+    CK(cudaFreeAsync(p, 0));
+    CK(cudaSetDevice(0));
+    unsetenv("CUDASIM_DEVICE_COUNT");
+}
+
+/* Issue 22 item 19: cudaDeviceReset destroys what the current device's context holds in this
+ * process (streams, events, executable graphs and graph memory, cudaMalloc and pinned memory,
+ * a sticky fault) and nothing of another device; stream-ordered memory and pools stay, as the
+ * Runtime API's note says. Later calls start afresh. */
+static void device_reset_destroys_the_context_state(void **state)
+{
+    (void)state;
+    setenv("CUDASIM_DEVICE_COUNT", "2", 1);
+    cudasimReset();
+    CK(cudasimSetDeviceMemory(0, 64 * MiB));
+    cudaStream_t other;
+    CK(cudaSetDevice(1));
+    CK(cudaStreamCreate(&other));
+    void *other_mem;
+    CK(cudaMalloc(&other_mem, MiB));
+    CK(cudaSetDevice(0));
+
+    cudaStream_t s;
+    cudaEvent_t e;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&e));
+    CK(cudaEventRecord(e, s));
+    void *dev, *host, *kept, *kept_default;
+    CK(cudaMalloc(&dev, 8 * MiB));
+    CK(cudaMallocHost(&host, 4096));
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    CK(cudaMallocFromPoolAsync(&kept, 3 * MiB, pool, s));
+    CK(cudaMallocAsync(&kept_default, MiB, s));
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+    void *gp;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CK(cudaMallocAsync(&gp, 2 * MiB, s));
+    CK(cudaFreeAsync(gp, s));
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&x, g, 0));
+    CK(cudaGraphLaunch(x, s));
+    /* a fault: sticky until the context goes */
+    CK(cudaMemsetAsync((char *)kept + 3 * MiB - 16, 0, 4096, s));
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+    assert_int_equal(cudaMalloc(&gp, 16), cudaErrorIllegalAddress);
+    uint64_t graph_mem = 0;
+    CK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &graph_mem));
+    assert_int_equal(graph_mem, 2 * MiB);
+    size_t free_b, total;
+
+    CK(cudaDeviceReset());
+    (void)cudaGetLastError(); /* this thread's record of the failed call */
+    CK(cudaGetLastError());   /* no longer sticky: the fault went with the context */
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorInvalidResourceHandle);
+    assert_int_equal(cudaEventQuery(e), cudaErrorInvalidResourceHandle);
+    assert_int_equal(cudaGraphLaunch(x, 0), cudaErrorInvalidValue);
+    assert_int_equal(cudaFree(dev), cudaErrorInvalidValue);
+    assert_int_equal(cudaFreeHost(host), cudaErrorInvalidValue);
     (void)cudaGetLastError();
+    CK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &graph_mem));
+    assert_int_equal(graph_mem, 0);
+    CK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph_mem));
+    assert_int_equal(graph_mem, 0);
+    /* the pools and their allocations stay, in 2 MiB pages: 4 MiB for the pool's 3, 2 for the
+     * default pool's 1; the 8 MiB of cudaMalloc and the graph's 2 MiB are back */
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, 58 * MiB);
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrUsedMemCurrent), 3 * MiB);
+
+    /* afresh: the legacy and per-thread streams, new streams and events, the graph */
+    CK(cudaMemsetAsync(kept, 1, 3 * MiB, 0));
+    CK(cudaMemsetAsync(kept_default, 2, MiB, cudaStreamPerThread));
+    assert_true(device_bytes_are(kept, 3 * MiB, 1, 0));
+    assert_true(device_bytes_are(kept_default, MiB, 2, cudaStreamPerThread));
+    CK(cudaStreamCreate(&s));
+    CK(cudaGraphInstantiate(&x, g, 0));
+    CK(cudaGraphLaunch(x, s));
+    CK(cudaFreeAsync(kept, s));
+    CK(cudaFreeAsync(kept_default, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphDestroy(g));
+    CK(cudaStreamDestroy(s));
+    CK(cudaMemPoolDestroy(pool));
+
+    /* the other device kept its stream and memory */
+    CK(cudaSetDevice(1));
+    CK(cudaStreamSynchronize(other));
+    CK(cudaFree(other_mem));
+    CK(cudaStreamDestroy(other));
+    CK(cudaSetDevice(0));
     unsetenv("CUDASIM_DEVICE_COUNT");
 }
 
@@ -738,6 +848,7 @@ int main(void)
         T(trim_releases_whole_free_pages),
         T(cudafreeasync_of_cudamalloc_memory_returns_it),
         T(two_devices_are_not_peers),
+        T(device_reset_destroys_the_context_state),
         T(illegal_address_is_sticky_and_reported_at_execution),
         T(copies_after_a_fault_do_not_run),
         T(fault_injection_nth_and_persistent),

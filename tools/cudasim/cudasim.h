@@ -58,8 +58,20 @@
  *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
  *    caller's bug, and AddressSanitizer shows it).
- *  - cudaMemPoolExportToShareableHandle/ImportFromShareableHandle: cudaErrorNotSupported, as
- *    is cudaMemPoolCreate with handle types; cudaDevAttrMemoryPoolSupportedHandleTypes says 0.
+ *  - No IPC: cudaDevAttrMemoryPoolSupportedHandleTypes says 0 and cudaMemPoolCreate with handle
+ *    types is cudaErrorNotSupported, so no pool is IPC capable; cudaMemPoolExportToShareableHandle,
+ *    ImportFromShareableHandle, ExportPointer and ImportPointer answer cudaErrorInvalidValue (the
+ *    error the Runtime API documents for them).
+ *  - cudaDeviceReset waits for the current device's work, then destroys its streams, events,
+ *    executable graphs (graphs stay), graph memory, cudaMalloc and pinned host memory, and clears
+ *    its sticky error; the legacy and per-thread streams are made afresh on their next use.
+ *    Pools and their stream-ordered allocations stay, as the Runtime API's note says
+ *    (cudaMallocAsync memory "need[s] to be destroyed explicitly"). Faults and counters stay.
+ *  - Graph memory attributes: used and reserved are both the physical memory the device's graphs
+ *    hold (cudasim keeps none that no graph holds); cudaDeviceSetGraphMemAttribute takes only the
+ *    two high watermarks and only 0, which restarts them from the current figure (as rule 8 for
+ *    pools); cudaDeviceGraphMemTrim releases the memory of each graph neither running nor holding
+ *    a live allocation (it takes it again at its next launch).
  *  - Graph capture (sim_graph.c) covers memset, memcpy, host functions, event record/wait,
  *    cudaMallocAsync/cudaMallocFromPoolAsync (allocation nodes) and cudaFreeAsync (free nodes).
  *    A launch enqueues the nodes in capture order; forked branches run concurrently on streams
@@ -86,8 +98,8 @@
  *    that is not capturing is cudaErrorIllegalState.
  *  - Graph allocations take addresses from their own host range, fixed from capture on. A
  *    graph's physical memory (its allocations' sizes summed, in 2 MiB units) is charged to the
- *    device at its first launch and kept until the graph and its last live allocation are gone,
- *    like the driver's graph memory pool without cudaDeviceGraphMemTrim; pool statistics do not
+ *    device at its first launch and kept until the graph and its last live allocation are gone
+ *    or cudaDeviceGraphMemTrim finds the graph idle; pool statistics do not
  *    include it. A free node whose allocation is not live when the launch reaches it is a
  *    device fault (sticky cudaErrorIllegalAddress). A graph allocation freed outside its graph
  *    (cudaFreeAsync, or another graph's free node) counts as freed for a relaunch only if the

@@ -424,6 +424,32 @@ void cudasimReset(void)
     tls_device = 0;
 }
 
+/* The Runtime API: destroys the current device's resources in this process and resets its
+ * state; the next call initialises it again. Its note keeps cudaMallocAsync and
+ * cudaMallocFromPoolAsync memory out of it ("need to be destroyed explicitly"), and so pools
+ * (device objects, not the context's) stay with their allocations and attributes, as on a GPU
+ * where a reset does not return them. Waits for the device's work first: the caller must keep
+ * other threads off the device meanwhile, as CUDA requires. */
+cudaError_t cudaDeviceReset(void)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaDeviceReset);
+    if (err)
+        return sim_ret(err);
+    sim_lock();
+    int dev = tls_device;
+    if (!sim_dev(dev)) {
+        sim_unlock();
+        return sim_ret(cudaErrorInvalidDevice);
+    }
+    sim_device_sync(dev);          /* graph launches included */
+    sim_graphs_device_reset(dev);  /* captures, executable graphs, graph memory */
+    sim_streams_device_reset(dev); /* events, streams */
+    sim_pools_device_reset(dev);   /* cudaMalloc and pinned memory */
+    sim_g.devices[dev].sticky = cudaSuccess; /* a new context: the fault is gone with the old */
+    sim_unlock();
+    return cudaSuccess;
+}
+
 bool sim_device_charge(int device, size_t bytes, bool release)
 {
     sim_device *d = &sim_g.devices[device];

@@ -108,8 +108,14 @@ static sim_capture *captures;
 static unsigned long long next_capture_id;
 static struct CUgraph_st *graphs;
 static struct CUgraphExec_st *execs;
+/* cudaGraphMemAttrUsedMemHigh and ReservedMemHigh per device (the current figures are the
+ * device's graphs' charges summed: cudasim keeps no graph memory that no graph holds, so used
+ * and reserved are one figure). */
+static uint64_t graph_mem_high[SIM_MAX_DEVICES][2];
 static uint64_t mark_epoch;
 static _Thread_local enum cudaStreamCaptureMode tls_mode = cudaStreamCaptureModeGlobal;
+
+static uint64_t graph_mem_current(int device);
 
 static size_t round_up(size_t n, size_t unit)
 {
@@ -1039,6 +1045,10 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
             err = cudaErrorMemoryAllocation;
         else
             g->charged = bytes;
+        uint64_t now = graph_mem_current(g->device);
+        for (int k = 0; k < 2; k++)
+            if (graph_mem_high[g->device][k] < now)
+                graph_mem_high[g->device][k] = now;
     }
     if (!err && g) {
         /* each launch is ordered after the previous launch of the same executable graph */
@@ -1122,6 +1132,102 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     return sim_ret(err);
 }
 
+/* ---- graph memory: attributes and trim ---- */
+
+/* Under the lock: the physical memory the device's graphs hold. */
+static uint64_t graph_mem_current(int device)
+{
+    uint64_t sum = 0;
+    for (struct CUgraph_st *g = graphs; g; g = g->next)
+        if (g->device == device)
+            sum += g->charged;
+    return sum;
+}
+
+/* Under the lock: has a launch of g work not yet executed? */
+static bool graph_running(const struct CUgraph_st *g)
+{
+    for (const struct CUgraphExec_st *x = execs; x; x = x->next)
+        if (x->graph == g && x->last && atomic_load(&x->last->completed) < x->last_seq)
+            return true;
+    return false;
+}
+
+/* Runtime API: the figures of the device's graph allocator, as cuuint64_t. */
+cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr,
+                                           void *value)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaDeviceGetGraphMemAttribute);
+    if (err)
+        return sim_ret(err);
+    if (!value)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    uint64_t v = 0;
+    if (!sim_dev(device))
+        err = cudaErrorInvalidDevice;
+    else if (attr == cudaGraphMemAttrUsedMemCurrent || attr == cudaGraphMemAttrReservedMemCurrent)
+        v = graph_mem_current(device);
+    else if (attr == cudaGraphMemAttrUsedMemHigh)
+        v = graph_mem_high[device][0];
+    else if (attr == cudaGraphMemAttrReservedMemHigh)
+        v = graph_mem_high[device][1];
+    else
+        err = cudaErrorInvalidValue;
+    sim_unlock();
+    if (err)
+        return sim_ret(err);
+    memcpy(value, &v, sizeof v);
+    return cudaSuccess;
+}
+
+/* Only the high watermarks, and only to zero ("High watermark can only be reset to zero"); as
+ * for pools (rule 8), a reset watermark starts again from the current figure. */
+cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr,
+                                           void *value)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaDeviceSetGraphMemAttribute);
+    if (err)
+        return sim_ret(err);
+    if (!value)
+        return sim_ret(cudaErrorInvalidValue);
+    uint64_t v;
+    memcpy(&v, value, sizeof v);
+    sim_lock();
+    if (!sim_dev(device))
+        err = cudaErrorInvalidDevice;
+    else if ((attr != cudaGraphMemAttrUsedMemHigh && attr != cudaGraphMemAttrReservedMemHigh) ||
+             v != 0)
+        err = cudaErrorInvalidValue;
+    else
+        graph_mem_high[device][attr == cudaGraphMemAttrReservedMemHigh] =
+            graph_mem_current(device);
+    sim_unlock();
+    return sim_ret(err);
+}
+
+/* Frees the physical memory of every graph of the device that is neither running nor holding
+ * a live allocation; such a graph takes its memory again at its next launch. */
+cudaError_t cudaDeviceGraphMemTrim(int device)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaDeviceGraphMemTrim);
+    if (err)
+        return sim_ret(err);
+    sim_lock();
+    if (!sim_dev(device)) {
+        err = cudaErrorInvalidDevice;
+    } else {
+        for (struct CUgraph_st *g = graphs; g; g = g->next) {
+            if (g->device != device || !g->charged || g->live_allocs || graph_running(g))
+                continue;
+            (void)sim_device_charge(device, g->charged, true);
+            g->charged = 0;
+        }
+    }
+    sim_unlock();
+    return sim_ret(err);
+}
+
 /* ---- reset ---- */
 
 void sim_graphs_reset(void)
@@ -1144,4 +1250,33 @@ void sim_graphs_reset(void)
     if (atomic_load(&va_lo))
         madvise((void *)atomic_load(&va_lo), GRAPH_VA_SIZE, MADV_DONTNEED);
     tls_mode = cudaStreamCaptureModeGlobal;
+    memset(graph_mem_high, 0, sizeof graph_mem_high);
+}
+
+void sim_graphs_device_reset(int device)
+{
+    for (sim_capture *c = captures, *next; c; c = next) {
+        next = c->next;
+        if (c->device == device)
+            capture_end(c, false);
+    }
+    for (struct CUgraphExec_st *x = execs, *next; x; x = next) {
+        next = x->next;
+        if (x->graph->device == device)
+            exec_free(x);
+    }
+    for (struct CUgraph_st *g = graphs, *next; g; g = next) {
+        next = g->next;
+        if (g->device != device)
+            continue;
+        for (size_t i = 0; i < g->n; i++)
+            if (g->nodes[i]->kind == GN_ALLOC)
+                g->nodes[i]->live = false;
+        g->live_allocs = 0;
+        if (g->charged)
+            (void)sim_device_charge(device, g->charged, true);
+        g->charged = 0;
+        graph_maybe_free(g);
+    }
+    graph_mem_high[device][0] = graph_mem_high[device][1] = 0;
 }

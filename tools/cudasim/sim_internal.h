@@ -68,6 +68,7 @@
     X(cudaRuntimeGetVersion) X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorName) \
     X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties) \
     X(cudaStreamGetId) X(cudaDeviceCanAccessPeer) X(cudaMemPoolGetAccess) \
+    X(cudaMemPoolExportPointer) X(cudaMemPoolImportPointer) X(cudaDeviceReset) \
     SIM_GRAPH_APIS(X)
 
 /* Graph capture and graphs (sim_graph.c). */
@@ -75,7 +76,8 @@
     X(cudaStreamBeginCapture) X(cudaStreamEndCapture) X(cudaStreamGetCaptureInfo) \
     X(cudaThreadExchangeStreamCaptureMode) X(cudaGraphInstantiate) \
     X(cudaGraphInstantiateWithFlags) X(cudaGraphLaunch) X(cudaGraphExecDestroy) \
-    X(cudaGraphDestroy)
+    X(cudaGraphDestroy) X(cudaDeviceGetGraphMemAttribute) X(cudaDeviceSetGraphMemAttribute) \
+    X(cudaDeviceGraphMemTrim)
 
 typedef enum {
 #define SIM_API_ENUM(name) SIM_API_##name,
@@ -268,6 +270,7 @@ typedef struct {
     size_t env_capacity;
     uint64_t next_stream_id;
     uint64_t generation;     /* bumped by cudasimReset, invalidates per-thread streams */
+    uint64_t device_resets[SIM_MAX_DEVICES]; /* bumped by cudaDeviceReset: the same, per device */
     pthread_mutex_t workers_lock; /* workers and workers_cv */
     unsigned workers;        /* live worker threads */
     pthread_cond_t workers_cv;
@@ -336,6 +339,9 @@ void sim_stream_sync_observing(sim_stream *s, uint64_t seq, const sim_clock *dep
 /* Has a host synchronize seen stream s's op `seq` complete? */
 bool sim_stream_observed(const sim_stream *s, uint64_t seq);
 void sim_streams_reset(void);
+/* cudaDeviceReset, exclusive lock: waits for the device's work, then destroys its events and
+ * streams (the legacy and per-thread ones are made afresh on their next use). */
+void sim_streams_device_reset(int device);
 /* A stream with no handle (graph launches' concurrent branches), and its destruction. */
 sim_stream *sim_stream_new_internal(int device);
 void sim_stream_destroy_internal(sim_stream *s);
@@ -357,6 +363,9 @@ cudaError_t sim_device_memory_init(sim_device *d, int device);
 /* Releases memory above each pool's threshold after a host synchronize (rule 12). */
 void sim_pools_release_after_sync(int device);
 void sim_pools_reset(void);
+/* cudaDeviceReset, exclusive lock, the device idle: frees its cudaMalloc memory and pinned
+ * host memory; pools and stream-ordered allocations stay (the Runtime API's note). */
+void sim_pools_device_reset(int device);
 /* Runs an OP_UNMAP on a stream worker that holds no lock: wipes the retired range's pages and
  * returns its address range to the arena (takes sim_g.lock shared, then arena_lock). */
 void sim_pool_unmap(const sim_op *op);
@@ -396,6 +405,9 @@ bool sim_graph_event_wait(sim_stream *s, struct CUevent_st *e, unsigned flags, c
 void sim_graph_event_forget(struct CUevent_st *e);
 void sim_graph_stream_destroyed(sim_stream *s);
 void sim_graphs_reset(void);
+/* cudaDeviceReset, exclusive lock, the device idle: ends the device's captures, destroys its
+ * executable graphs and returns its graph memory (graphs stay, to be instantiated afresh). */
+void sim_graphs_device_reset(int device);
 
 /* ---- sim_core.c: device capacity (pools' pages and graph-owned memory) ---- */
 /* Counts `bytes` more (or, with release, fewer) physical memory on `device` against its capacity;

@@ -825,6 +825,32 @@ static void pool_release_alloc(sim_seg *s, sim_stream *stream, uint64_t seq)
         (void)try_merge_next(pool, s->prev);
 }
 
+void sim_pools_device_reset(int device)
+{
+    sim_pool *pool = sim_g.devices[device].sync_pool;
+    size_t n = 0;
+    sim_seg **live = calloc(pool->allocs.len + 1, sizeof *live);
+    if (!live)
+        abort(); /* the reset cannot be half done */
+    for (size_t i = 0; i < pool->allocs.cap; i++)
+        if (pool->allocs.slots[i].key)
+            live[n++] = pool->allocs.slots[i].value;
+    for (size_t i = 0; i < n; i++)
+        pool_release_alloc(live[i], NULL, 0);
+    free(live);
+    pool_release_to(pool, 0);
+    /* pinned host memory belongs to the device's context (host_alloc tags it) */
+    void **host;
+    n = sim_handles_of_type(SIM_H_HOST, &host);
+    for (size_t i = 0; i < n; i++) {
+        if ((intptr_t)sim_handle_get(host[i], SIM_H_HOST) - 1 != device)
+            continue;
+        sim_handle_remove(host[i]);
+        free(host[i]);
+    }
+    free(host);
+}
+
 /* Under the lock (shared: with s's slock, and this takes the pool's lock). A destroyed pool
  * whose last allocation this frees is reaped here under the exclusive lock; under the shared
  * one *reap says that the caller must reap the device's pools once it holds the exclusive. */
@@ -1087,7 +1113,8 @@ static cudaError_t host_alloc(sim_api api, void **ptr, size_t size, unsigned fla
     if (!ptr || flags > (cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
-    sim_device *d = sim_dev(sim_current_device());
+    int dev = sim_current_device();
+    sim_device *d = sim_dev(dev);
     err = !d ? cudaErrorInvalidDevice : d->sticky;
     sim_unlock();
     if (err)
@@ -1097,7 +1124,7 @@ static cudaError_t host_alloc(sim_api api, void **ptr, size_t size, unsigned fla
         return sim_ret(cudaErrorMemoryAllocation);
     if (p) {
         sim_lock();
-        sim_handle_add(p, SIM_H_HOST);
+        sim_handle_put(p, SIM_H_HOST, (void *)(intptr_t)(dev + 1)); /* whose cudaDeviceReset */
         sim_unlock();
     }
     *ptr = p;
@@ -1397,13 +1424,21 @@ cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t m
     return cudaSuccess;
 }
 
+/* ---- API: interprocess sharing, as on a device without IPC support ----
+ *
+ * cudaDevAttrMemoryPoolSupportedHandleTypes is 0 and cudaMemPoolCreate refuses handle types
+ * (cudaErrorNotSupported, its documented answer), so no pool here is IPC capable and none was
+ * ever exported: there is no pool to export, no handle to import, no pointer to share. Each call
+ * answers cudaErrorInvalidValue, the error the Runtime API documents for them (none of the four
+ * lists cudaErrorNotSupported), and leaves its outputs untouched. */
+
 cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool,
                                                enum cudaMemAllocationHandleType handleType,
                                                unsigned int flags)
 {
     (void)shareableHandle, (void)memPool, (void)handleType, (void)flags;
     cudaError_t err = sim_enter(SIM_API_cudaMemPoolExportToShareableHandle);
-    return sim_ret(err ? err : cudaErrorNotSupported);
+    return sim_ret(err ? err : cudaErrorInvalidValue);
 }
 
 cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle,
@@ -1412,5 +1447,20 @@ cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *s
 {
     (void)memPool, (void)shareableHandle, (void)handleType, (void)flags;
     cudaError_t err = sim_enter(SIM_API_cudaMemPoolImportFromShareableHandle);
-    return sim_ret(err ? err : cudaErrorNotSupported);
+    return sim_ret(err ? err : cudaErrorInvalidValue);
+}
+
+cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
+{
+    (void)exportData, (void)ptr;
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolExportPointer);
+    return sim_ret(err ? err : cudaErrorInvalidValue);
+}
+
+cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool,
+                                     struct cudaMemPoolPtrExportData *exportData)
+{
+    (void)ptr, (void)memPool, (void)exportData;
+    cudaError_t err = sim_enter(SIM_API_cudaMemPoolImportPointer);
+    return sim_ret(err ? err : cudaErrorInvalidValue);
 }

@@ -377,11 +377,18 @@ void sim_stream_implicit_sync(sim_stream *s)
 /* ---- resolving handles ---- */
 
 typedef struct {
-    uint64_t generation;
+    uint64_t generation, device_resets;
     sim_stream *stream;
 } per_thread_slot;
 
 static _Thread_local per_thread_slot per_thread[SIM_MAX_DEVICES];
+
+/* Is the thread's per-thread stream of `dev` still alive (no reset since it was made)? */
+static bool slot_current(const per_thread_slot *slot, int dev)
+{
+    return slot->stream && slot->generation == sim_g.generation &&
+           slot->device_resets == sim_g.device_resets[dev];
+}
 
 sim_stream *sim_stream_resolve(cudaStream_t handle, cudaError_t *err)
 {
@@ -403,9 +410,10 @@ sim_stream *sim_stream_resolve(cudaStream_t handle, cudaError_t *err)
             *err = cudaErrorInvalidDevice;
             return NULL;
         }
-        if (!slot->stream || slot->generation != sim_g.generation) {
+        if (!slot_current(slot, dev)) {
             slot->stream = stream_new(dev, 0, 0, false); /* blocking (rule 15) */
             slot->generation = sim_g.generation;
+            slot->device_resets = sim_g.device_resets[dev];
             if (!slot->stream)
                 *err = cudaErrorMemoryAllocation;
         }
@@ -426,7 +434,7 @@ sim_stream *sim_stream_lookup(cudaStream_t handle, cudaError_t *err)
         return NULL; /* the legacy stream's implicit sync reads every blocking stream */
     if (handle == cudaStreamPerThread) {
         per_thread_slot *slot = &per_thread[dev];
-        return slot->stream && slot->generation == sim_g.generation ? slot->stream : NULL;
+        return slot_current(slot, dev) ? slot->stream : NULL;
     }
     if (!sim_handle_valid(handle, SIM_H_STREAM)) {
         *err = cudaErrorInvalidResourceHandle;
@@ -973,4 +981,36 @@ void sim_streams_reset(void)
             stream_unlink(d->streams);
         d->legacy = NULL;
     }
+}
+
+void sim_streams_device_reset(int device)
+{
+    sim_device *d = &sim_g.devices[device];
+    sim_device_sync(device);
+    void **events;
+    size_t n = sim_handles_of_type(SIM_H_EVENT, &events);
+    for (size_t i = 0; i < n; i++) {
+        struct CUevent_st *e = events[i];
+        if (e->device != device)
+            continue;
+        sim_handle_remove(e);
+        e->destroyed = true;
+        event_release_if_done(e);
+    }
+    free(events);
+    /* as cudaStreamDestroy does: each worker, its queue empty, retires its stream */
+    for (sim_stream *x = d->streams, *next; x; x = next) {
+        next = x->next_in_device;
+        if (x->destroyed)
+            continue;
+        sim_handle_remove(x);
+        sim_graph_stream_destroyed(x);
+        pthread_mutex_lock(&x->qlock);
+        x->destroyed = true;
+        pthread_cond_signal(&x->work_cv);
+        pthread_mutex_unlock(&x->qlock);
+        stream_maybe_retire(x);
+    }
+    d->legacy = NULL;
+    sim_g.device_resets[device]++;
 }
