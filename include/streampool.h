@@ -268,10 +268,10 @@ SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
  * write pool.reserve). The prefix must be a valid pool name (UTF-8 without control characters,
  * no trailing dot: "chat..limit" is refused); pool names are case-sensitive, and a prefix that
  * matches no pool but one in another case gets a hint in sp_runtime_destroy's warning. A key set
- * twice in one string (for the same pool) is refused, naming it. sp_runtime_create reads SP_ALLOC_CONF from the environment and
- * fails with SP_ERR_CONFIG if it does not parse; the settings then apply on top of the
- * configuration each sp_pool_create is given, so an operator can change a deployed server's
- * pools without rebuilding it. */
+ * twice in one string (for the same pool) is refused, naming it. sp_runtime_create reads
+ * SP_ALLOC_CONF from the environment and fails with SP_ERR_CONFIG if it does not parse; the
+ * settings then apply on top of the configuration each sp_pool_create is given, so an operator
+ * can change a deployed server's pools without rebuilding it. */
 
 /* Applies `conf` to *cfg for a pool named pool_name (NULL: only unprefixed keys). On a bad key
  * or value returns SP_ERR_CONFIG, leaves *cfg unchanged and writes a message naming it into

@@ -295,7 +295,8 @@ static int check_prefix(slice pool, slice key, char *err, size_t errlen)
 {
     char name[SP_POOL_NAME_MAX + 1];
     if (pool.n == 0)
-        return fail(err, errlen, "SP_ALLOC_CONF: empty pool name before '.%.*s'", (int)key.n, key.p);
+        return fail(err, errlen, "SP_ALLOC_CONF: empty pool name before '.%.*s'", (int)key.n,
+                    key.p);
     if (pool.p[pool.n - 1] == '.')
         return fail(err, errlen,
                     "SP_ALLOC_CONF: pool name '%.*s' ends with a dot before '.%.*s' (one dot "
@@ -303,7 +304,8 @@ static int check_prefix(slice pool, slice key, char *err, size_t errlen)
                     (int)pool.n, pool.p, (int)key.n, key.p, (int)(pool.n - 1), pool.p, (int)key.n,
                     key.p);
     if (pool.n > SP_POOL_NAME_MAX)
-        return fail(err, errlen, "SP_ALLOC_CONF: the pool name before '.%.*s' is longer than %d bytes",
+        return fail(err, errlen,
+                    "SP_ALLOC_CONF: the pool name before '.%.*s' is longer than %d bytes",
                     (int)key.n, key.p, SP_POOL_NAME_MAX);
     memcpy(name, pool.p, pool.n);
     name[pool.n] = '\0';
@@ -352,7 +354,8 @@ static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, in
         }
         sp_pool_config scratch = *cfg;
         bool mine = pass == 0 ? pool.p == NULL : pool.p && pool_name && equals(pool, pool_name);
-        if (mine && pass == 0 && equals(key, "reserve") && pool_name && strcmp(pool_name, "default") != 0)
+        if (mine && pass == 0 && equals(key, "reserve") && pool_name &&
+            strcmp(pool_name, "default") != 0)
             mine = false;
         int rc = apply_one(mine ? cfg : &scratch, key, value, ctx, err, errlen);
         if (rc != SP_OK)

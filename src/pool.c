@@ -265,7 +265,9 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
             rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&merged));
     }
     if (rc == SP_OK && merged.reserve && (rc = take_reservation(pool)) != SP_OK)
-        (void)sp__errorf(rc, "pool '%s': its reserve of %llu bytes could not be taken from the device: %s",
+        (void)sp__errorf(rc,
+                         "pool '%s': its reserve of %llu bytes could not be taken from the "
+                         "device: %s",
                          name, (unsigned long long)merged.reserve, sp_strerror(rc));
     if (rc == SP_OK && pthread_mutex_init(&pool->lock, NULL) != 0)
         rc = SP_ERR_NO_HOST_MEMORY;

@@ -211,7 +211,8 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
     if (sp__pool_name_check(name) != SP_OK)
         return SP_ERR_INVALID;
     if (cfg && cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
-        return sp__bad_size(adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config", cfg->size);
+        return sp__bad_size(adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config",
+                            cfg->size);
     pthread_mutex_lock(&rt->lock);
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
     sp_pool *pool = NULL;
