@@ -309,7 +309,7 @@ static int check_prefix(slice pool, slice key, char *err, size_t errlen)
                     (int)key.n, key.p, SP_POOL_NAME_MAX);
     memcpy(name, pool.p, pool.n);
     name[pool.n] = '\0';
-    if (memchr(pool.p, '\0', pool.n) || sp__pool_name_check(name) != SP_OK)
+    if (sp__pool_name_check(name) != SP_OK)
         return fail(err, errlen,
                     "SP_ALLOC_CONF: the pool name before '.%.*s' is not UTF-8 without control "
                     "characters, which no pool can be named",
