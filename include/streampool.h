@@ -85,6 +85,22 @@ SP_API const char *sp_status_name(int status);
  * memory back) still shows that error. */
 SP_API int sp_last_cuda_error(void);
 
+/* sp_last_cuda_error() in words, for a message to people: its name, number and description
+ * ("cudaErrorInsufficientDriver (35): CUDA driver version is insufficient for CUDA runtime
+ * version"), and, for the errors that mean there is no usable driver or GPU on this machine, how
+ * to run on cudasim instead. "" if there is no CUDA error. Valid until this thread's next call. */
+SP_API const char *sp_last_cuda_error_string(void);
+
+/* ---- versioned structs ----
+ *
+ * sp_runtime_config, sp_pool_config, sp_stats, sp_stream_usage, sp_ptr_info and sp_oom_report
+ * begin with a `size` the caller sets to sizeof the struct (the _INIT macros do), so that the
+ * library can grow them without breaking programs built against an older header. A size of 0,
+ * what `sp_stats st = {0}` gives, is refused with SP_ERR_INVALID, and sp_config_error() names
+ * the call and the missing .size: read as "the current size", it would let the library write
+ * past the end of an older program's shorter struct. Write `sp_stats st = {.size = sizeof st}`
+ * or start from SP_POOL_CONFIG_INIT / SP_RUNTIME_CONFIG_INIT. */
+
 /* ---- runtime ---- */
 
 typedef struct sp_runtime sp_runtime;
@@ -129,6 +145,9 @@ typedef struct sp_runtime_config {
     {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED, (size_t)1 << 20, NULL}
 
 /* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults.
+ * Reports (sp_runtime_stats and its pool count, summaries, Prometheus metrics, the OOM report)
+ * show the default pool only once it has been used (held memory or counted a call), so that
+ * they show the pools the program made.
  * On a machine without a CUDA driver or device this fails cleanly, never crashes: SP_ERR_CUDA,
  * *out untouched, and sp_last_cuda_error() gives the runtime's error (cudaErrorInsufficientDriver
  * or cudaErrorNoDevice), which cudaGetErrorName names.
@@ -137,8 +156,21 @@ SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtim
 
 /* Destroys every pool and the runtime. SP_ERR_BUSY (and nothing destroyed) if any pool has live
  * allocations, or while a capture is declared (sp_stream_capture_begin without its end: the
- * device synchronize that may be needed to settle the pools' memory would break it). */
+ * device synchronize that may be needed to settle the pools' memory would break it);
+ * sp_config_error() then says which (pool 'chat' still has 2 live allocations (4096 bytes
+ * requested)), as it does for sp_pool_destroy's SP_ERR_BUSY. */
 SP_API int sp_runtime_destroy(sp_runtime *rt);
+
+/* Calls cb for every pool of the runtime, oldest first (the default pool first), with no
+ * streampool lock held: cb may call anything but destroy the runtime. Return non-zero from cb
+ * to stop. Returns how many pools cb was called for, or a negative status. */
+typedef int (*sp_pool_callback)(sp_pool *pool, void *user);
+SP_API int sp_runtime_pools(sp_runtime *rt, sp_pool_callback cb, void *user);
+
+/* sp_pool_trim(pool, 0) for every pool of the runtime (PyTorch's torch.cuda.empty_cache): the
+ * cached memory of each goes back to the device, never its reservation nor a block in use.
+ * Returns the first error (every pool is trimmed all the same). */
+SP_API int sp_runtime_trim(sp_runtime *rt);
 
 /* The runtime's default pool. */
 SP_API int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out);
@@ -279,12 +311,20 @@ SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
  *   limit              size (0: none)     reserve      size
  *   priority           integer            cross_stream balanced | wait | no_wait
  *   trace              FILE: the runtime's allocation trace (below); not per pool
- * Sizes are bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "KB" too). A key
+ * Sizes are bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "KB" too; any
+ * case, blanks allowed before the suffix), or a share of the device's total memory ("80%",
+ * "12.5%", as PyTorch's set_per_process_memory_fraction states it: of the runtime's device, or of
+ * the current device in sp_config_apply); "max" (any case) where the key allows it. A key
  * prefixed with a pool name and a dot ("llama-70b.limit:40G") applies to that pool only and
- * wins over the unprefixed key. sp_runtime_create reads SP_ALLOC_CONF from the environment and
- * fails with SP_ERR_CONFIG if it does not parse; the settings then apply on top of the
- * configuration each sp_pool_create is given, so an operator can change a deployed server's
- * pools without rebuilding it. */
+ * wins over the unprefixed key; an unprefixed key applies to every pool, except `reserve`,
+ * which applies to the default pool only (memory set aside for every tenant is never meant;
+ * write pool.reserve). The prefix must be a valid pool name (UTF-8 without control characters,
+ * no trailing dot: "chat..limit" is refused); pool names are case-sensitive, and a prefix that
+ * matches no pool but one in another case gets a hint in sp_runtime_destroy's warning. A key set
+ * twice in one string (for the same pool) is refused, naming it. sp_runtime_create reads
+ * SP_ALLOC_CONF from the environment and fails with SP_ERR_CONFIG if it does not parse; the
+ * settings then apply on top of the configuration each sp_pool_create is given, so an operator
+ * can change a deployed server's pools without rebuilding it. */
 
 /* Applies `conf` to *cfg for a pool named pool_name (NULL: only unprefixed keys). On a bad key
  * or value returns SP_ERR_CONFIG, leaves *cfg unchanged and writes a message naming it into
@@ -292,7 +332,10 @@ SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
 SP_API int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf, char *err,
                            size_t errlen);
 
-/* The message of the last SP_ERR_CONFIG this thread got from streampool ("" if none). */
+/* The message of the last SP_ERR_CONFIG this thread got from streampool ("" if none); also of
+ * the last error that needs words: a struct's .size not set (SP_ERR_INVALID), a busy runtime
+ * or pool (SP_ERR_BUSY), a pool's reserve the device could not give (SP_ERR_OUT_OF_MEMORY).
+ * Only such errors set it: read it right after the call that failed. */
 SP_API const char *sp_config_error(void);
 
 /* Pool names that SP_ALLOC_CONF or sp_runtime_config.alloc_conf prefix a key with but that no
@@ -467,6 +510,23 @@ SP_API int sp_runtime_stats(sp_runtime *rt, sp_stats *out);
 /* Writes stats as one JSON object into buf (always NUL-terminated when len > 0); returns the
  * length the full text needs, excluding the NUL, like snprintf. */
 SP_API size_t sp_stats_json(const sp_stats *st, char *buf, size_t len);
+
+/* ---- one-call text ----
+ *
+ * Each text output in one call: *out gets a NUL-terminated string the caller frees with
+ * sp_text_free (NULL on failure). The status is the two-call form's: SP_OK, or a stats read's
+ * error with the text complete all the same; SP_ERR_INVALID or SP_ERR_NO_HOST_MEMORY with no
+ * text.
+ *   char *text;
+ *   if (sp_runtime_summary_alloc(rt, &text) == SP_OK) { fputs(text, stderr); sp_text_free(text); }
+ */
+SP_API int sp_stats_json_alloc(const sp_stats *st, char **out);
+SP_API int sp_stats_summary_alloc(const sp_stats *st, char **out);
+SP_API int sp_oom_report_json_alloc(const sp_oom_report *r, char **out);
+SP_API int sp_pool_summary_alloc(sp_pool *pool, char **out);
+SP_API int sp_runtime_summary_alloc(sp_runtime *rt, char **out);
+SP_API int sp_runtime_metrics_prometheus_alloc(sp_runtime *rt, char **out);
+SP_API void sp_text_free(char *text);
 
 /* ---- Prometheus metrics ----
  *

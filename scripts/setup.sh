@@ -4,35 +4,43 @@
 # cmocka (tests) and libmicrohttpd (examples/server; the build skips the example without it,
 # except under CI=true). The CUDA toolkit is expected in its standard
 # location (/usr/local/cuda); nothing here downloads it.
+# Test-only: promtool (Debian's prometheus) and prometheus-client (python3-prometheus-client)
+# check the metrics text and the example server's scrape, and clang++ (Debian's clang) builds
+# streampool.hpp's test beside g++. Run as root, setup.sh installs them too, so that every test
+# runs; otherwise it names them and those tests skip without them (fail under CI=true).
+# `setup.sh --list` prints both lists and installs nothing.
 set -euo pipefail
 packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils
           libmicrohttpd-dev)
-# Test-only: promtool (Debian's prometheus) checks the metrics text and the example server's
-# scrape, and clang++ (Debian's clang) builds streampool.hpp's test beside g++. CI installs them;
-# elsewhere those tests skip without them (under CI=true they fail).
-if [ "${CI:-}" = true ]; then
-  packages+=(prometheus clang)
+test_packages=(prometheus python3-prometheus-client clang)
+if [ "${1:-}" = --list ]; then
+  echo "required: ${packages[*]}"
+  echo "test-only: ${test_packages[*]}"
+  exit 0
 fi
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" -eq 0 ]; then
+missing() { # prints the packages of "$@" that are not installed
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+mapfile -t need < <(missing "${packages[@]}")
+mapfile -t need_tests < <(missing "${test_packages[@]}")
+if [ "$(id -u)" -eq 0 ]; then
+  if [ $((${#need[@]} + ${#need_tests[@]})) -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq "${missing[@]}" >/dev/null
-  else
-    echo "streampool needs: sudo apt-get install -y ${missing[*]}" >&2
+    apt-get install -y -qq "${need[@]}" "${need_tests[@]}" >/dev/null
+  fi
+else
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "streampool needs: sudo apt-get install -y ${need[*]} ${need_tests[*]}" >&2
     exit 1
+  fi
+  if [ ${#need_tests[@]} -gt 0 ]; then
+    echo "setup.sh: the metrics and clang++ tests skip without: sudo apt-get install -y ${need_tests[*]}" >&2
   fi
 fi
 if ! [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
   echo "streampool needs the CUDA toolkit (11.2 or later) in /usr/local/cuda" >&2
   exit 1
-fi
-# Test-only, like promtool: prometheus-client's text parser reads the metrics back.
-if [ "${CI:-}" = true ] && ! python3 -c 'import prometheus_client' 2>/dev/null; then
-  python3 -m pip install --quiet prometheus-client ||
-    echo "setup.sh: could not install prometheus-client: the metrics test will skip" >&2
 fi

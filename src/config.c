@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 
@@ -51,7 +52,24 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return SP_ERR_CONFIG;
 }
 
-/* Bytes with an optional K/M/G/T suffix (powers of 1024), optionally followed by "B" or "iB". */
+int sp__errorf(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(config_error, sizeof config_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* Case-insensitive, for values: keywords and suffixes read the same in any case. */
+static bool equals_word(slice s, const char *word)
+{
+    return strlen(word) == s.n && strncasecmp(s.p, word, s.n) == 0;
+}
+
+/* Bytes with an optional K/M/G/T suffix (powers of 1024), optionally followed by "B" or "iB",
+ * any case; blanks may stand between the number and its suffix ("1 G" reads as "1G", as "limit:
+ * 1G" does), so that no spacing is refused here and accepted there. */
 static bool parse_size(slice v, uint64_t *out)
 {
     char buf[64];
@@ -64,6 +82,8 @@ static bool parse_size(slice v, uint64_t *out)
     unsigned long long n = strtoull(buf, &end, 10);
     if (errno)
         return false;
+    while (*end == ' ' || *end == '\t')
+        end++;
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {
     case 'K': shift = 10; break;
@@ -74,7 +94,7 @@ static bool parse_size(slice v, uint64_t *out)
     }
     if (shift) {
         end++;
-        if (end[0] == 'i' && toupper((unsigned char)end[1]) == 'B')
+        if (toupper((unsigned char)end[0]) == 'I' && toupper((unsigned char)end[1]) == 'B')
             end += 2;
         else if (toupper((unsigned char)end[0]) == 'B')
             end++;
@@ -84,6 +104,38 @@ static bool parse_size(slice v, uint64_t *out)
     if (*end || (shift && n > (UINT64_MAX >> shift)))
         return false;
     *out = (uint64_t)n << shift;
+    return true;
+}
+
+/* "80%" or "12.5%": a share of the device's memory, in millionths (0 < share <= 100%). */
+static bool parse_percent(slice v, uint64_t *millionths)
+{
+    if (v.n < 2 || v.p[v.n - 1] != '%')
+        return false;
+    slice num = trim((slice){v.p, v.n - 1});
+    uint64_t whole = 0, frac = 0, scale = 10000; /* 1% = 10000 millionths */
+    size_t i = 0;
+    for (; i < num.n && isdigit((unsigned char)num.p[i]); i++) {
+        whole = whole * 10 + (uint64_t)(num.p[i] - '0');
+        if (whole > 100)
+            return false;
+    }
+    if (i == 0)
+        return false;
+    if (i < num.n && num.p[i] == '.') {
+        size_t digits = 0;
+        for (i++; i < num.n && isdigit((unsigned char)num.p[i]); i++, digits++)
+            if (scale > 1) {
+                scale /= 10;
+                frac += (uint64_t)(num.p[i] - '0') * scale;
+            }
+        if (digits == 0)
+            return false;
+    }
+    uint64_t share = whole * 10000 + frac;
+    if (i != num.n || share == 0 || share > 1000000)
+        return false;
+    *millionths = share;
     return true;
 }
 
@@ -103,21 +155,66 @@ static bool parse_int(slice v, int *out)
     return true;
 }
 
-/* Applies one key:value to cfg; SP_OK or SP_ERR_CONFIG with the message written. */
-static int apply_one(sp_pool_config *cfg, slice key, slice value, char *err, size_t errlen)
+/* Where a percentage ("limit:80%") finds the device's memory: `device`'s total, read once per
+ * walk; SP__CONF_CURRENT the caller's current device (sp_config_apply); SP__CONF_SYNTAX none:
+ * the string is only checked (sp_runtime_create, before the device is), a percentage reads 0. */
+typedef struct {
+    int device;
+    bool have_total;
+    uint64_t total;
+} conf_ctx;
+
+static int size_value(conf_ctx *ctx, slice key, slice value, uint64_t *out, char *err,
+                      size_t errlen)
 {
-    uint64_t size;
-    bool max = equals(value, "max");
+    uint64_t share;
+    if (parse_size(value, out))
+        return SP_OK;
+    if (!parse_percent(value, &share))
+        return fail(err, errlen,
+                    "SP_ALLOC_CONF: bad value '%.*s' for %.*s (a size like 512M or 4G, a share of "
+                    "the device like 80%%%s)",
+                    (int)value.n, value.p, (int)key.n, key.p,
+                    equals(key, "limit") || equals(key, "reserve") ? "" : ", or max");
+    if (ctx->device == SP__CONF_SYNTAX) {
+        *out = 0;
+        return SP_OK;
+    }
+    if (!ctx->have_total) {
+        int device = ctx->device;
+        uint64_t free_b;
+        int rc = device == SP__CONF_CURRENT ? sp__cuda_current_device(&device) : SP_OK;
+        if (rc == SP_OK)
+            rc = sp__cuda_mem_info(device, &free_b, &ctx->total);
+        if (rc != SP_OK)
+            return fail(err, errlen,
+                        "SP_ALLOC_CONF: %.*s:%.*s needs the device's memory size, which CUDA did "
+                        "not give (%s)",
+                        (int)key.n, key.p, (int)value.n, value.p, sp_strerror(rc));
+        ctx->have_total = true;
+    }
+    *out = ctx->total / 1000000 * share + ctx->total % 1000000 * share / 1000000;
+    return SP_OK;
+}
+
+/* Applies one key:value to cfg; SP_OK or SP_ERR_CONFIG with the message written. */
+static int apply_one(sp_pool_config *cfg, slice key, slice value, conf_ctx *ctx, char *err,
+                     size_t errlen)
+{
+    uint64_t size = 0;
+    bool max = equals_word(value, "max");
     if (equals(key, "release_threshold") || equals(key, "cache_limit")) {
-        if (!max && !parse_size(value, &size))
-            goto bad_size;
+        int rc = max ? SP_OK : size_value(ctx, key, value, &size, err, errlen);
+        if (rc != SP_OK)
+            return rc;
         if (equals(key, "release_threshold"))
             cfg->release_threshold = max ? UINT64_MAX : size;
         else
             cfg->cache_limit = max ? UINT64_MAX : size;
     } else if (equals(key, "limit") || equals(key, "reserve")) {
-        if (!parse_size(value, &size))
-            goto bad_size;
+        int rc = size_value(ctx, key, value, &size, err, errlen);
+        if (rc != SP_OK)
+            return rc;
         if (equals(key, "limit"))
             cfg->limit = size;
         else
@@ -127,11 +224,11 @@ static int apply_one(sp_pool_config *cfg, slice key, slice value, char *err, siz
             return fail(err, errlen, "SP_ALLOC_CONF: bad value '%.*s' for priority (an integer)",
                         (int)value.n, value.p);
     } else if (equals(key, "cross_stream")) {
-        if (equals(value, "balanced"))
+        if (equals_word(value, "balanced"))
             cfg->cross_stream = SP_CROSS_STREAM_BALANCED;
-        else if (equals(value, "wait"))
+        else if (equals_word(value, "wait"))
             cfg->cross_stream = SP_CROSS_STREAM_WAIT;
-        else if (equals(value, "no_wait"))
+        else if (equals_word(value, "no_wait"))
             cfg->cross_stream = SP_CROSS_STREAM_NO_WAIT;
         else
             return fail(err, errlen,
@@ -141,10 +238,6 @@ static int apply_one(sp_pool_config *cfg, slice key, slice value, char *err, siz
         return fail(err, errlen, "SP_ALLOC_CONF: unknown key '%.*s'", (int)key.n, key.p);
     }
     return SP_OK;
-bad_size:
-    return fail(err, errlen, "SP_ALLOC_CONF: bad value '%.*s' for %.*s (a size like 512M or 4G%s)",
-                (int)value.n, value.p, (int)key.n, key.p,
-                equals(key, "limit") || equals(key, "reserve") ? "" : ", or max");
 }
 
 int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen)
@@ -157,10 +250,80 @@ int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen)
     return SP_OK;
 }
 
+/* One entry "pool.key:value" split at its colon and at the key's last dot (pool.p NULL: no
+ * prefix); false if it has no colon. */
+static bool split_entry(slice entry, slice *pool, slice *key, slice *value)
+{
+    const char *colon = memchr(entry.p, ':', entry.n);
+    if (!colon)
+        return false;
+    *key = trim((slice){entry.p, (size_t)(colon - entry.p)});
+    *value = trim((slice){colon + 1, entry.n - (size_t)(colon - entry.p) - 1});
+    *pool = (slice){NULL, 0};
+    for (size_t i = key->n; i-- > 0;) {
+        if (key->p[i] == '.') {
+            *pool = (slice){key->p, i};
+            *key = (slice){key->p + i + 1, key->n - i - 1};
+            break;
+        }
+    }
+    return true;
+}
+
+/* Whether an entry of conf before `upto` sets the same key for the same pool. */
+static bool set_before(const char *conf, const char *upto, slice pool, slice key)
+{
+    for (const char *p = conf; p < upto && *p;) {
+        const char *comma = strchr(p, ',');
+        slice entry = trim((slice){p, comma ? (size_t)(comma - p) : strlen(p)});
+        p = comma ? comma + 1 : p + strlen(p);
+        slice epool, ekey, evalue;
+        if (entry.p >= upto || !split_entry(entry, &epool, &ekey, &evalue))
+            continue;
+        if (ekey.n != key.n || memcmp(ekey.p, key.p, key.n) != 0)
+            continue;
+        if ((epool.p == NULL) == (pool.p == NULL) &&
+            (!pool.p || (epool.n == pool.n && memcmp(epool.p, pool.p, pool.n) == 0)))
+            return true;
+    }
+    return false;
+}
+
+/* A key's pool prefix must be a name a pool can have (names.c), so that a typo or stray bytes
+ * fail here and every message can show it as it is. */
+static int check_prefix(slice pool, slice key, char *err, size_t errlen)
+{
+    char name[SP_POOL_NAME_MAX + 1];
+    if (pool.n == 0)
+        return fail(err, errlen, "SP_ALLOC_CONF: empty pool name before '.%.*s'", (int)key.n,
+                    key.p);
+    if (pool.p[pool.n - 1] == '.')
+        return fail(err, errlen,
+                    "SP_ALLOC_CONF: pool name '%.*s' ends with a dot before '.%.*s' (one dot "
+                    "separates pool and key: '%.*s.%.*s')",
+                    (int)pool.n, pool.p, (int)key.n, key.p, (int)(pool.n - 1), pool.p, (int)key.n,
+                    key.p);
+    if (pool.n > SP_POOL_NAME_MAX)
+        return fail(err, errlen,
+                    "SP_ALLOC_CONF: the pool name before '.%.*s' is longer than %d bytes",
+                    (int)key.n, key.p, SP_POOL_NAME_MAX);
+    memcpy(name, pool.p, pool.n);
+    name[pool.n] = '\0';
+    if (sp__pool_name_check(name) != SP_OK)
+        return fail(err, errlen,
+                    "SP_ALLOC_CONF: the pool name before '.%.*s' is not UTF-8 without control "
+                    "characters, which no pool can be named",
+                    (int)key.n, key.p);
+    return SP_OK;
+}
+
 /* Walks conf; applies the unprefixed entries (pass 0) or those prefixed with pool_name (pass 1)
- * to cfg. Every entry is parsed in both passes, so any bad one fails. */
-static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, int pass, char *err,
-                size_t errlen)
+ * to cfg. Every entry is parsed in both passes, so any bad one fails. An unprefixed reserve is
+ * the default pool's alone (and what a caller asking for unprefixed keys, pool_name NULL, gets):
+ * memory set aside for every pool of a server, named or not, is never what an operator means,
+ * and it would refuse every pool created with a smaller limit. */
+static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, int pass,
+                conf_ctx *ctx, char *err, size_t errlen)
 {
     if (trim((slice){conf, strlen(conf)}).n == 0)
         return SP_OK; /* an empty or blank string sets nothing */
@@ -170,21 +333,17 @@ static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, in
         p = comma ? comma + 1 : p + strlen(p);
         if (entry.n == 0)
             return fail(err, errlen, "SP_ALLOC_CONF: empty setting in '%s'", conf);
-        const char *colon = memchr(entry.p, ':', entry.n);
-        if (!colon)
+        slice pool, key, value;
+        if (!split_entry(entry, &pool, &key, &value))
             return fail(err, errlen, "SP_ALLOC_CONF: '%.*s' is not key:value", (int)entry.n, entry.p);
-        slice key = trim((slice){entry.p, (size_t)(colon - entry.p)});
-        slice value = trim((slice){colon + 1, entry.n - (size_t)(colon - entry.p) - 1});
-        slice pool = {NULL, 0};
-        for (size_t i = key.n; i-- > 0;) {
-            if (key.p[i] == '.') {
-                pool = (slice){key.p, i};
-                key = (slice){key.p + i + 1, key.n - i - 1};
-                break;
-            }
+        if (pool.p) {
+            int rc = check_prefix(pool, key, err, errlen);
+            if (rc != SP_OK)
+                return rc;
         }
-        if (pool.p && pool.n == 0)
-            return fail(err, errlen, "SP_ALLOC_CONF: empty pool name before '.%.*s'", (int)key.n, key.p);
+        if (set_before(conf, entry.p, pool, key))
+            return fail(err, errlen, "SP_ALLOC_CONF: '%.*s%s%.*s' is set twice",
+                        (int)pool.n, pool.p ? pool.p : "", pool.p ? "." : "", (int)key.n, key.p);
         if (equals(key, "trace")) { /* the runtime's, read by sp__config_trace_path */
             if (pool.p)
                 return fail(err, errlen, "SP_ALLOC_CONF: trace is set for the runtime, not for pool '%.*s'",
@@ -195,31 +354,41 @@ static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, in
         }
         sp_pool_config scratch = *cfg;
         bool mine = pass == 0 ? pool.p == NULL : pool.p && pool_name && equals(pool, pool_name);
-        int rc = apply_one(mine ? cfg : &scratch, key, value, err, errlen);
+        if (mine && pass == 0 && equals(key, "reserve") && pool_name &&
+            strcmp(pool_name, "default") != 0)
+            mine = false;
+        int rc = apply_one(mine ? cfg : &scratch, key, value, ctx, err, errlen);
         if (rc != SP_OK)
             return rc;
     }
     return SP_OK;
 }
 
-int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf, char *err,
-                    size_t errlen)
+int sp__config_apply_on(sp_pool_config *cfg, const char *pool_name, const char *conf, int device,
+                        char *err, size_t errlen)
 {
-    sp__cuda_error_clear();
     if (!cfg || cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
-        return SP_ERR_INVALID;
+        return sp__bad_size("sp_config_apply", "sp_pool_config", cfg ? cfg->size : 0);
     if (!conf)
         return SP_OK;
+    conf_ctx ctx = {device, false, 0};
     sp_pool_config work = SP_POOL_CONFIG_INIT;
     memcpy(&work, cfg, cfg->size < sizeof work ? cfg->size : sizeof work);
-    int rc = walk(&work, pool_name, conf, 0, err, errlen);
+    int rc = walk(&work, pool_name, conf, 0, &ctx, err, errlen);
     if (rc == SP_OK)
-        rc = walk(&work, pool_name, conf, 1, err, errlen);
+        rc = walk(&work, pool_name, conf, 1, &ctx, err, errlen);
     if (rc == SP_OK)
         rc = sp__config_check(&work, err, errlen);
     if (rc == SP_OK)
         memcpy(cfg, &work, cfg->size < sizeof work ? cfg->size : sizeof work);
     return rc;
+}
+
+int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf, char *err,
+                    size_t errlen)
+{
+    sp__cuda_error_clear();
+    return sp__config_apply_on(cfg, pool_name, conf, SP__CONF_CURRENT, err, errlen);
 }
 
 /* ---- pool names in the conf strings that no pool has had (typos) ----
@@ -300,6 +469,15 @@ static bool pool_alive(const sp_runtime *rt, slice name)
     return false;
 }
 
+/* A pool whose name differs from `name` only in case: what "CHAT.limit" most likely meant. */
+static const sp_pool *near_match(const sp_runtime *rt, slice name)
+{
+    for (const sp_pool *p = rt->pools; p; p = p->next)
+        if (equals_word(name, p->name))
+            return p;
+    return NULL;
+}
+
 static void collect_unknown(sp_runtime *rt, size_t index, slice pool, void *arg)
 {
     unknown_list *u = arg;
@@ -336,11 +514,15 @@ void sp__config_warn_unused(sp_runtime *rt)
         return;
     unknown_list u = {.count = 0};
     each_prefix(rt, collect_unknown, &u);
-    for (size_t i = 0; i < u.listed; i++)
+    for (size_t i = 0; i < u.listed; i++) {
+        const sp_pool *near = near_match(rt, u.names[i]);
         fprintf(stderr,
                 "streampool: warning: the configuration sets keys for pool '%.*s', but no pool "
-                "of that name was created (a typo?)\n",
-                (int)u.names[i].n, u.names[i].p);
+                "of that name was created (%s%s%s)\n",
+                (int)u.names[i].n, u.names[i].p,
+                near ? "pool names are case-sensitive: did you mean '" : "a typo?",
+                near ? near->name : "", near ? "'?" : "");
+    }
 }
 
 /* ---- the runtime key trace:FILE ---- */

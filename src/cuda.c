@@ -58,6 +58,21 @@ int sp__cuda_check_device(int device)
     return rc;
 }
 
+int sp__cuda_current_device(int *device)
+{
+    return check(cudaGetDevice(device));
+}
+
+const char *sp__cuda_error_name(int err)
+{
+    return cudaGetErrorName((cudaError_t)err);
+}
+
+const char *sp__cuda_error_string(int err)
+{
+    return cudaGetErrorString((cudaError_t)err);
+}
+
 int sp__cuda_pool_create(int device, uint64_t max_size, cudaMemPool_t *out)
 {
     struct cudaMemPoolProps props;

@@ -473,11 +473,16 @@ void sp__cache_table_free(sp_pool *pool);
 /* ---- pointer map (ptrmap.c): pointer -> block for every block a runtime holds ---- */
 
 #define SP_PTRMAP_SHARDS 64
+/* Pointers lately removed from a shard (their memory merged away or given back to the driver),
+ * so that freeing one again is told as a double free, not as an unknown pointer: direct-mapped,
+ * a newer pointer with the same slot pushes an older one out. */
+#define SP_PTRMAP_GONE 16
 
 typedef struct {
     sp_spin lock;
     struct sp_ptrmap_slot *slots;
     size_t cap, len;
+    const void *gone[SP_PTRMAP_GONE];
 } sp_ptrmap_shard;
 
 typedef struct {
@@ -658,6 +663,25 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit);
 /* Checks a merged pool config (reserve within limit, a known policy); SP_ERR_CONFIG with the
  * message otherwise. */
 int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
+/* SP_ALLOC_CONF's syntax applied to cfg for pool_name, a percentage ("limit:80%") taken of
+ * `device`'s memory, or of the caller's current device (SP__CONF_CURRENT), or read as 0 where the
+ * string is only checked (SP__CONF_SYNTAX). sp_config_apply is this with SP__CONF_CURRENT. */
+#define SP__CONF_CURRENT (-1)
+#define SP__CONF_SYNTAX (-2)
+int sp__config_apply_on(sp_pool_config *cfg, const char *pool_name, const char *conf, int device,
+                        char *err, size_t errlen);
+/* Sets the message sp_config_error() returns (printf-style) and returns `status`: for errors
+ * other than SP_ERR_CONFIG that a caller needs words for (a struct's .size, a busy runtime). */
+int sp__errorf(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether reports (stats, summaries, metrics, the OOM report) show the pool: every pool but a
+ * default pool that has not been used (runtime_pools.c). */
+bool sp__pool_reported(sp_pool *pool);
+/* SP_ERR_BUSY with a message naming the pool, its live allocations and bytes (rt->lock may be
+ * held). */
+int sp__busy_message(const char *call, sp_pool *pool);
+/* SP_ERR_INVALID for a versioned struct whose .size (`got`) is too small, with a message naming
+ * the call, the type and the field (size.c). */
+int sp__bad_size(const char *call, const char *type, size_t got);
 /* Allocates rt->conf_pools_seen for the pool-prefixed keys of both conf strings. */
 int sp__config_seen_init(sp_runtime *rt);
 /* Notes that a pool called `name` exists, for sp_runtime_check_config (rt->lock held). */
@@ -738,6 +762,11 @@ bool sp__may_touch_stream(sp_stream_cache *c);
 int sp__cuda_check_device(int device);
 int sp__cuda_pool_create(int device, uint64_t max_size, cudaMemPool_t *out);
 int sp__cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total);
+/* The caller's current device (cudaGetDevice). */
+int sp__cuda_current_device(int *device);
+/* cudaGetErrorName and cudaGetErrorString of a cudaError_t. */
+const char *sp__cuda_error_name(int err);
+const char *sp__cuda_error_string(int err);
 int sp__cuda_pool_destroy(cudaMemPool_t pool);
 int sp__cuda_pool_set_threshold(cudaMemPool_t pool, uint64_t bytes);
 int sp__cuda_pool_usage(cudaMemPool_t pool, uint64_t *reserved, uint64_t *used);

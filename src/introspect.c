@@ -199,6 +199,8 @@ static void cache_stats(sp_pool *pool, sp_stream_cache *c, sp_stream_usage *st)
 int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
 {
     sp__cuda_error_clear();
+    if (pool && out && out->size < offsetof(sp_stream_usage, requested))
+        return sp__bad_size("sp_stream_stats", "sp_stream_usage", out->size);
     if (!pool || !out || out->size < offsetof(sp_stream_usage, requested))
         return SP_ERR_INVALID;
     sp_stream_usage st;
@@ -315,6 +317,8 @@ static lookup pointer_lookup(sp_runtime *rt, const void *ptr)
 int sp_pointer_info(sp_runtime *rt, const void *ptr, sp_ptr_info *out)
 {
     sp__cuda_error_clear();
+    if (rt && out && out->size < offsetof(sp_ptr_info, requested))
+        return sp__bad_size("sp_pointer_info", "sp_ptr_info", out->size);
     if (!rt || !out || out->size < offsetof(sp_ptr_info, requested))
         return SP_ERR_INVALID;
     lookup l = pointer_lookup(rt, ptr);

@@ -82,17 +82,22 @@ int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t 
     pthread_mutex_lock(&rt->lock);
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
-        n++;
-    pool_figures *pools = calloc(n, sizeof *pools);
+        n += sp__pool_reported(p);
+    pool_figures *pools = calloc(n ? n : 1, sizeof *pools);
     int rc = pools ? SP_OK : SP_ERR_NO_HOST_MEMORY;
     size_t i = 0;
-    for (sp_pool *p = rt->pools; p && pools; p = p->next, i++) {
+    /* the default pool may have been used since it was counted: never more than n rows */
+    for (sp_pool *p = rt->pools; p && pools && i < n; p = p->next) {
+        if (!sp__pool_reported(p))
+            continue;
         memcpy(pools[i].name, p->name, sizeof pools[i].name);
         pools[i].st.size = sizeof pools[i].st;
         int prc = sp_pool_stats(p, &pools[i].st);
         if (rc == SP_OK)
             rc = prc;
+        i++;
     }
+    n = i;
     pthread_mutex_unlock(&rt->lock);
     if (!pools)
         return rc;

@@ -193,15 +193,15 @@ static int merge_config(const sp_runtime *rt, const char *name, const sp_pool_co
     if (cfg) {
         /* callers built against an older, shorter struct get defaults for the fields they lack */
         if (cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
-            return SP_ERR_INVALID;
+            return sp__bad_size("sp_pool_create", "sp_pool_config", cfg->size);
         memcpy(&merged, cfg, cfg->size < sizeof merged ? cfg->size : sizeof merged);
         merged.size = sizeof merged;
     }
     int rc = sp__config_check(&merged, NULL, 0);
     if (rc == SP_OK)
-        rc = sp_config_apply(&merged, name, rt->alloc_conf, NULL, 0);
+        rc = sp__config_apply_on(&merged, name, rt->alloc_conf, rt->device, NULL, 0);
     if (rc == SP_OK)
-        rc = sp_config_apply(&merged, name, rt->env_conf, NULL, 0);
+        rc = sp__config_apply_on(&merged, name, rt->env_conf, rt->device, NULL, 0);
     if (rc == SP_OK)
         *out = merged;
     return rc;
@@ -264,8 +264,11 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         if (rc == SP_OK)
             rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&merged));
     }
-    if (rc == SP_OK && merged.reserve)
-        rc = take_reservation(pool);
+    if (rc == SP_OK && merged.reserve && (rc = take_reservation(pool)) != SP_OK)
+        (void)sp__errorf(rc,
+                         "pool '%s': its reserve of %llu bytes could not be taken from the "
+                         "device: %s",
+                         name, (unsigned long long)merged.reserve, sp_strerror(rc));
     if (rc == SP_OK && pthread_mutex_init(&pool->lock, NULL) != 0)
         rc = SP_ERR_NO_HOST_MEMORY;
     if (rc != SP_OK) {
@@ -691,8 +694,10 @@ int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
 
 int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out)
 {
-    if (!pool || !out || out->size < offsetof(sp_pool_config, cross_stream) + sizeof out->cross_stream)
+    if (!pool || !out)
         return SP_ERR_INVALID;
+    if (out->size < offsetof(sp_pool_config, cross_stream) + sizeof out->cross_stream)
+        return sp__bad_size("sp_pool_get_config", "sp_pool_config", out->size);
     size_t size = out->size;
     pthread_mutex_lock((pthread_mutex_t *)&pool->lock);
     memcpy(out, &pool->cfg, size < sizeof pool->cfg ? size : sizeof pool->cfg);

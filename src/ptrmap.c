@@ -1,6 +1,9 @@
 /* Pointer -> block for every block a runtime holds, live or cached: sp_free's lookup, and what
  * tells an unknown pointer, a double free and a pointer of another pool apart. Sharded by
- * pointer hash, one spin lock per shard, open addressing with backward-shift deletion. */
+ * pointer hash, one spin lock per shard, open addressing with backward-shift deletion. Each
+ * shard also remembers the pointers it lately lost (`gone`), so that a second free of a block
+ * whose memory has left the pool is still a double free; only insertions, removals and the
+ * unknown-pointer answer touch it, never a free that finds its block. */
 #include <stdlib.h>
 
 #include "internal.h"
@@ -33,6 +36,13 @@ static size_t find_slot(const sp_ptrmap_shard *s, const void *key, uint64_t h)
     return i;
 }
 
+/* The slot in `gone` of a pointer with hash h: bits the shard index and the slot index (the
+ * low bits) do not use up first. */
+static size_t gone_slot(uint64_t h)
+{
+    return (size_t)(h >> 40) % SP_PTRMAP_GONE;
+}
+
 static int grow(sp_ptrmap_shard *s)
 {
     size_t cap = s->cap ? s->cap * 2 : 64;
@@ -63,6 +73,8 @@ int sp__ptrmap_insert(sp_ptrmap *m, sp_block *b)
         if (!s->slots[i].key)
             s->len++;
         s->slots[i] = (struct sp_ptrmap_slot){b->ptr, b};
+        if (s->gone[gone_slot(h)] == b->ptr) /* a block again: no longer a freed pointer */
+            s->gone[gone_slot(h)] = NULL;
     }
     sp_spin_unlock(&s->lock);
     return rc;
@@ -71,6 +83,7 @@ int sp__ptrmap_insert(sp_ptrmap *m, sp_block *b)
 static void remove_at(sp_ptrmap_shard *s, size_t i)
 {
     size_t mask = s->cap - 1;
+    s->gone[gone_slot(hash_ptr(s->slots[i].key))] = s->slots[i].key;
     s->slots[i].key = NULL;
     s->len--;
     for (size_t j = (i + 1) & mask; s->slots[j].key; j = (j + 1) & mask) {
@@ -122,6 +135,8 @@ int sp__ptrmap_take_for_free(sp_ptrmap *m, const void *ptr, const sp_pool *pool,
             rc = SP_ERR_DOUBLE_FREE;
         }
         *out = b;
+    } else if (s->gone[gone_slot(h)] == ptr) {
+        rc = SP_ERR_DOUBLE_FREE; /* its block is gone, merged or back with the driver */
     }
     sp_spin_unlock(&s->lock);
     return rc;

@@ -122,6 +122,8 @@ void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t st
     r->device_free = free_b;
     r->device_total = total;
     for (sp_pool *p = rt->pools; p; p = p->next) {
+        if (!sp__pool_reported(p))
+            continue;
         if (r->npools < SP_OOM_REPORT_POOLS)
             describe_pool(p, &r->pools[r->npools++]);
         else
@@ -132,8 +134,10 @@ void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t st
 
 int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out)
 {
-    if (!rt || !out || out->size < offsetof(sp_oom_report, npools))
+    if (!rt || !out)
         return SP_ERR_INVALID;
+    if (out->size < offsetof(sp_oom_report, npools))
+        return sp__bad_size("sp_runtime_last_oom", "sp_oom_report", out->size);
     uint32_t size = out->size;
     pthread_mutex_lock(&rt->lock);
     memcpy(out, &rt->last_oom, size < sizeof rt->last_oom ? size : sizeof rt->last_oom);

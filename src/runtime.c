@@ -67,7 +67,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         return SP_ERR_INVALID;
     if (cfg) {
         if (cfg->size < offsetof(sp_runtime_config, capture_check) + sizeof cfg->capture_check)
-            return SP_ERR_INVALID;
+            return sp__bad_size("sp_runtime_create", "sp_runtime_config", cfg->size);
         if ((unsigned)cfg->capture_check > SP_CAPTURE_ALWAYS)
             return SP_ERR_CONFIG;
         /* a caller built against a shorter struct gets defaults for what it lacks */
@@ -77,9 +77,9 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     /* both strings are checked whole now, so that a typo fails here, not at some pool */
     sp_pool_config scratch = SP_POOL_CONFIG_INIT;
     const char *env = getenv("SP_ALLOC_CONF");
-    int rc = sp_config_apply(&scratch, NULL, config.alloc_conf, NULL, 0);
+    int rc = sp__config_apply_on(&scratch, NULL, config.alloc_conf, SP__CONF_SYNTAX, NULL, 0);
     if (rc == SP_OK)
-        rc = sp_config_apply(&scratch, NULL, env, NULL, 0);
+        rc = sp__config_apply_on(&scratch, NULL, env, SP__CONF_SYNTAX, NULL, 0);
     if (rc != SP_OK)
         return rc;
     rc = sp__cuda_check_device(device);
@@ -144,12 +144,14 @@ int sp_runtime_destroy(sp_runtime *rt)
     /* a declared capture forbids the device synchronize that may settle what is left */
     if (atomic_load(&rt->captures) != 0) {
         pthread_mutex_unlock(&rt->lock);
-        return SP_ERR_BUSY;
+        return sp__errorf(SP_ERR_BUSY, "sp_runtime_destroy: a graph capture is declared "
+                                       "(sp_stream_capture_begin without its end)");
     }
     for (sp_pool *p = rt->pools; p; p = p->next) {
         if (pool_has_live(p)) {
+            int rc = sp__busy_message("sp_runtime_destroy", p);
             pthread_mutex_unlock(&rt->lock);
-            return SP_ERR_BUSY;
+            return rc;
         }
     }
     pthread_mutex_unlock(&rt->lock);
@@ -208,6 +210,9 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
         return SP_ERR_INVALID;
     if (sp__pool_name_check(name) != SP_OK)
         return SP_ERR_INVALID;
+    if (cfg && cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
+        return sp__bad_size(adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config",
+                            cfg->size);
     pthread_mutex_lock(&rt->lock);
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
     sp_pool *pool = NULL;
@@ -269,8 +274,9 @@ int sp_pool_destroy(sp_pool *pool)
     sp_runtime *rt = pool->rt;
     pthread_mutex_lock(&rt->lock);
     if (atomic_load(&rt->captures) != 0 || pool_has_live(pool)) {
+        int rc = pool_has_live(pool) ? sp__busy_message("sp_pool_destroy", pool) : SP_ERR_BUSY;
         pthread_mutex_unlock(&rt->lock);
-        return SP_ERR_BUSY;
+        return rc;
     }
     sp_pool **p = &rt->pools;
     while (*p != pool)

@@ -81,10 +81,12 @@ static void fill_usage(sp_usage *u, sp_stats *st)
     st->cached.peak = v.cached_peak;
 }
 
-static int begin(sp_stats *out, sp_stats *st)
+static int begin(const char *call, sp_stats *out, sp_stats *st)
 {
-    if (!out || out->size < offsetof(sp_stats, requested))
+    if (!out)
         return SP_ERR_INVALID;
+    if (out->size < offsetof(sp_stats, requested))
+        return sp__bad_size(call, "sp_stats", out->size);
     memset(st, 0, sizeof *st);
     st->size = sizeof *st;
     st->version = SP_STATS_VERSION;
@@ -104,7 +106,7 @@ int sp_pool_stats(sp_pool *pool, sp_stats *out)
     sp_stats st;
     if (!pool)
         return SP_ERR_INVALID;
-    int rc = begin(out, &st);
+    int rc = begin("sp_pool_stats", out, &st);
     if (rc != SP_OK)
         return rc;
     rc = add_pool(pool, &st);
@@ -119,11 +121,13 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
     sp_stats st;
     if (!rt)
         return SP_ERR_INVALID;
-    int rc = begin(out, &st);
+    int rc = begin("sp_runtime_stats", out, &st);
     if (rc != SP_OK)
         return rc;
     pthread_mutex_lock(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next) {
+        if (!sp__pool_reported(p))
+            continue;
         int prc = add_pool(p, &st);
         if (rc == SP_OK)
             rc = prc;

@@ -124,10 +124,13 @@ int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed)
     pthread_mutex_lock(&rt->lock);
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
-        n++;
-    pool_row *rows = calloc(n, sizeof *rows);
+        n += sp__pool_reported(p);
+    pool_row *rows = calloc(n ? n : 1, sizeof *rows);
     size_t i = n; /* the list is newest first: fill from the end, oldest first */
-    for (sp_pool *p = rt->pools; p && rows; p = p->next) {
+    /* the default pool may have been used since it was counted: never more than n rows */
+    for (sp_pool *p = rt->pools; p && rows && i > 0; p = p->next) {
+        if (!sp__pool_reported(p))
+            continue;
         pool_row *r = &rows[--i];
         memcpy(r->name, p->name, sizeof r->name);
         r->st.size = sizeof r->st;

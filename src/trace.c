@@ -8,6 +8,7 @@
  * by this thread means fresh, a stream wait on a fence means wait, another stream's block taken
  * (the pool's cross_stream_reuses moved) means steal, anything else a hit on the stream's own
  * cache. Under concurrent steals in the same pool a hit may be labelled a steal. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -560,6 +561,20 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     return rc;
 }
 
+/* Whether `path` can be created for writing; a file the probe created is removed again (the
+ * trace writes it at its stop), one that was there is left as it was. */
+static bool probe_file(const char *path)
+{
+    bool existed = access(path, F_OK) == 0;
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return false;
+    fclose(f);
+    if (!existed)
+        (void)remove(path);
+    return true;
+}
+
 void sp__trace_autostart(sp_runtime *rt)
 {
     char path[4096];
@@ -568,11 +583,19 @@ void sp__trace_autostart(sp_runtime *rt)
     int n = atomic_fetch_add(&autostarts, 1) + 1;
     if (n > 1)
         snprintf(path + strlen(path), 16, "-%d", n);
-    FILE *probe = fopen(path, "w"); /* fail now, where the operator sees it, not at the end */
-    int rc = probe ? sp_runtime_trace_start(rt, path) : SP_ERR_IO;
-    if (probe)
-        fclose(probe);
-    if (rc != SP_OK)
+    /* fail now, where the operator sees it, not at the end: both files the stop writes */
+    char jpath[sizeof path + 8];
+    snprintf(jpath, sizeof jpath, "%s.json", path);
+    const char *bad = path;
+    int rc = probe_file(path) ? SP_OK : SP_ERR_IO;
+    if (rc == SP_OK && !probe_file(jpath))
+        rc = SP_ERR_IO, bad = jpath;
+    if (rc == SP_OK)
+        rc = sp_runtime_trace_start(rt, path);
+    else
+        fprintf(stderr, "streampool: warning: cannot trace to %s: %s cannot be created (%s)\n",
+                path, bad, strerror(errno));
+    if (rc != SP_OK && rc != SP_ERR_IO)
         fprintf(stderr, "streampool: warning: cannot trace to %s: %s\n", path, sp_strerror(rc));
 }
 

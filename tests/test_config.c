@@ -103,7 +103,8 @@ static void malformed_forms(void **state)
     rejected("cross_stream:sometimes", "bad value 'sometimes' for cross_stream");
     rejected("limit:1G,,priority:1", "empty setting");
     rejected(".limit:1G", "empty pool name");
-    rejected("limit:1G,reserve:2G", "reserve (2147483648 bytes) exceeds limit (1073741824 bytes)");
+    rejected("limit:1G,llama.reserve:2G",
+             "reserve (2147483648 bytes) exceeds limit (1073741824 bytes)");
     rejected("priority:1,limit:1G,llama.limit:bad", "bad value 'bad' for limit");
     sp_pool_config small = {.size = 4};
     assert_int_equal(sp_config_apply(&small, NULL, "limit:1G", NULL, 0), SP_ERR_INVALID);

@@ -31,6 +31,15 @@ static void runtime_create_fails_with_the_cuda_error(void **state)
                             probe == cudaErrorNoDevice ? "cudaErrorNoDevice"
                                                        : "cudaErrorInsufficientDriver");
     }
+    /* in words: the error's name, and what to do on a machine without a GPU */
+    const char *words = sp_last_cuda_error_string();
+    assert_non_null(strstr(words, cudaGetErrorName(probe)));
+    assert_non_null(strstr(words, "No usable CUDA driver or GPU here"));
+    assert_non_null(strstr(words, "cudasim first in LD_LIBRARY_PATH"));
+    assert_non_null(strstr(words, "Choosing the CUDA runtime"));
+    sp_pool *none;
+    assert_int_equal(sp_runtime_default_pool(NULL, &none), SP_ERR_INVALID);
+    assert_string_equal(sp_last_cuda_error_string(), ""); /* no CUDA error: no words */
     assert_string_equal(sp_status_name(SP_ERR_CUDA), "SP_ERR_CUDA");
     assert_non_null(strstr(sp_strerror(SP_ERR_CUDA), "sp_last_cuda_error"));
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs streampool (with cudasim) into a temporary prefix, then builds and runs the consumer
-# three ways, as README's "Use it from your project" tells a user to: a Makefile with pkg-config
-# (a C program and a C++ one), CMake find_package(streampool), and a Meson subproject. Every
-# consumer links with -Wl,--as-needed and runs on cudasim, found first through LD_LIBRARY_PATH.
-# Also checks that the installed libstreampool NEEDs the real runtime and never cudasim, and builds
-# a CNMeM program against libstreampool_cnmem (pkg-config streampool_cnmem, CMake streampool::cnmem).
+# Installs streampool (with cudasim) into a temporary prefix with README's own install recipe,
+# then builds and runs README's example with README's Makefile and README's CMakeLists.txt (all
+# three taken from README.md as they stand), and the consumers here as README's "Use it from
+# your project" tells a user to: a Makefile with pkg-config (a C program and a C++ one), CMake
+# find_package(streampool), and a Meson subproject. Every consumer links with -Wl,--as-needed
+# and runs on cudasim, found first through LD_LIBRARY_PATH. Also checks that the install is a
+# release build of the library alone, and that it NEEDs the real runtime and never cudasim, and
+# builds a CNMeM program against libstreampool_cnmem (pkg-config streampool_cnmem, CMake
+# streampool::cnmem).
 # Usage: [VERBOSE=1] run.sh SOURCE_DIR [meson setup options for the install build]. Prints TAP.
 set -uo pipefail
 src=$(cd "$1" && pwd)
@@ -33,10 +36,31 @@ step() { # step NAME COMMAND...: one TAP line; the command's output as diagnosti
     fi
 }
 
+readme_block() { # readme_block NAME OUT: README.md's <!-- recipe:NAME --> block (or example)
+    python3 "$here/../extract_example.py" "$src/README.md" "$2" ${1:+"$1"}
+}
+
+# README's install recipe as written, but into the temporary prefix and build directory, with
+# this build's own meson options (-Dwerror) after README's.
 install_streampool() {
-    meson setup "$tmp/build" "$src" --prefix="$prefix" --libdir=lib -Dbuildtype=release \
-        -Dinstall_cudasim=true -Dtests=disabled -Dbench=false "$@" &&
-        ninja -C "$tmp/build" install
+    local extra=""
+    for o in "$@"; do extra+=" $(printf '%q' "$o")"; done
+    readme_block install "$tmp/install.sh" &&
+        sed -i -e "s#/opt/streampool#$prefix#g" -e "s#build-release#$tmp/build#g" \
+            -e "s#^meson setup .*#&$extra#" "$tmp/install.sh" &&
+        cat "$tmp/install.sh" && (cd "$src" && bash -e "$tmp/install.sh")
+}
+
+# What the recipe promises: a release build, and neither the test suites nor sp-bench.
+install_is_release_library_only() {
+    local opts
+    opts=$(meson introspect --buildoptions "$tmp/build") || return 1
+    python3 -c 'import json, sys
+o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
+print("buildtype", o["buildtype"], "tests", o["tests"], "bench", o["bench"])
+sys.exit(not (o["buildtype"] == "release" and o["tests"] == "disabled" and not o["bench"]))' \
+        <<<"$opts" &&
+        ! grep -q "sp-bench\|test_streampool\|cmocka" "$tmp/build/build.ninja"
 }
 
 # The real runtime's SONAME (libcudart.so.<major>) and where the toolkit keeps it.
@@ -75,6 +99,26 @@ run_on_cudasim() {
 recipe() { # recipe DIR: a fresh copy of tests/consumers/DIR with the consumer sources
     rm -rf "${tmp:?}/$1"
     cp -r "$here/$1" "$tmp/$1" && cp "$here/consumer.c" "$here/consumer.cpp" "$tmp/$1/"
+}
+
+readme_dir() { # readme_dir DIR: a fresh directory with README's example as example.c
+    rm -rf "${tmp:?}/$1"
+    mkdir -p "$tmp/$1" && readme_block "" "$tmp/$1/example.c"
+}
+
+readme_makefile() {
+    readme_dir readme-make && readme_block makefile "$tmp/readme-make/Makefile" &&
+        PKG_CONFIG_PATH=$prefix/lib/pkgconfig make -C "$tmp/readme-make" &&
+        run_on_cudasim "$tmp/readme-make/example"
+}
+
+# -Werror=dev: a file without cmake_minimum_required or project() is not a whole CMakeLists.txt
+readme_cmake() {
+    readme_dir readme-cmake && readme_block cmake "$tmp/readme-cmake/CMakeLists.txt" &&
+        cmake -Werror=dev -S "$tmp/readme-cmake" -B "$tmp/readme-cmake/build" \
+            -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_EXE_LINKER_FLAGS="$LDFLAGS" &&
+        cmake --build "$tmp/readme-cmake/build" &&
+        run_on_cudasim "$tmp/readme-cmake/build/example"
 }
 
 make_pkg_config() {
@@ -128,10 +172,13 @@ cnmem_consumers() {
         run_on_cudasim "$tmp/cnmem/build/cnmem_example"
 }
 
-echo "1..8"
-step "install into a temporary prefix with cudasim" install_streampool "$@"
+echo "1..11"
+step "README's install recipe into a temporary prefix with cudasim" install_streampool "$@"
+step "the install is a release build of the library alone" install_is_release_library_only
 step "installed libstreampool NEEDs the real libcudart, never cudasim" \
     installed_library_needs_real_runtime
+step "README's example under README's Makefile (--as-needed) runs on cudasim" readme_makefile
+step "README's example under README's CMakeLists.txt (--as-needed) runs on cudasim" readme_cmake
 step "Makefile + pkg-config: C consumer under --as-needed runs on cudasim" make_pkg_config
 step "Makefile + pkg-config: C++ consumer (-pedantic -Werror) runs on cudasim" make_cxx
 step "CMake find_package(streampool) under --as-needed runs on cudasim" cmake_find_package
