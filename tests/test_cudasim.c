@@ -410,58 +410,6 @@ static void two_devices_are_not_peers(void **state)
     unsetenv("CUDASIM_DEVICE_COUNT");
 }
 
-/* cudaDeviceReset (CUDASIM_DEVICE_COUNT=1): every allocation (device, pool, pinned host), stream,
- * event and pool of the device goes and its sticky error is cleared; the device then works
- * afresh, while injected faults and call counters (the emulator's, not the device's) stay. With
- * two emulated devices it is refused rather than resetting both. */
-static void device_reset_releases_the_device(void **state)
-{
-    (void)state;
-    size_t free0 = 0, free1 = 0, total = 0;
-    CK(cudaMemGetInfo(&free0, &total));
-    cudaStream_t s;
-    cudaEvent_t e;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CK(cudaEventCreate(&e));
-    cudaMemPool_t pool = new_pool(UINT64_MAX);
-    void *a, *b, *m, *h;
-    CK(cudaMalloc(&a, 4 * MiB));
-    CK(cudaMallocAsync(&b, 4 * MiB, s));
-    CK(cudaMallocFromPoolAsync(&m, MiB, pool, s));
-    CK(cudaMallocHost(&h, 4096));
-    CK(cudaMemsetAsync((char *)b + 4 * MiB - 16, 0, 64, s)); /* runs past b: a device fault */
-    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
-    CK(cudasimInjectFault("cudaStreamQuery", 2, cudaErrorUnknown, 0));
-    cudasimResetCallCounts();
-
-    CK(cudaDeviceReset());
-    (void)cudaGetLastError(); /* the thread's last error is not the device's */
-    CK(cudaGetLastError());   /* and the sticky one is gone */
-    CK(cudaMemGetInfo(&free1, &total));
-    assert_int_equal(free1, free0);
-    assert_int_equal(cudaFree(a), cudaErrorInvalidValue);
-    assert_int_equal(cudaFreeHost(h), cudaErrorInvalidValue);
-    assert_int_equal(cudaMemPoolDestroy(pool), cudaErrorInvalidValue);
-    assert_int_not_equal(cudaEventQuery(e), cudaSuccess);
-    (void)cudaGetLastError();
-    CK(cudaStreamCreate(&s)); /* the device works afresh */
-    CK(cudaMallocAsync(&b, MiB, s));
-    CK(cudaFreeAsync(b, s));
-    CK(cudaStreamSynchronize(s));
-    CK(cudaStreamQuery(s));
-    assert_int_equal(cudaStreamQuery(s), cudaErrorUnknown); /* the fault stayed: 2nd call */
-    (void)cudaGetLastError();
-    CK(cudaStreamDestroy(s));
-    assert_int_equal(cudasimCallCount("cudaDeviceReset"), 1);
-    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 2);
-
-    setenv("CUDASIM_DEVICE_COUNT", "2", 1);
-    cudasimReset();
-    assert_int_equal(cudaDeviceReset(), cudaErrorNotSupported);
-    (void)cudaGetLastError();
-    unsetenv("CUDASIM_DEVICE_COUNT");
-}
-
 static void illegal_address_is_sticky_and_reported_at_execution(void **state)
 {
     (void)state;
@@ -781,7 +729,6 @@ int main(void)
 #define T(fn) cmocka_unit_test_teardown(fn, reset_device)
         T(capacity_limits_allocation_and_mem_get_info),
         T(managed_memory_is_device_memory),
-        T(device_reset_releases_the_device),
         T(pool_accounting_is_exact),
         T(rule11d_internal_dependency_when_device_full),
         T(frees_on_two_streams_do_not_merge),

@@ -104,9 +104,6 @@
  *    current device's pages hold it from the call on, counted by cudaMemGetInfo like cudaMalloc's;
  *    the host reaches it directly. Size 0 and flags other than exactly cudaMemAttachGlobal or
  *    cudaMemAttachHost are cudaErrorInvalidValue; cudaFree releases it.
- *  - cudaDeviceReset is emulated in a one-device process only (the default): everything of the
- *    device goes (pinned host memory too) and the capacity is read from the environment again;
- *    faults and call counters stay. With several devices it is cudaErrorNotSupported.
  *  - No two emulated devices are peers: cudaDeviceCanAccessPeer answers 0 (also for a device
  *    and itself), cudaMemPoolSetAccess refuses read or write access for another device with
  *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone.

@@ -407,10 +407,9 @@ sim_device *sim_dev_ready(int device)
     return &sim_g.devices[device];
 }
 
-/* Every device back to its initial state (the environment read again). Under the exclusive
- * lock. */
-static void reset_devices(void)
+void cudasimReset(void)
 {
+    sim_lock();
     sim_graphs_reset();  /* ends captures, drops graphs (before their streams go) */
     sim_streams_reset(); /* drains all work, destroys streams and events */
     sim_pools_reset();   /* releases all memory */
@@ -418,44 +417,11 @@ static void reset_devices(void)
     sim_g.started = false;
     sim_g.generation++;
     sim_start();
-}
-
-void cudasimReset(void)
-{
-    sim_lock();
-    reset_devices();
     sim_unlock();
     cudasimClearFaults();
     cudasimResetCallCounts();
     tls_last_error = cudaSuccess;
     tls_device = 0;
-}
-
-/* cudaDeviceReset: CUDA destroys every allocation (pinned host memory included), stream, event,
- * pool and graph of the current device and clears its sticky error; the next call starts the
- * device afresh. cudasim does exactly that in a one-device process (CUDASIM_DEVICE_COUNT=1, the
- * default): the emulator's own settings stay (injected faults, call counters, the calling
- * thread's last error and current device), except that the capacity is read from the
- * environment again, as at start. With several emulated devices it refuses with
- * cudaErrorNotSupported rather than reset the others too. */
-cudaError_t cudaDeviceReset(void)
-{
-    cudaError_t err = sim_enter(SIM_API_cudaDeviceReset);
-    if (err)
-        return sim_ret(err);
-    sim_lock();
-    if (sim_g.device_count != 1) {
-        sim_unlock();
-        return sim_ret(cudaErrorNotSupported);
-    }
-    void **host;
-    size_t n = sim_handles_of_type(SIM_H_HOST, &host);
-    reset_devices(); /* drains the streams first: a pending copy may still use pinned memory */
-    sim_unlock();
-    for (size_t i = 0; i < n; i++)
-        free(host[i]);
-    free(host);
-    return cudaSuccess;
 }
 
 bool sim_device_charge(int device, size_t bytes, bool release)

@@ -63,7 +63,7 @@
     X(cudaEventCreateWithFlags) X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize) \
     X(cudaEventDestroy) X(cudaEventElapsedTime) X(cudaMemsetAsync) X(cudaMemcpyAsync) \
     X(cudaMalloc) X(cudaMallocManaged) X(cudaFree) X(cudaMallocHost) X(cudaFreeHost) X(cudaHostAlloc) \
-    X(cudaMemGetInfo) X(cudaDeviceSynchronize) X(cudaDeviceReset) X(cudaGetDeviceCount) X(cudaSetDevice) \
+    X(cudaMemGetInfo) X(cudaDeviceSynchronize) X(cudaGetDeviceCount) X(cudaSetDevice) \
     X(cudaGetDevice) X(cudaDeviceGetAttribute) X(cudaDriverGetVersion) \
     X(cudaRuntimeGetVersion) X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorName) \
     X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties) \
