@@ -31,12 +31,14 @@ static void info(const char *name, cudaStream_t stream)
 int main(void)
 {
     cudaStream_t streams[2];
-    if (cudaStreamCreate(&streams[0]) != cudaSuccess || cudaStreamCreate(&streams[1]) != cudaSuccess) {
+    if (cudaStreamCreate(&streams[0]) != cudaSuccess ||
+        cudaStreamCreate(&streams[1]) != cudaSuccess) {
         fprintf(stderr, "no CUDA device\n");
         return 1;
     }
     void *p = NULL;
-    expect("cnmemMalloc before cnmemInit", cnmemMalloc(&p, 1024, NULL), CNMEM_STATUS_NOT_INITIALIZED);
+    expect("cnmemMalloc before cnmemInit", cnmemMalloc(&p, 1024, NULL),
+           CNMEM_STATUS_NOT_INITIALIZED);
 
     size_t stream_sizes[2] = {2 * MiB, 2 * MiB};
     cnmemDevice_t device = {0, 8 * MiB, 2, streams, stream_sizes};
@@ -59,9 +61,11 @@ int main(void)
     void *e = (void *)0x1;
     expect("cnmemMalloc(1 MiB) on the NULL stream", cnmemMalloc(&e, MiB, NULL),
            CNMEM_STATUS_OUT_OF_MEMORY);
-    expect("cnmemFree on the wrong stream", cnmemFree(a, streams[1]), CNMEM_STATUS_INVALID_ARGUMENT);
+    expect("cnmemFree on the wrong stream", cnmemFree(a, streams[1]),
+           CNMEM_STATUS_INVALID_ARGUMENT);
     printf("--- cnmemPrintMemoryState(stdout, stream 0)\n");
-    expect("cnmemPrintMemoryState", cnmemPrintMemoryState(stdout, streams[0]), CNMEM_STATUS_SUCCESS);
+    expect("cnmemPrintMemoryState", cnmemPrintMemoryState(stdout, streams[0]),
+           CNMEM_STATUS_SUCCESS);
 
     expect("cnmemFree(a) on stream 0", cnmemFree(a, streams[0]), CNMEM_STATUS_SUCCESS);
     expect("cnmemFree(b) on stream 0", cnmemFree(b, streams[0]), CNMEM_STATUS_SUCCESS);

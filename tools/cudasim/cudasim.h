@@ -112,6 +112,10 @@
  *    synchronize that observes the free (or at the next cudaMalloc/cudaFree).
  *  - The device's reserved bytes are 2 MiB pages (cudaMalloc's too), so cudaMemGetInfo moves in
  *    2 MiB steps.
+ *  - cudaMallocManaged: a device without concurrent managed access (the attribute is 0): the
+ *    current device's pages hold it from the call on, counted by cudaMemGetInfo like cudaMalloc's;
+ *    the host reaches it directly. Size 0 and flags other than exactly cudaMemAttachGlobal or
+ *    cudaMemAttachHost are cudaErrorInvalidValue; cudaFree releases it.
  *  - No two emulated devices are peers: cudaDeviceCanAccessPeer answers 0 (also for a device
  *    and itself), cudaMemPoolSetAccess refuses read or write access for another device with
  *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone.
