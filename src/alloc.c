@@ -37,11 +37,15 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
 static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void **ptr);
 static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes,
                             bool fresh, void **ptr);
+/* never inlined: the hot path keeps the shape it has without a trace */
+static int traced_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+    __attribute__((noinline));
+static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream) __attribute__((noinline));
 
 int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
-    if (sp__trace_wanted()) /* recorded by trace.c, which calls back in once */
-        return sp__trace_alloc(pool, ptr, bytes, stream);
+    if (sp__trace_wanted()) /* recorded: calls back in once, marked */
+        return traced_alloc(pool, ptr, bytes, stream);
     sp__cuda_error_clear();
     if (sp_unlikely(!pool || !ptr))
         return SP_ERR_INVALID;
@@ -128,8 +132,8 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 
 int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
-    if (sp__trace_wanted()) /* recorded by trace.c, which calls back in once */
-        return sp__trace_free(pool, ptr, stream);
+    if (sp__trace_wanted()) /* recorded: calls back in once, marked */
+        return traced_free(pool, ptr, stream);
     sp__cuda_error_clear();
     if (sp_unlikely(!pool))
         return SP_ERR_INVALID;
@@ -230,6 +234,58 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     if (sp_unlikely(offer))
         sp__cache_offer_fence(c);
     return SP_OK;
+}
+
+/* A free without a stream: on the stream that allocated the pointer, as the pointer map says
+ * (sp__ptrmap_lookup). */
+int sp_free_any(sp_pool *pool, void *ptr)
+{
+    sp__cuda_error_clear();
+    if (!pool)
+        return SP_ERR_INVALID;
+    if (!ptr)
+        return SP_OK;
+    sp_ptr_lookup l = sp__ptrmap_lookup(&pool->rt->ptrmap, ptr);
+    int rc = SP_OK;
+    if (l.info.state == SP_POINTER_UNKNOWN)
+        rc = SP_ERR_BAD_POINTER;
+    else if (l.info.pool != pool)
+        rc = SP_ERR_WRONG_POOL;
+    else if (l.info.state == SP_POINTER_CACHED)
+        rc = SP_ERR_DOUBLE_FREE;
+    else if (l.owner && !sp__this_threads_stream(l.owner->key))
+        return SP_ERR_NOT_SUPPORTED; /* not a bad free: the pointer stays live */
+    if (rc != SP_OK) { /* as sp_free would have answered, without a stream to free on */
+        sp__pool_count(pool, SP_COUNT_bad_frees, 1);
+        return rc;
+    }
+    /* through the public call, so that a trace records it on the allocation stream */
+    return sp_free(pool, ptr, l.info.stream);
+}
+
+/* ---- the trace ----
+ * sp_alloc and sp_free with the call recorded: they call the public function again, marked as
+ * the wrapper's (the mark is consumed at once, so that calls the OOM callback makes inside are
+ * recorded too), and trace.c notes what the call did from figures read before and after. */
+
+static int traced_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+{
+    sp_trace_mark m = sp__trace_alloc_mark(pool);
+    sp__trace_inside = true;
+    int rc = sp_alloc(pool, ptr, bytes, stream);
+    sp__trace_inside = false;
+    sp__trace_alloc_done(&m, pool, ptr, bytes, stream, rc);
+    return rc;
+}
+
+static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream)
+{
+    sp_trace_mark m = sp__trace_free_mark(pool);
+    sp__trace_inside = true;
+    int rc = sp_free(pool, ptr, stream);
+    sp__trace_inside = false;
+    sp__trace_free_done(&m, pool, ptr, stream, rc);
+    return rc;
 }
 
 /* ---- the miss ---- */

@@ -281,7 +281,7 @@ void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on)
     pthread_mutex_unlock(&c->fence_lock);
 }
 
-void sp__cache_drop_fences(sp_stream_cache *c)
+static void cache_drop_fences(sp_stream_cache *c)
 {
     pthread_mutex_lock(&c->fence_lock);
     while (c->fences) {
@@ -294,6 +294,13 @@ void sp__cache_drop_fences(sp_stream_cache *c)
         sp__fence_recycle(&c->pool->rt->fences, c->final_fence);
     c->final_fence = NULL;
     pthread_mutex_unlock(&c->fence_lock);
+}
+
+void sp__pool_drop_fences(sp_pool *pool)
+{
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+        for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
+            cache_drop_fences(c);
 }
 
 int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)

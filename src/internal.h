@@ -245,7 +245,8 @@ int sp__cache_final_fence(sp_stream_cache *c);
 /* A segment went back to the driver with cudaFreeAsync on c's own stream `on`: notes it for a
  * trim (driver_frees) and, if c was released meanwhile, records its final fence behind it. */
 void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on);
-void sp__cache_drop_fences(sp_stream_cache *c);
+/* Recycles every fence of the pool's caches, live and released (at pool destroy). */
+void sp__pool_drop_fences(sp_pool *pool);
 /* The owner thread records a fence behind its frees so far, for another thread that asked
  * (fence_wanted: it could not record one itself on this thread's cudaStreamPerThread) or for
  * the streams whose asks found frees unsettled (fence_interest): a new fence, never a move of
@@ -431,6 +432,9 @@ struct sp_stream_cache {
 
 sp_stream_key sp__stream_key(cudaStream_t stream);
 bool sp__this_threads_stream(sp_stream_key key);
+/* The thread-specific key whose destructor releases an exiting thread's cudaStreamPerThread
+ * caches (runtime.c creates it before any pool exists). */
+void sp__thread_exit_key_set(pthread_key_t key);
 
 /* small.c, continued: the bins of a stream cache (newest at the head) */
 void sp__bin_push(sp_bin *bin, sp_block *b);
@@ -485,6 +489,13 @@ void sp__ptrmap_free(sp_ptrmap *m);
  * fn takes no lock and allocates nothing (introspect.c). */
 void sp__ptrmap_visit(sp_ptrmap *m, const void *ptr, void (*fn)(sp_block *, void *), void *arg);
 void sp__ptrmap_each(sp_ptrmap *m, void (*fn)(sp_block *, void *), void *arg);
+/* What ptr is (sp_pointer_info), and for a live block the cache of the stream that allocated
+ * it (sp_free_any frees on that stream), read under the shard's lock. */
+typedef struct {
+    sp_ptr_info info;
+    sp_stream_cache *owner;
+} sp_ptr_lookup;
+sp_ptr_lookup sp__ptrmap_lookup(sp_ptrmap *m, const void *ptr);
 
 /* ---- pools (pool.c) ---- */
 
@@ -576,7 +587,14 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
 int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_block **out);
 /* Gives a bypass block straight back to the driver on `stream`. */
 void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream);
+/* ---- counters.c: the figures every layer may bump ---- */
 void sp__pool_count(sp_pool *pool, int counter, uint64_t n);
+/* Adds a signed change to a current figure outside any lock (limit_used: claims and give-backs
+ * race); returns the new value. */
+uint64_t sp__current_add(atomic_uint_least64_t *cur, int64_t delta);
+/* sp__usage_add without limit_used: for a driver allocation that claimed its bytes there
+ * before the driver was asked. */
+void sp__usage_commit(sp_pool *pool, int64_t requested, int64_t active, int64_t held);
 /* The one stat-update helper: signed changes of requested, active (live) and held bytes of a
  * pool and its runtime, keeping peaks (cached = held - active); a held change moves the pool's
  * limit_used too. */
@@ -662,9 +680,12 @@ static inline bool sp__capture_possible(const sp_runtime *rt)
            atomic_load_explicit(&rt->captures, memory_order_relaxed) != 0;
 }
 
-/* A thread that made a cudaStreamPerThread cache: at its exit, its caches in every runtime are
- * released from that thread, behind a final fence it can still record. */
+/* stream_cache.c: a thread that made a cudaStreamPerThread cache: at its exit, its caches in
+ * every runtime are released from that thread, behind a final fence it can still record. */
 void sp__thread_watch(void);
+/* stream_cache.c: the index of key in rt->capturing (declared captures), SIZE_MAX if none
+ * (rt->lock held). */
+size_t sp__capture_find(const sp_runtime *rt, sp_stream_key key);
 
 /* Is the stream of cache c being captured into a graph (declared: c's flag, no lock; ALWAYS:
  * asked of CUDA)? In ALWAYS mode, a stream found no longer capturing gets its kept-aside blocks
@@ -708,7 +729,7 @@ int sp__cuda_device_sync(int device);
  * the trace tells a fresh block and a wait on a fence from a cache hit. */
 extern _Thread_local uint64_t sp__cuda_thread_mallocs, sp__cuda_thread_waits;
 
-/* ---- stats.c: text rendering shared with reclaim.c ---- */
+/* ---- text.c: the appender of every report ---- */
 
 /* snprintf at buf + *used, advancing *used by what the whole text needs (like snprintf, so a
  * short buffer still yields the full length). */
@@ -744,11 +765,18 @@ static inline bool sp__trace_wanted(void)
     return true;
 }
 
-/* sp_alloc / sp_free with the call recorded: they call the public function again, marked as
- * the wrapper's (the mark is consumed at once, so that calls the OOM callback makes inside are
- * recorded too), and note the outcome. */
-int sp__trace_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream);
-int sp__trace_free(sp_pool *pool, void *ptr, cudaStream_t stream);
+/* The recording half of alloc.c's traced sp_alloc / sp_free: figures read before the call
+ * (the mark), and the events the call made, told from how those figures moved. */
+typedef struct {
+    struct sp_trace *trace;            /* NULL: not traced */
+    uint64_t mallocs, waits, steals, retries, trims, at_ns;
+} sp_trace_mark;
+sp_trace_mark sp__trace_alloc_mark(sp_pool *pool);
+void sp__trace_alloc_done(const sp_trace_mark *m, sp_pool *pool, void *const *ptr, size_t bytes,
+                          cudaStream_t stream, int rc);
+sp_trace_mark sp__trace_free_mark(sp_pool *pool);
+void sp__trace_free_done(const sp_trace_mark *m, sp_pool *pool, const void *ptr,
+                         cudaStream_t stream, int rc);
 /* An instant event for sp_pool_trim (only when a trace is on). */
 void sp__trace_trim(sp_pool *pool);
 /* Starts the trace SP_ALLOC_CONF's trace:FILE asks for (a warning on stderr if it cannot). */

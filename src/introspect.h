@@ -67,7 +67,7 @@ static inline sp_free_note sp__note_free_locked(sp_stream_cache *c, sp_block *b)
     return n;
 }
 
-/* introspect.c */
+/* stream_cache.c: below the tiers and the miss ladder, which call them */
 void sp__note_foreign_free(sp_free_note n);
 /* An allocation served by the miss ladder (its bytes went to the pool's figures directly):
  * counted for the stream, and as a steal when b was last freed on another stream. Takes

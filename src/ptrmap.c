@@ -159,3 +159,32 @@ void sp__ptrmap_each(sp_ptrmap *m, void (*fn)(sp_block *, void *), void *arg)
         sp_spin_unlock(&s->lock);
     }
 }
+
+/* ---- what a pointer is: sp_pointer_info and sp_free_any ---- */
+
+/* Under the shard's lock: a live block cannot be freed meanwhile (the free marks it under this
+ * lock), and its fields were written before it was marked live. */
+static void read_block(sp_block *b, void *arg)
+{
+    sp_ptr_lookup *l = arg;
+    if (!b)
+        return;
+    int state = atomic_load_explicit(&b->state, memory_order_acquire);
+    l->info.pool = b->pool;
+    if (state == SP_BLOCK_LIVE || state == SP_BLOCK_BYPASS) {
+        l->info.state = SP_POINTER_LIVE;
+        l->info.requested = b->requested;
+        l->info.usable = b->size;
+        l->info.stream = b->owner ? b->owner->key.stream : b->bypass_stream;
+        l->owner = b->owner;
+    } else {
+        l->info.state = SP_POINTER_CACHED; /* its fields may change under another lock */
+    }
+}
+
+sp_ptr_lookup sp__ptrmap_lookup(sp_ptrmap *m, const void *ptr)
+{
+    sp_ptr_lookup l = {{.size = sizeof l.info}, NULL};
+    sp__ptrmap_visit(m, ptr, read_block, &l);
+    return l;
+}

@@ -11,9 +11,6 @@
 static pthread_mutex_t runtimes_lock = PTHREAD_MUTEX_INITIALIZER;
 static sp_runtime *runtimes;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
-static pthread_key_t exit_key;
-static bool exit_key_ok;
-static _Thread_local bool watched;
 
 /* A thread's exit: its cudaStreamPerThread caches go to their pools behind a final fence that
  * this thread, the only one that can name its per-thread stream, records now. */
@@ -26,22 +23,19 @@ static void thread_exit(void *arg)
     pthread_mutex_unlock(&runtimes_lock);
 }
 
+/* The key whose value marks a thread that made a cudaStreamPerThread cache (stream_cache.c's
+ * sp__thread_watch sets it): created here, with the destructor above, before any runtime has
+ * a pool, so that the stream caches below never call up into the runtime. */
 static void exit_key_create(void)
 {
-    exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0;
-}
-
-void sp__thread_watch(void)
-{
-    if (watched)
-        return;
-    (void)pthread_once(&exit_once, exit_key_create);
-    /* best effort: without the key the caches stay until stream release or pool destroy */
-    watched = exit_key_ok && pthread_setspecific(exit_key, &watched) == 0;
+    pthread_key_t key;
+    if (pthread_key_create(&key, thread_exit) == 0)
+        sp__thread_exit_key_set(key);
 }
 
 static void runtime_register(sp_runtime *rt)
 {
+    (void)pthread_once(&exit_once, exit_key_create);
     pthread_mutex_lock(&runtimes_lock);
     rt->next_runtime = runtimes;
     runtimes = rt;
@@ -304,14 +298,6 @@ int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
 
 /* ---- declared graph captures ---- */
 
-static size_t capture_find(const sp_runtime *rt, sp_stream_key key)
-{
-    for (size_t i = 0; i < rt->capturing_len; i++)
-        if (rt->capturing[i].stream == key.stream && rt->capturing[i].thread == key.thread)
-            return i;
-    return SIZE_MAX;
-}
-
 /* Sets or clears the capturing flag of key's cache in every pool (created for `on`, so that the
  * hot path reads one flag and no lock); runtime->lock held. Setting it then waits for every fence
  * step already under way in the pool (sp__cache_drain_fence_steps). Each checks and calls under
@@ -346,7 +332,7 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
     sp_stream_key key = sp__stream_key(stream);
     int rc = SP_OK;
     pthread_mutex_lock(&rt->lock);
-    if (capture_find(rt, key) == SIZE_MAX) {
+    if (sp__capture_find(rt, key) == SIZE_MAX) {
         if (rt->capturing_len == rt->capturing_cap) {
             size_t cap = rt->capturing_cap ? rt->capturing_cap * 2 : 4;
             sp_stream_key *grown = realloc(rt->capturing, cap * sizeof *grown);
@@ -379,7 +365,7 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
     pthread_mutex_lock(&rt->lock);
-    size_t i = capture_find(rt, key);
+    size_t i = sp__capture_find(rt, key);
     if (i != SIZE_MAX) {
         rt->capturing[i] = rt->capturing[--rt->capturing_len];
         /* the blocks freed during the capture go back to their slabs and segments now */
@@ -390,78 +376,3 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
     return i == SIZE_MAX ? SP_ERR_INVALID : SP_OK;
 }
 
-void sp__capture_adopt(sp_stream_cache *c)
-{
-    sp_runtime *rt = c->pool->rt;
-    pthread_mutex_lock(&rt->lock);
-    if (capture_find(rt, c->key) != SIZE_MAX) {
-        atomic_store_explicit(&c->declared, true, memory_order_release);
-        atomic_store_explicit(&c->capturing, true, memory_order_release);
-    }
-    pthread_mutex_unlock(&rt->lock);
-}
-
-int sp__cache_capturing(sp_stream_cache *c, bool *capturing)
-{
-    if (c->pool->rt->cfg.capture_check != SP_CAPTURE_ALWAYS) {
-        *capturing = atomic_load_explicit(&c->capturing, memory_order_acquire);
-        return SP_OK;
-    }
-    /* declared as well: capturing from sp_stream_capture_begin to its end, as under DECLARED,
-     * also before cudaStreamBeginCapture (whose "not capturing" yet would lift the declaration
-     * another thread's miss relies on) */
-    if (atomic_load_explicit(&c->declared, memory_order_acquire)) {
-        *capturing = true;
-        return SP_OK;
-    }
-    int rc = sp__cuda_stream_is_capturing(c->key.stream, capturing);
-    if (rc != SP_OK)
-        return rc;
-    /* ALWAYS: the flag remembers what was last seen, so that a capture's end is noticed here
-     * and its kept-aside blocks come back */
-    if (*capturing)
-        atomic_store_explicit(&c->capturing, true, memory_order_relaxed);
-    else if (atomic_exchange_explicit(&c->capturing, false, memory_order_relaxed))
-        sp__cache_release_aside(c);
-    return SP_OK;
-}
-
-void sp__cache_release_aside(sp_stream_cache *c)
-{
-    sp_pool *pool = c->pool;
-    sp_spin_lock(&c->lock);
-    sp_block *list = c->aside;
-    c->aside = NULL;
-    uint64_t epoch = 0;
-    if (list) { /* tagged as freed on the stream now, after the capture */
-        epoch = atomic_load_explicit(&c->free_epoch, memory_order_relaxed) + 1;
-        atomic_store_explicit(&c->free_epoch, epoch, memory_order_release);
-    }
-    sp_spin_unlock(&c->lock);
-    for (sp_block *b = list, *next; b; b = next) {
-        next = b->next;
-        sp_heap *h = b->cls < SP_CLASS_COUNT ? &pool->slabs : &pool->segments;
-        pthread_mutex_lock(&h->lock);
-        sp__heap_put(h, b, c, epoch);
-        pthread_mutex_unlock(&h->lock);
-    }
-}
-
-bool sp__may_touch_stream(sp_stream_cache *c)
-{
-    if (!sp__this_threads_stream(c->key) ||
-        atomic_load_explicit(&c->capturing, memory_order_acquire))
-        return false;
-    sp_runtime *rt = c->pool->rt;
-    /* the legacy stream depends on every blocking stream, a capturing one too (rule 25); under
-     * SP_CAPTURE_ALWAYS as well, where cudaStreamIsCapturing says "no" until a declared capture
-     * has begun */
-    if (atomic_load_explicit(&rt->captures, memory_order_acquire) != 0 &&
-        (c->key.stream == NULL || c->key.stream == cudaStreamLegacy))
-        return false;
-    if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS) {
-        bool capturing = true;
-        return sp__cuda_stream_is_capturing(c->key.stream, &capturing) == SP_OK && !capturing;
-    }
-    return true;
-}

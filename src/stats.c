@@ -1,7 +1,6 @@
 /* Stats: hot-path counters live in each stream cache (under its lock) and the slow-path ones in
  * the pool (atomics); a read merges them into the caller's versioned struct. JSON rendering
  * walks the same X-macro list as the struct, so a new counter is declared once. */
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -132,16 +131,6 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
     fill_usage(&rt->usage, &st);
     finish(&st, out);
     return rc;
-}
-
-void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(*used < len ? buf + *used : NULL, *used < len ? len - *used : 0, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        *used += (size_t)n;
 }
 
 size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)

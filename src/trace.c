@@ -206,46 +206,57 @@ static uint64_t pool_counter(const sp_pool *pool, int counter)
     return atomic_load_explicit(&pool->count[counter], memory_order_relaxed);
 }
 
-int sp__trace_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+sp_trace_mark sp__trace_alloc_mark(sp_pool *pool)
 {
     struct sp_trace *t = active(pool);
-    uint64_t mallocs = sp__cuda_thread_mallocs, waits = sp__cuda_thread_waits;
-    uint64_t steals = t ? pool_counter(pool, SP_COUNT_cross_stream_reuses) : 0;
-    uint64_t retries = t ? pool_counter(pool, SP_COUNT_oom_retries) : 0;
-    sp__trace_inside = true;
-    int rc = sp_alloc(pool, ptr, bytes, stream);
-    sp__trace_inside = false;
+    return (sp_trace_mark){
+        .trace = t,
+        .mallocs = sp__cuda_thread_mallocs,
+        .waits = sp__cuda_thread_waits,
+        .steals = t ? pool_counter(pool, SP_COUNT_cross_stream_reuses) : 0,
+        .retries = t ? pool_counter(pool, SP_COUNT_oom_retries) : 0,
+    };
+}
+
+void sp__trace_alloc_done(const sp_trace_mark *m, sp_pool *pool, void *const *ptr, size_t bytes,
+                          cudaStream_t stream, int rc)
+{
+    struct sp_trace *t = m->trace;
     if (!t || bytes == 0 || rc == SP_ERR_INVALID || rc == SP_ERR_TOO_LARGE)
-        return rc; /* not traced, or never reached the pool */
+        return; /* not traced, or never reached the pool */
     int outcome = rc != SP_OK                                   ? OUT_FAIL
-                  : sp__cuda_thread_mallocs != mallocs          ? OUT_FRESH
-                  : sp__cuda_thread_waits != waits              ? OUT_WAIT
-                  : pool_counter(pool, SP_COUNT_cross_stream_reuses) != steals ? OUT_STEAL
+                  : sp__cuda_thread_mallocs != m->mallocs       ? OUT_FRESH
+                  : sp__cuda_thread_waits != m->waits           ? OUT_WAIT
+                  : pool_counter(pool, SP_COUNT_cross_stream_reuses) != m->steals ? OUT_STEAL
                                                                 : OUT_HIT;
-    if (pool_counter(pool, SP_COUNT_oom_retries) != retries)
+    if (pool_counter(pool, SP_COUNT_oom_retries) != m->retries)
         record(t, pool, EV_RECLAIM, outcome, rc, NULL, bytes, stream);
     if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT)
         record(t, pool, rc == SP_ERR_LIMIT ? EV_LIMIT : EV_OOM, outcome, rc, NULL, bytes, stream);
     record(t, pool, EV_ALLOC, outcome, rc, rc == SP_OK ? *ptr : NULL, bytes, stream);
-    return rc;
 }
 
-int sp__trace_free(sp_pool *pool, void *ptr, cudaStream_t stream)
+sp_trace_mark sp__trace_free_mark(sp_pool *pool)
 {
     struct sp_trace *t = active(pool);
-    uint64_t trims = t ? pool_counter(pool, SP_COUNT_trims) : 0;
     /* The free's time is taken before the block can go to another thread: an allocation that
      * gets the same pointer then always sorts after this free, never before it. */
-    uint64_t at = t ? now_ns() : 0;
-    sp__trace_inside = true;
-    int rc = sp_free(pool, ptr, stream);
-    sp__trace_inside = false;
+    return (sp_trace_mark){
+        .trace = t,
+        .trims = t ? pool_counter(pool, SP_COUNT_trims) : 0,
+        .at_ns = t ? now_ns() : 0,
+    };
+}
+
+void sp__trace_free_done(const sp_trace_mark *m, sp_pool *pool, const void *ptr,
+                         cudaStream_t stream, int rc)
+{
+    struct sp_trace *t = m->trace;
     if (!t || !ptr)
-        return rc;
-    record_at(t, pool, EV_FREE, rc == SP_OK ? OUT_HIT : OUT_FAIL, rc, ptr, 0, stream, at);
-    if (pool_counter(pool, SP_COUNT_trims) != trims) /* the cache limit gave blocks back */
+        return;
+    record_at(t, pool, EV_FREE, rc == SP_OK ? OUT_HIT : OUT_FAIL, rc, ptr, 0, stream, m->at_ns);
+    if (pool_counter(pool, SP_COUNT_trims) != m->trims) /* the cache limit gave blocks back */
         record(t, pool, EV_TRIM, OUT_HIT, SP_OK, NULL, 0, stream);
-    return rc;
 }
 
 void sp__trace_trim(sp_pool *pool)
