@@ -83,10 +83,10 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
             sp_block *parked = sp__park_take_all_locked(c, NULL);
             sp_spin_unlock(&c->lock);
             sp_heap *h = &pool->segments;
-            pthread_mutex_lock(&h->lock);
+            sp_mutex_lock(&h->lock, SP_RANK_HEAP);
             sp__park_put_locked(h, parked);
             b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, NULL);
-            pthread_mutex_unlock(&h->lock);
+            sp_mutex_unlock(&h->lock);
             if (!b)
                 return alloc_miss(pool, c, stream, bytes, ptr);
             sp_spin_lock(&c->lock);
@@ -312,13 +312,13 @@ static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t str
     sp_block *b = NULL;
     if (small && (b = sp__small_steal(pool, me, sp__class_of(bytes), stream, mode, ab)))
         return b;
-    pthread_mutex_lock(&h->lock);
+    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
     b = sp__heap_take(h, size, me, stream, mode, ab);
     if (!b) { /* ranges settled since their free may merge now */
         sp__heap_coalesce(h, size, me, ab);
         b = sp__heap_take(h, size, me, stream, mode, ab);
     }
-    pthread_mutex_unlock(&h->lock);
+    sp_mutex_unlock(&h->lock);
     return b;
 }
 

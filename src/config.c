@@ -322,11 +322,11 @@ int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len)
     size_t used = 0;
     if (len)
         buf[0] = '\0';
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     each_prefix(rt, collect_unknown, &u);
     for (size_t i = 0; i < u.listed; i++)
         sp__appendf(buf, len, &used, "%s%.*s", i ? "," : "", (int)u.names[i].n, u.names[i].p);
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return u.count > INT32_MAX ? INT32_MAX : (int)u.count;
 }
 

@@ -57,7 +57,7 @@ static void currents_locked(const sp_usage *u, uint64_t *requested, uint64_t *ac
  * taken leaves more than the request cached), before any reader can see that state. */
 static void usage_apply(sp_usage *u, int64_t requested, int64_t active, int64_t held)
 {
-    sp_spin_lock(&u->lock);
+    sp_spin_lock_ranked(&u->lock, SP_RANK_LEAF);
     if (requested)
         locked_add(&u->requested.current, requested);
     if (active)
@@ -92,7 +92,7 @@ void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t hel
 
 void sp__usage_read(sp_usage *u, sp_usage_view *v)
 {
-    sp_spin_lock(&u->lock);
+    sp_spin_lock_ranked(&u->lock, SP_RANK_LEAF);
     currents_locked(u, &v->requested, &v->active, &v->held);
     v->requested_peak = atomic_load_explicit(&u->requested.peak, memory_order_relaxed);
     v->active_peak = atomic_load_explicit(&u->active.peak, memory_order_relaxed);
@@ -104,7 +104,7 @@ void sp__usage_read(sp_usage *u, sp_usage_view *v)
 
 void sp__usage_reset_peaks(sp_usage *u)
 {
-    sp_spin_lock(&u->lock);
+    sp_spin_lock_ranked(&u->lock, SP_RANK_LEAF);
     uint64_t r, a, h;
     currents_locked(u, &r, &a, &h);
     atomic_store_explicit(&u->requested.peak, r, memory_order_relaxed);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "streampool.h"
+#include "witness.h"
 
 /* ERROR POLICY (issue 10), followed everywhere:
  *  - A best-effort step (probing another stream's cache, recording or querying a fence, giving
@@ -33,22 +34,7 @@
  *    reads and writes and trims always do (in global mode they would invalidate the capture:
  *    cuda.c).
  *
- * LOCK ORDER (take only in this order; never the other way round):
- *    runtimes_lock (runtime.c: the process's runtimes, for exiting threads)  >  runtime->lock
- *      >  pool->lock (stream table)  >  heap->lock (slabs, then segments)
- *      >  cache->fence_lock  >  fence_pool->lock
- *    The trace's lock (trace.c) comes after runtime->lock (sp_runtime_destroy stops the trace
- *    under it); the stream-label table's mutex (introspect.c) after runtime->lock, pool->lock
- *    and the trace's lock, with nothing taken under it.
- *    Spin locks (cache->lock, ptrmap shard locks, the trace's per-thread buffer locks) are
- *    leaves: no driver call is made and nothing else is taken while one is held but a usage
- *    lock (sp_usage), the innermost of all: taken under any other (a cache's figures are
- *    flushed under the cache's lock, a fresh block is counted under its heap's lock), and
- *    nothing under it. A heap lock may be held across fence queries and
- *    cudaStreamWaitEvent on a miss, never across a driver allocation or free.
- *    A stream's park (segment.c) is under its cache->lock: ranges are taken out of it under
- *    that spin lock alone (pool->lock may be held around it, as for the bins) and put into the
- *    segment heap after it is dropped, under the heap's lock.
+ * LOCK ORDER: witness.h, as ranks that debug and test builds check on every lock.
  */
 
 #define sp_likely(x) __builtin_expect(!!(x), 1)
@@ -66,8 +52,10 @@ typedef struct {
     atomic_int held;
 } sp_spin;
 
-static inline void sp_spin_lock(sp_spin *l)
+/* A spin lock of rank SP_RANK_SPIN, or of `rank` (witness.h) */
+static inline void sp_spin_lock_ranked(sp_spin *l, sp_rank rank)
 {
+    sp__witness_acquire(rank, l);
     for (unsigned spins = 0;; spins++) {
         if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
             return;
@@ -77,9 +65,15 @@ static inline void sp_spin_lock(sp_spin *l)
     }
 }
 
+static inline void sp_spin_lock(sp_spin *l)
+{
+    sp_spin_lock_ranked(l, SP_RANK_SPIN);
+}
+
 static inline void sp_spin_unlock(sp_spin *l)
 {
     atomic_store_explicit(&l->held, 0, memory_order_release);
+    sp__witness_release(l);
 }
 
 /* ---- small requests (small.c): size classes, bins, steals, slabs ----
@@ -198,7 +192,7 @@ struct sp_fence {
 };
 
 typedef struct {
-    pthread_mutex_t lock;
+    sp_spin lock;              /* a spin leaf: a list push or pop, nothing else, under it */
     int device;
     sp_fence *free_fences;     /* recycled, events kept for re-recording */
 } sp_fence_pool;

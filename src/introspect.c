@@ -27,12 +27,12 @@ static sp_stream_cache *cache_find_locked(sp_pool *pool, sp_stream_key key)
 static uint64_t tagged_free_bytes(sp_heap *h, const sp_stream_cache *c)
 {
     uint64_t bytes = 0;
-    pthread_mutex_lock(&h->lock);
+    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
     for (sp_segment *s = h->segments; s; s = s->next)
         for (sp_block *b = s->first; b; b = b->addr_next)
             if (b->is_free && b->tag == c)
                 bytes += b->size;
-    pthread_mutex_unlock(&h->lock);
+    sp_mutex_unlock(&h->lock);
     return bytes;
 }
 
@@ -66,11 +66,11 @@ int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
     if (!pool || !out || out->size < offsetof(sp_stream_usage, requested))
         return SP_ERR_INVALID;
     sp_stream_usage st;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_stream_cache *c = cache_find_locked(pool, sp__stream_key(stream));
     if (c)
         cache_stats(pool, c, &st);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     if (!c)
         return SP_ERR_NOT_FOUND;
     uint32_t size = out->size;
@@ -83,9 +83,9 @@ int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
 void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
                        const char *(*human)(uint64_t, char[16]))
 {
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     if (!pool->caches) {
-        pthread_mutex_unlock(&pool->lock);
+        sp_mutex_unlock(&pool->lock);
         return;
     }
     sp__appendf(buf, len, used, "%-18s %-16s %10s %10s %10s %8s %8s %8s %8s\n", "stream",
@@ -100,7 +100,7 @@ void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
                     (unsigned long long)st.allocs, (unsigned long long)st.hits,
                     (unsigned long long)st.steals_taken, (unsigned long long)st.steals_given);
     }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
 }
 
 /* ---- peaks ---- */
@@ -109,7 +109,7 @@ static void pool_reset(sp_pool *pool)
 {
     (void)sp__pool_active_bytes(pool); /* flushes every cache: the current figures are exact */
     sp__usage_reset_peaks(&pool->usage);
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             sp_spin_lock(&c->lock);
@@ -117,7 +117,7 @@ static void pool_reset(sp_pool *pool)
             c->peak_active = sp__live_active(c);
             sp_spin_unlock(&c->lock);
         }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
 }
 
 int sp_pool_reset_peaks(sp_pool *pool)
@@ -134,11 +134,11 @@ int sp_runtime_reset_peaks(sp_runtime *rt)
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     for (sp_pool *p = rt->pools; p; p = p->next)
         pool_reset(p);
     sp__usage_reset_peaks(&rt->usage);
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return SP_OK;
 }
 

@@ -36,7 +36,7 @@ int sp_stream_set_name(sp_runtime *rt, cudaStream_t stream, const char *name)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
     int rc = SP_OK;
-    pthread_mutex_lock(&labels_lock);
+    sp_mutex_lock(&labels_lock, SP_RANK_LEAF);
     label **l = label_find(rt, key);
     if (!name) {
         label *gone = *l;
@@ -53,7 +53,7 @@ int sp_stream_set_name(sp_runtime *rt, cudaStream_t stream, const char *name)
         else
             rc = SP_ERR_NO_HOST_MEMORY;
     }
-    pthread_mutex_unlock(&labels_lock);
+    sp_mutex_unlock(&labels_lock);
     return rc;
 }
 
@@ -62,7 +62,7 @@ void sp__stream_label(const sp_runtime *rt, sp_stream_key key, char *out, size_t
     if (!len)
         return;
     out[0] = '\0';
-    pthread_mutex_lock(&labels_lock);
+    sp_mutex_lock(&labels_lock, SP_RANK_LEAF);
     label *l = *label_find(rt, key);
     if (l) {
         size_t n = strlen(l->name);
@@ -70,7 +70,7 @@ void sp__stream_label(const sp_runtime *rt, sp_stream_key key, char *out, size_t
         memcpy(out, l->name, n);
         out[n] = '\0';
     }
-    pthread_mutex_unlock(&labels_lock);
+    sp_mutex_unlock(&labels_lock);
 }
 
 void sp__stream_label_any_thread(const sp_runtime *rt, cudaStream_t stream, char *out, size_t len)
@@ -78,13 +78,13 @@ void sp__stream_label_any_thread(const sp_runtime *rt, cudaStream_t stream, char
     if (!len)
         return;
     out[0] = '\0';
-    pthread_mutex_lock(&labels_lock);
+    sp_mutex_lock(&labels_lock, SP_RANK_LEAF);
     for (label *l = labels; l; l = l->next)
         if (l->rt == rt && l->key.stream == stream) {
             snprintf(out, len, "%s", l->name);
             break;
         }
-    pthread_mutex_unlock(&labels_lock);
+    sp_mutex_unlock(&labels_lock);
 }
 
 size_t sp_stream_name(sp_runtime *rt, cudaStream_t stream, char *buf, size_t len)
@@ -101,7 +101,7 @@ size_t sp_stream_name(sp_runtime *rt, cudaStream_t stream, char *buf, size_t len
 void sp__stream_labels_forget(const sp_runtime *rt, const cudaStream_t *stream)
 {
     sp_stream_key key = stream ? sp__stream_key(*stream) : (sp_stream_key){0, 0};
-    pthread_mutex_lock(&labels_lock);
+    sp_mutex_lock(&labels_lock, SP_RANK_LEAF);
     for (label **l = &labels; *l;) {
         if ((*l)->rt == rt && (!stream || ((*l)->key.stream == key.stream &&
                                            (*l)->key.thread == key.thread))) {
@@ -112,5 +112,5 @@ void sp__stream_labels_forget(const sp_runtime *rt, const cudaStream_t *stream)
             l = &(*l)->next;
         }
     }
-    pthread_mutex_unlock(&labels_lock);
+    sp_mutex_unlock(&labels_lock);
 }

@@ -79,7 +79,7 @@ int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t 
     sp__cuda_error_clear();
     if (len)
         buf[0] = '\0';
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
         n++;
@@ -93,7 +93,7 @@ int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t 
         if (rc == SP_OK)
             rc = prc;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     if (!pools)
         return rc;
     /* oldest pool first: the list is newest first, and a stable order keeps diffs readable */

@@ -22,13 +22,13 @@ void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
 
 uint64_t sp__pool_active_bytes(sp_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock); /* released caches were flushed at their release */
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL); /* released caches were flushed at their release */
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool) {
         sp_spin_lock(&c->lock);
         sp__cache_flush_locked(pool, c);
         sp_spin_unlock(&c->lock);
     }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     return sp__usage_current(&pool->usage.active.current);
 }
 
@@ -220,7 +220,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     if (sp_unlikely(released))
         (void)sp__cache_final_fence(me);
     bool huge = !h->small && size > SP_MEDIUM_MAX;
-    pthread_mutex_lock(&h->lock);
+    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
     rc = sp__heap_add_segment(h, s, ptr, bytes, huge, me, epoch);
     sp_block *b = rc == SP_OK ? sp__heap_take(h, size, me, stream, SP_TAKE_KNOWN, NULL) : NULL;
     if (b) /* held and live together, before another thread can carve the rest */
@@ -228,7 +228,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     if (rc == SP_OK)
         sp__usage_commit(pool, b ? (int64_t)requested : 0, b ? (int64_t)b->size : 0,
                      (int64_t)bytes);
-    pthread_mutex_unlock(&h->lock);
+    sp_mutex_unlock(&h->lock);
     *out = b;
     if (rc != SP_OK) {
         /* the ptrmap could not take it: back to the driver, or, refused, kept in the heap
@@ -239,10 +239,10 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
             held_unclaim(pool, bytes);
         } else {
             count(pool, SP_COUNT_give_back_failures);
-            pthread_mutex_lock(&h->lock);
+            sp_mutex_lock(&h->lock, SP_RANK_HEAP);
             sp__heap_keep_unmapped(h, s, ptr, bytes, huge, me, epoch);
             sp__usage_commit(pool, 0, 0, (int64_t)bytes);
-            pthread_mutex_unlock(&h->lock);
+            sp_mutex_unlock(&h->lock);
         }
         return rc;
     }
@@ -294,12 +294,12 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
  * later trim could synchronize, are cleared so that they do not bring back this synchronize. */
 static void settle_by_device_sync(sp_pool *pool, int *err)
 {
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     /* asked again under the lock, held through the synchronize: sp_stream_capture_begin counts
      * its capture before it takes every pool's lock, so a capture declared since the caller
      * asked is seen here, and one declared later is begun only after the synchronize (rule 25) */
     if (atomic_load_explicit(&pool->rt->captures, memory_order_acquire) != 0) {
-        pthread_mutex_unlock(&pool->lock);
+        sp_mutex_unlock(&pool->lock);
         return;
     }
     size_t n = 0;
@@ -329,17 +329,17 @@ static void settle_by_device_sync(sp_pool *pool, int *err)
                         atomic_store_explicit(&c->driver_frees, true, memory_order_release);
                     continue;
                 }
-                pthread_mutex_lock(&c->fence_lock);
+                sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
                 if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < snap[i].epoch)
                     atomic_store_explicit(&c->done_epoch, snap[i].epoch, memory_order_release);
-                pthread_mutex_unlock(&c->fence_lock);
+                sp_mutex_unlock(&c->fence_lock);
             }
     if (rc != SP_OK) {
         count(pool, SP_COUNT_skipped_steps);
         if (err && *err == SP_OK)
             *err = rc;
     }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     free(snap);
 }
 
@@ -348,7 +348,7 @@ static void settle_by_device_sync(sp_pool *pool, int *err)
 static void settle_all(sp_pool *pool, int *err)
 {
     bool unsettled = false;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
@@ -364,7 +364,7 @@ static void settle_all(sp_pool *pool, int *err)
                     *err = rc;
             }
         }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     /* Frees this thread cannot order one by one (another live thread's cudaStreamPerThread, a
      * released stream whose final fence failed): a device synchronize settles them all, unless
      * a capture may be under way (rule 25: it would fail and invalidate the capture). */
@@ -509,10 +509,10 @@ int sp__pool_release_stream(sp_pool *pool, sp_stream_key key)
     /* The cache leaves the pool's list and its figures move to the pool's in one step under
      * pool->lock, which a stats read holds while it walks the list and reads the moved
      * figures: a read finds them in one place or the other, never in neither. */
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_stream_cache *c = sp__cache_detach_locked(pool, key);
     if (!c) {
-        pthread_mutex_unlock(&pool->lock);
+        sp_mutex_unlock(&pool->lock);
         return SP_OK;
     }
     sp_spin_lock(&c->lock);
@@ -533,7 +533,7 @@ int sp__pool_release_stream(sp_pool *pool, sp_stream_key key)
     sp_bin *bins = c->bins;
     c->bins = NULL;
     sp_spin_unlock(&c->lock);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     free(bins);
     sp__cache_release_aside(c);
     /* the released stream is named one last time: a fence covering all its frees (or, failing
@@ -551,13 +551,13 @@ int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
     sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_pool_config cfg = pool->cfg;
     cfg.release_threshold = bytes;
     int rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&cfg));
     if (rc == SP_OK)
         pool->cfg.release_threshold = bytes;
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     return rc;
 }
 
@@ -566,10 +566,10 @@ int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
     sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     pool->cfg.cache_limit = bytes;
     atomic_store_explicit(&pool->cache_limit, bytes, memory_order_relaxed);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
     if (bytes != UINT64_MAX) {
         (void)sp__pool_active_bytes(pool); /* flush every cache: the figures must be current */
@@ -583,9 +583,9 @@ int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out)
     if (!pool || !out || out->size < offsetof(sp_pool_config, cross_stream) + sizeof out->cross_stream)
         return SP_ERR_INVALID;
     size_t size = out->size;
-    pthread_mutex_lock((pthread_mutex_t *)&pool->lock);
+    sp_mutex_lock((pthread_mutex_t *)&pool->lock, SP_RANK_POOL);
     memcpy(out, &pool->cfg, size < sizeof pool->cfg ? size : sizeof pool->cfg);
-    pthread_mutex_unlock((pthread_mutex_t *)&pool->lock);
+    sp_mutex_unlock((pthread_mutex_t *)&pool->lock);
     out->size = size < sizeof pool->cfg ? size : sizeof pool->cfg;
     return SP_OK;
 }

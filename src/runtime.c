@@ -17,10 +17,10 @@ static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static void thread_exit(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&runtimes_lock);
+    sp_mutex_lock(&runtimes_lock, SP_RANK_RUNTIMES);
     for (sp_runtime *rt = runtimes; rt; rt = rt->next_runtime)
         (void)sp_stream_release(rt, cudaStreamPerThread);
-    pthread_mutex_unlock(&runtimes_lock);
+    sp_mutex_unlock(&runtimes_lock);
 }
 
 /* The key whose value marks a thread that made a cudaStreamPerThread cache (stream_cache.c's
@@ -36,21 +36,21 @@ static void exit_key_create(void)
 static void runtime_register(sp_runtime *rt)
 {
     (void)pthread_once(&exit_once, exit_key_create);
-    pthread_mutex_lock(&runtimes_lock);
+    sp_mutex_lock(&runtimes_lock, SP_RANK_RUNTIMES);
     rt->next_runtime = runtimes;
     runtimes = rt;
-    pthread_mutex_unlock(&runtimes_lock);
+    sp_mutex_unlock(&runtimes_lock);
 }
 
 static void runtime_unregister(sp_runtime *rt)
 {
-    pthread_mutex_lock(&runtimes_lock);
+    sp_mutex_lock(&runtimes_lock, SP_RANK_RUNTIMES);
     sp_runtime **p = &runtimes;
     while (*p && *p != rt)
         p = &(*p)->next_runtime;
     if (*p)
         *p = rt->next_runtime;
-    pthread_mutex_unlock(&runtimes_lock);
+    sp_mutex_unlock(&runtimes_lock);
 }
 
 int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out)
@@ -134,22 +134,22 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     /* a declared capture forbids the device synchronize that may settle what is left */
     if (atomic_load(&rt->captures) != 0) {
-        pthread_mutex_unlock(&rt->lock);
+        sp_mutex_unlock(&rt->lock);
         return SP_ERR_BUSY;
     }
     for (sp_pool *p = rt->pools; p; p = p->next) {
         if (pool_has_live(p)) {
-            pthread_mutex_unlock(&rt->lock);
+            sp_mutex_unlock(&rt->lock);
             return SP_ERR_BUSY;
         }
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     /* no exiting thread may reach it from here on (lock order: runtimes_lock > rt->lock) */
     runtime_unregister(rt);
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     sp__config_warn_unused(rt);
     sp__trace_destroy(rt);
     sp__stream_labels_forget(rt, NULL);
@@ -161,7 +161,7 @@ int sp_runtime_destroy(sp_runtime *rt)
         if (err == SP_OK)
             err = rc;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     int rc = sp__cuda_stream_sync(rt->service);
     if (err == SP_OK)
         err = rc;
@@ -202,7 +202,7 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
         return SP_ERR_INVALID;
     if (sp__pool_name_check(name) != SP_OK)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
     sp_pool *pool = NULL;
     if (rc == SP_OK)
@@ -213,7 +213,7 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
         sp__config_pool_created(rt, name);
         *out = pool;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return rc;
 }
 
@@ -236,9 +236,9 @@ int sp_pool_find(sp_runtime *rt, const char *name, sp_pool **out)
     sp__cuda_error_clear();
     if (!rt || !name || !out)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     sp_pool *p = find_locked(rt, name);
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     if (!p)
         return SP_ERR_NOT_FOUND;
     *out = p;
@@ -261,9 +261,9 @@ int sp_pool_destroy(sp_pool *pool)
     if (!pool || pool->is_default)
         return SP_ERR_INVALID;
     sp_runtime *rt = pool->rt;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     if (atomic_load(&rt->captures) != 0 || pool_has_live(pool)) {
-        pthread_mutex_unlock(&rt->lock);
+        sp_mutex_unlock(&rt->lock);
         return SP_ERR_BUSY;
     }
     sp_pool **p = &rt->pools;
@@ -274,7 +274,7 @@ int sp_pool_destroy(sp_pool *pool)
      * device (frees it cannot order one by one), which a capture declared meanwhile forbids
      * (rule 25); declaring one takes this lock, so it waits for the free */
     int rc = sp__pool_free(pool);
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return rc;
 }
 
@@ -285,13 +285,13 @@ int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
     int rc = SP_OK;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     for (sp_pool *p = rt->pools; p; p = p->next) {
         int prc = sp__pool_release_stream(p, key);
         if (rc == SP_OK)
             rc = prc;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     sp__stream_labels_forget(rt, &stream);
     return rc;
 }
@@ -331,7 +331,7 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
     int rc = SP_OK;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     if (sp__capture_find(rt, key) == SIZE_MAX) {
         if (rt->capturing_len == rt->capturing_cap) {
             size_t cap = rt->capturing_cap ? rt->capturing_cap * 2 : 4;
@@ -354,7 +354,7 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
             }
         }
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return rc;
 }
 
@@ -364,7 +364,7 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
     if (!rt)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     size_t i = sp__capture_find(rt, key);
     if (i != SIZE_MAX) {
         rt->capturing[i] = rt->capturing[--rt->capturing_len];
@@ -372,7 +372,7 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
         (void)capture_flag_all(rt, key, false);
         atomic_fetch_sub(&rt->captures, 1);
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return i == SIZE_MAX ? SP_ERR_INVALID : SP_OK;
 }
 

@@ -86,12 +86,12 @@ sp_block *sp__small_steal(sp_pool *pool, sp_stream_cache *me, uint32_t cls, cuda
     sp_block *b = NULL;
     for (sp_take_mode pass = SP_TAKE_KNOWN; !b && pass <= mode; pass++) {
         int probes = 0;
-        pthread_mutex_lock(&pool->lock);
+        sp_mutex_lock(&pool->lock, SP_RANK_POOL);
         for (sp_stream_cache *v = pool->caches; v && !b && probes < SP_STEAL_PROBES;
              v = v->next_in_pool)
             if (v != me && (probes++, true))
                 b = steal_from(pool, v, cls, stream, pass, ab);
-        pthread_mutex_unlock(&pool->lock);
+        sp_mutex_unlock(&pool->lock);
     }
     return b;
 }
@@ -118,12 +118,12 @@ void sp__small_to_slabs(sp_pool *pool, sp_stream_cache *c, sp_block *list)
 {
     if (!list)
         return;
-    pthread_mutex_lock(&pool->slabs.lock);
+    sp_mutex_lock(&pool->slabs.lock, SP_RANK_HEAP);
     for (sp_block *b = list, *next; b; b = next) {
         next = b->next;
         sp__heap_put(&pool->slabs, b, c, b->epoch);
     }
-    pthread_mutex_unlock(&pool->slabs.lock);
+    sp_mutex_unlock(&pool->slabs.lock);
 }
 
 static void cache_to_slabs(sp_pool *pool, sp_stream_cache *c)
@@ -136,8 +136,8 @@ static void cache_to_slabs(sp_pool *pool, sp_stream_cache *c)
 
 void sp__small_flush_bins(sp_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
         cache_to_slabs(pool, c);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
 }

@@ -34,7 +34,7 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     /* released streams' counters were merged into the pool's at release, under pool->lock
      * with the cache's unlinking: read under it too, they and the list agree. A read costs
      * O(live streams) however many came and went. */
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     requested_total += load(&pool->retired_requested_total);
     active_total += load(&pool->retired_active_total);
     st->same_stream_hits += load(&pool->retired_hits);
@@ -45,7 +45,7 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
         merge_cache(pool, c, st, &requested_total, &active_total);
     st->streams += pool->cache_count;
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     st->requested.total += requested_total;
     st->active.total += active_total;
 #define SP_ADD_COUNTER(name, text) st->name += load(&pool->count[SP_COUNT_##name]);
@@ -121,13 +121,13 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
     int rc = begin(out, &st);
     if (rc != SP_OK)
         return rc;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     for (sp_pool *p = rt->pools; p; p = p->next) {
         int prc = add_pool(p, &st);
         if (rc == SP_OK)
             rc = prc;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     fill_usage(&rt->usage, &st);
     finish(&st, out);
     return rc;

@@ -119,13 +119,13 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
     uint64_t gen = atomic_load_explicit(&pool->stream_gen, memory_order_acquire);
     if (sp_likely(m->pool_id == pool->id && m->gen == gen && key_equal(m->key, key)))
         return m->cache;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_stream_cache *c = table_find(pool, key, h);
     bool created = false;
     if (!c)
         created = (c = table_insert(pool, key)) != NULL;
     gen = atomic_load_explicit(&pool->stream_gen, memory_order_relaxed);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     /* a stream declared capturing before its cache existed (or before it was released and
      * seen again) */
     if (created && atomic_load_explicit(&pool->rt->captures, memory_order_acquire) != 0)
@@ -138,11 +138,11 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
 sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key, bool create)
 {
     size_t h = key_hash(pool->id, key);
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_stream_cache *c = table_find(pool, key, h);
     if (!c && create)
         c = table_insert(pool, key);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     return c;
 }
 
@@ -170,14 +170,14 @@ sp_stream_cache *sp__cache_detach_locked(sp_pool *pool, sp_stream_key key)
 
 void sp__cache_drain_fence_steps(sp_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
-            pthread_mutex_lock(&c->fence_lock);
-            pthread_mutex_unlock(&c->fence_lock);
+            sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+            sp_mutex_unlock(&c->fence_lock);
         }
     }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
 }
 
 void sp__cache_table_free(sp_pool *pool)
@@ -260,12 +260,12 @@ size_t sp__capture_find(const sp_runtime *rt, sp_stream_key key)
 void sp__capture_adopt(sp_stream_cache *c)
 {
     sp_runtime *rt = c->pool->rt;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     if (sp__capture_find(rt, c->key) != SIZE_MAX) {
         atomic_store_explicit(&c->declared, true, memory_order_release);
         atomic_store_explicit(&c->capturing, true, memory_order_release);
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
 }
 
 bool sp__may_touch_stream(sp_stream_cache *c)

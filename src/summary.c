@@ -121,7 +121,7 @@ int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed)
         return SP_ERR_INVALID;
     sp_stats total = {.size = sizeof total};
     int rc = sp_runtime_stats(rt, &total);
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
         n++;
@@ -136,7 +136,7 @@ int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed)
             rc = prc;
         r->limit = p->cfg.limit;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     if (!rows)
         return SP_ERR_NO_HOST_MEMORY;
     text t = {buf, len, 0};

@@ -93,7 +93,7 @@ static thread_buf *my_buf(struct sp_trace *t)
     if (sp_likely(memo.uid == uid))
         return memo.buf;
     long tid = (long)syscall(SYS_gettid);
-    pthread_mutex_lock(&t->lock);
+    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
     thread_buf *b = t->threads;
     while (b && b->tid != tid) /* a thread id reused after an exit takes over its buffer */
         b = b->next;
@@ -103,7 +103,7 @@ static thread_buf *my_buf(struct sp_trace *t)
         b->next = t->threads;
         t->threads = b;
     }
-    pthread_mutex_unlock(&t->lock);
+    sp_mutex_unlock(&t->lock);
     if (b) {
         memo.uid = uid;
         memo.buf = b;
@@ -118,7 +118,7 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
     if (b->memo_pool_id[slot] == pool->id)
         return b->memo_index[slot];
     uint32_t i;
-    pthread_mutex_lock(&t->lock);
+    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
     for (i = 0; i < t->npools && t->pools[i].id != pool->id; i++)
         ;
     if (i == t->npools) {
@@ -126,7 +126,7 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
             uint32_t cap = t->cap_pools ? t->cap_pools * 2 : 8;
             pool_name *grown = realloc(t->pools, cap * sizeof *grown);
             if (!grown) {
-                pthread_mutex_unlock(&t->lock);
+                sp_mutex_unlock(&t->lock);
                 return UINT32_MAX;
             }
             t->pools = grown;
@@ -136,7 +136,7 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
         memcpy(t->pools[i].name, pool->name, sizeof t->pools[i].name);
         t->npools++;
     }
-    pthread_mutex_unlock(&t->lock);
+    sp_mutex_unlock(&t->lock);
     b->memo_pool_id[slot] = pool->id;
     b->memo_index[slot] = i;
     return i;
@@ -290,9 +290,9 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     char *copy = strdup(path);
     if (!copy)
         return SP_ERR_NO_HOST_MEMORY;
-    pthread_mutex_lock(&t->lock);
+    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
     if (atomic_load(&t->on)) {
-        pthread_mutex_unlock(&t->lock);
+        sp_mutex_unlock(&t->lock);
         free(copy);
         return SP_ERR_BUSY;
     }
@@ -308,7 +308,7 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     t->t0_ns = now_ns();
     atomic_store(&t->on, true);
     atomic_fetch_add(&sp__tracing, 1);
-    pthread_mutex_unlock(&t->lock);
+    sp_mutex_unlock(&t->lock);
     return SP_OK;
 }
 
@@ -524,9 +524,9 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     struct sp_trace *t = atomic_load(&rt->trace);
     if (!t)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&t->lock);
+    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
     if (!atomic_load(&t->on)) {
-        pthread_mutex_unlock(&t->lock);
+        sp_mutex_unlock(&t->lock);
         return SP_ERR_INVALID;
     }
     atomic_store(&t->on, false);
@@ -555,7 +555,7 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     if (dropped)
         fprintf(stderr, "streampool: warning: the trace %s dropped %zu events (more than %zu in a "
                         "thread)\n", t->path, dropped, (size_t)SP_TRACE_THREAD_EVENTS);
-    pthread_mutex_unlock(&t->lock);
+    sp_mutex_unlock(&t->lock);
     free(ev);
     free(tids);
     return rc;
