@@ -4,7 +4,14 @@
  * back from its park under the same spin lock, else a best-fit range from the pool's segments
  * under the heap's mutex, also without a driver call when free memory fits. A miss
  * climbs one ladder, top to bottom: steal -> fresh -> give back -> reclaim -> callback -> fail. */
-#include "internal.h"
+#include "pool.h"
+#include "classes.h"
+#include "cuda_calls.h"
+#include "ptrmap.h"
+#include "reclaim.h"
+#include "runtime.h"
+#include "status.h"
+#include "trace.h"
 #include "introspect.h"
 
 static size_t large_size(size_t bytes)

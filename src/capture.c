@@ -3,7 +3,10 @@
  * to their slabs and segments when the capture ends. Above the tiers (it puts blocks back into
  * them) and below the pool ledger, the allocator and the runtime's capture calls, which use it.
  * The capture state a stream cache is created with is stream_cache.c's (sp__capture_adopt). */
-#include "internal.h"
+#include "heap.h"
+#include "cuda_calls.h"
+#include "pool.h"
+#include "runtime.h"
 
 int sp__cache_capturing(sp_stream_cache *c, bool *capturing)
 {

@@ -11,7 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "conf.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "text.h"
 
 static _Thread_local char config_error[256];
 

@@ -1,7 +1,9 @@
 /* The figures every layer may bump: a pool's slow-path counters and the usage figures of a pool
  * and its runtime (requested, active and held bytes with their peaks). A leaf below the stream
  * caches, fences and tiers, so that none of them calls up into the pool ledger to count. */
-#include "internal.h"
+#include "counters.h"
+#include "pool.h"
+#include "runtime.h"
 
 void sp__pool_count(sp_pool *pool, int counter, uint64_t n)
 {

@@ -6,7 +6,19 @@
  * record at call time, so a fence can be re-recorded once no one needs it). */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "fence.h"
+#include "counters.h"
+#include "cuda_calls.h"
+#include "pool.h"
+#include "runtime.h"
+
+/* An event recorded on a stream after its frees up to `epoch` (fence.h). */
+struct sp_fence {
+    cudaEvent_t event;
+    uint64_t epoch;
+    bool done;                 /* an event query has seen it complete */
+    sp_fence *next;
+};
 
 int sp__fence_pool_init(sp_fence_pool *fp, int device)
 {

@@ -7,7 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "labels.h"
+#include "pool.h"
+#include "ptrmap.h"
+#include "runtime.h"
+#include "status.h"
+#include "text.h"
 #include "introspect.h"
 
 _Static_assert(sizeof(((sp_oom_report *)0)->stream_name) == SP_STREAM_NAME_MAX + 1,

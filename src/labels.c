@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "labels.h"
+#include "status.h"
+#include "text.h"
 
 /* ---- stream labels ----
  * One table for the process, keyed by (runtime, stream key), under its own mutex: taken after

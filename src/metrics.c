@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "text.h"
 
 typedef struct {
     char name[SP_POOL_NAME_MAX + 1];

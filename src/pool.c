@@ -4,7 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "pool.h"
+#include "conf.h"
+#include "cuda_calls.h"
+#include "ptrmap.h"
+#include "runtime.h"
+#include "status.h"
+#include "trace.h"
 #include "introspect.h"
 
 static atomic_uint_least64_t next_pool_id = 1;

@@ -3,7 +3,8 @@
  * pointer hash, one spin lock per shard, open addressing with backward-shift deletion. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "ptrmap.h"
+#include "cache.h"
 
 struct sp_ptrmap_slot {
     const void *key;

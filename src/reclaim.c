@@ -7,7 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "reclaim.h"
+#include "cuda_calls.h"
+#include "labels.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "text.h"
 
 static _Thread_local bool in_oom_callback; /* a callback's own allocations do not call it again */
 

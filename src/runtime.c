@@ -4,7 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime.h"
+#include "conf.h"
+#include "cuda_calls.h"
+#include "labels.h"
+#include "pool.h"
+#include "ptrmap.h"
+#include "status.h"
+#include "text.h"
+#include "trace.h"
 
 /* ---- the process's runtimes, for threads that exit ---- */
 

@@ -7,7 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "heap.h"
+#include "counters.h"
+#include "cuda_calls.h"
+#include "pool.h"
+#include "ptrmap.h"
+#include "runtime.h"
 
 #define MIN_SPLIT ((size_t)256) /* CUDA's alignment: no range is smaller */
 

@@ -1,7 +1,9 @@
 /* Small requests: the per-stream bins of freed blocks (their size classes are classes.c's),
  * taking another stream's blocks behind a fence, and returning blocks to the slabs they were
  * carved from. */
-#include "internal.h"
+#include "heap.h"
+#include "counters.h"
+#include "pool.h"
 
 /* ---- bins: doubly linked, newest at the head (same-stream reuse takes the warmest block, a
  * steal from another stream the oldest, whose fence is likeliest complete) ---- */

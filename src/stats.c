@@ -5,7 +5,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "pool.h"
+#include "cuda_calls.h"
+#include "runtime.h"
+#include "status.h"
+#include "text.h"
 
 static uint64_t load(const atomic_uint_least64_t *v)
 {

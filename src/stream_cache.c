@@ -4,7 +4,10 @@
  * its mutex, is consulted only on a memo miss. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "cache.h"
+#include "cuda_calls.h"
+#include "pool.h"
+#include "runtime.h"
 #include "introspect.h"
 
 /* ---- stream keys ---- */

@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "introspect.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "text.h"
 
 typedef struct {
     char *buf;

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "text.h"
 
 void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
 {

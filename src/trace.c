@@ -15,7 +15,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "trace.h"
+#include "classes.h"
+#include "conf.h"
+#include "counters.h"
+#include "cuda_calls.h"
+#include "labels.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "text.h"
 
 atomic_int sp__tracing;
 _Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));

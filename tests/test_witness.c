@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "internal.h"
+#include "base.h"
 
 static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
