@@ -1,7 +1,7 @@
 /* The lock-rank check (src/witness.h): locks taken in rank order pass, and a lock taken out of
  * order, a second lock of one rank, or the release of a lock not held aborts the process with
  * both locks named. Each death runs in a forked child (cmocka's own SIGABRT handler reset there)
- * whose stderr the parent reads. Built with the library's own wrappers (internal.h) and
+ * whose stderr the parent reads. Built with the library's own wrappers (base.h, witness.h) and
  * witness.c compiled in with -DSP_WITNESS, whatever the build type. Needs no device. */
 #include <setjmp.h>
 #include <signal.h>
