@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Who calls whom among the library's source files, read from its object files; fails on a cycle.
 
-    scripts/layers.py LIB_OR_OBJ_DIR [--dot FILE]
+    scripts/layers.py LIB_OR_OBJ_DIR [--sources FILE...] [--dot FILE]
 
 LIB_OR_OBJ_DIR is the directory of the library's objects (Meson: BUILD/src/libstreampool.so.<ver>.p)
 or the built library itself, whose objects Meson keeps beside it in <library>.p. File A uses file
 B when A's object needs a global symbol B's object defines (`nm`). Static functions and macros
 stay inside a file and are invisible here: what is seen is what one file takes from another
 through the linker, which is what the layering in ../shared/DESIGN.md ("Layers") is about.
+
+With --sources, only the objects of those source files are read: an object left behind in the
+directory by a file since renamed or removed is no longer part of the library.
 
 Prints the files bottom-up (each after everything it uses; a bracket is a cycle), every arrow
 with the names that make it, and every cycle. Exit status 1 on a cycle, 2 on bad input, 0
@@ -86,10 +89,19 @@ def components(nodes, edges):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("path", help="object directory, or the library beside its <library>.p")
+    ap.add_argument("--sources", nargs="+", default=None,
+                    help="the library's source files: only their objects are read")
     ap.add_argument("--dot", help="also write the graph for Graphviz")
     args = ap.parse_args()
     objdir = object_dir(args.path)
     objects = sorted(f for f in os.listdir(objdir) if f.endswith(".o"))
+    if args.sources is not None:
+        wanted = {os.path.basename(src) + ".o" for src in args.sources}
+        missing = sorted(wanted - set(objects))
+        if missing:
+            print(f"layers.py: no object for {', '.join(missing)} in {objdir}", file=sys.stderr)
+            return 2
+        objects = sorted(wanted)
     if not objects:
         print(f"layers.py: no object files in {objdir}", file=sys.stderr)
         return 2

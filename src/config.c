@@ -15,7 +15,7 @@
 #include "pool.h"
 #include "runtime.h"
 #include "status.h"
-#include "text.h"
+#include "format.h"
 
 static _Thread_local char config_error[256];
 

@@ -12,7 +12,7 @@
 #include "ptrmap.h"
 #include "runtime.h"
 #include "status.h"
-#include "text.h"
+#include "format.h"
 #include "introspect.h"
 
 _Static_assert(sizeof(((sp_oom_report *)0)->stream_name) == SP_STREAM_NAME_MAX + 1,

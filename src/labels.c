@@ -7,7 +7,7 @@
 
 #include "labels.h"
 #include "status.h"
-#include "text.h"
+#include "format.h"
 
 /* ---- stream labels ----
  * One table for the process, keyed by (runtime, stream key), under its own mutex: taken after

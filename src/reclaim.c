@@ -13,7 +13,7 @@
 #include "pool.h"
 #include "runtime.h"
 #include "status.h"
-#include "text.h"
+#include "format.h"
 
 static _Thread_local bool in_oom_callback; /* a callback's own allocations do not call it again */
 

@@ -11,7 +11,7 @@
 #include "pool.h"
 #include "ptrmap.h"
 #include "status.h"
-#include "text.h"
+#include "format.h"
 #include "trace.h"
 
 /* ---- the process's runtimes, for threads that exit ---- */

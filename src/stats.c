@@ -9,7 +9,7 @@
 #include "cuda_calls.h"
 #include "runtime.h"
 #include "status.h"
-#include "text.h"
+#include "format.h"
 
 static uint64_t load(const atomic_uint_least64_t *v)
 {

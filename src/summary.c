@@ -9,7 +9,7 @@
 #include "pool.h"
 #include "runtime.h"
 #include "status.h"
-#include "text.h"
+#include "format.h"
 
 typedef struct {
     char *buf;

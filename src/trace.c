@@ -24,7 +24,7 @@
 #include "pool.h"
 #include "runtime.h"
 #include "status.h"
-#include "text.h"
+#include "format.h"
 
 atomic_int sp__tracing;
 _Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));

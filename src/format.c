@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "text.h"
+#include "format.h"
 
 void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
 {

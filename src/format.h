@@ -1,11 +1,11 @@
-/* The text of every report: the appender (text.c) and how names are checked and escaped
+/* The text of every report: the appender (format.c) and how names are checked and escaped
  * (names.c). Leaves. */
-#ifndef SP_TEXT_H
-#define SP_TEXT_H
+#ifndef SP_FORMAT_H
+#define SP_FORMAT_H
 
 #include "base.h"
 
-/* ---- text.c: the appender of every report ---- */
+/* ---- format.c: the appender of every report ---- */
 
 /* snprintf at buf + *used, advancing *used by what the whole text needs (like snprintf, so a
  * short buffer still yields the full length). */
@@ -23,4 +23,4 @@ void sp__append_json_string(char *buf, size_t len, size_t *used, const char *s);
 /* A Prometheus label value: quotes around `s`, with \, " and newline escaped. */
 void sp__append_label_value(char *buf, size_t len, size_t *used, const char *s);
 
-#endif /* SP_TEXT_H */
+#endif /* SP_FORMAT_H */
