@@ -187,20 +187,23 @@ static sp_stream_cache *cache_locked_for_free(sp_pool *pool, sp_block *b, cudaSt
                                               free_step *f)
 {
     sp_stream_key key = sp__stream_key(stream);
+    bool capturing = false; /* a local, not f's: its address goes to sp__cache_capturing */
     sp_stream_cache *c;
     for (;;) {
         c = sp__cache_get(pool, key);
         if (sp_unlikely(!c))
             return NULL;
         if (sp_unlikely(sp__capture_possible(pool->rt)) &&
-            sp__cache_capturing(c, &f->capturing) != SP_OK)
-            f->capturing = true; /* unknown: the careful choice */
+            sp__cache_capturing(c, &capturing) != SP_OK)
+            capturing = true; /* unknown: the careful choice */
         /* asked before the spin lock: under SP_CAPTURE_ALWAYS it is a CUDA call */
-        f->touch = b->cls == SP_CLASS_COUNT && !f->capturing && b->seg->huge &&
+        f->touch = b->cls == SP_CLASS_COUNT && !capturing && b->seg->huge &&
                    sp__may_touch_stream(c);
         sp_spin_lock(&c->lock);
-        if (sp_likely(!c->released))
+        if (sp_likely(!c->released)) {
+            f->capturing = capturing;
             return c;
+        }
         sp_spin_unlock(&c->lock);
     }
 }
