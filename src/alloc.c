@@ -4,8 +4,16 @@
  * back from its park under the same spin lock, else a best-fit range from the pool's segments
  * under the heap's mutex, also without a driver call when free memory fits. A miss
  * climbs one ladder, top to bottom: steal -> fresh -> give back -> reclaim -> callback -> fail. */
-#include "internal.h"
+#include "pool.h"
+#include "classes.h"
+#include "cuda_calls.h"
+#include "ptrmap.h"
+#include "reclaim.h"
+#include "runtime.h"
+#include "status.h"
+#include "trace.h"
 #include "introspect.h"
+#include "request.h"
 
 _Thread_local uint64_t sp__thread_misses;
 
@@ -34,73 +42,52 @@ static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t by
         sp__cache_flush_locked(pool, c);
 }
 
+/* sp_alloc's result for a request that its stream's bins serve (never a status: those are <= 0) */
+#define TO_BINS 1
+
+static int alloc_off_bins(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream);
+
+/* What a free decided under its cache's lock, for the steps after it. */
+typedef struct {
+    bool capturing;           /* its stream is capturing: the block is kept aside */
+    bool touch;               /* a huge segment may go back to the driver on this stream */
+    bool to_bin;              /* a small block into the stream's own bin: the hot path */
+    bool give_huge;           /* a huge segment straight back to the driver (SP_HUGE_SAME) */
+    sp_block *evicted;        /* the park's oldest range, when a large free filled it */
+} free_step;
+
+static int alloc_large(sp_pool *pool, sp_stream_key key, size_t bytes, cudaStream_t stream,
+                       void **ptr);
+static int free_bypass(sp_pool *pool, sp_block *b, cudaStream_t stream);
+static sp_stream_cache *cache_locked_for_free(sp_pool *pool, sp_block *b, cudaStream_t stream,
+                                              free_step *f);
+static void keep_off_bins_locked(sp_stream_cache *c, sp_block *b, free_step *f);
+static void fence_after_free(sp_stream_cache *c, const free_step *f);
 static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, size_t bytes,
                       void **ptr);
 static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void **ptr);
 static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes,
                             bool fresh, void **ptr);
+/* never inlined: the hot path keeps the shape it has without a trace */
+static int traced_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+    __attribute__((noinline));
+static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream) __attribute__((noinline));
 
 int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
-    if (sp__trace_wanted()) /* recorded by trace.c, which calls back in once */
-        return sp__trace_alloc(pool, ptr, bytes, stream);
+    if (sp__trace_wanted()) /* recorded: calls back in once, marked */
+        return traced_alloc(pool, ptr, bytes, stream);
     sp__cuda_error_clear();
     if (sp_unlikely(!pool || !ptr))
         return SP_ERR_INVALID;
-    if (sp_unlikely(bytes == 0)) {
-        *ptr = NULL;
-        return SP_OK;
-    }
-    if (sp_unlikely(bytes > SP_MAX_ALLOC))
-        return SP_ERR_TOO_LARGE;
-    sp_stream_key key = sp__stream_key(stream);
-    if (sp_unlikely(sp__capture_possible(pool->rt))) {
-        /* the stream's own cache says whether it is declared capturing: no lock, so that other
-         * streams' hot path stays as it is while a capture is under way */
-        sp_stream_cache *c = sp__cache_get(pool, key);
-        if (sp_unlikely(!c))
-            return SP_ERR_NO_HOST_MEMORY;
-        bool capturing = false;
-        int rc = sp__cache_capturing(c, &capturing);
-        if (rc != SP_OK)
+    /* zero bytes, a large request, or a capture that may be under way: TO_BINS if the request
+     * is a small one for the stream's bins after all */
+    if (sp_unlikely(bytes - 1 >= SP_SMALL_MAX || sp__capture_possible(pool->rt))) {
+        int rc = alloc_off_bins(pool, ptr, bytes, stream);
+        if (rc != TO_BINS)
             return rc;
-        if (capturing)
-            return alloc_bypass(pool, bytes, stream, ptr);
     }
-    if (sp_unlikely(bytes > SP_SMALL_MAX)) { /* large: best fit in the segments */
-        sp_stream_cache *c = sp__cache_get(pool, key);
-        if (sp_unlikely(!c))
-            return SP_ERR_NO_HOST_MEMORY;
-        sp__fence_early(c); /* before this request's work: the fence follows the last frees */
-        size_t size = large_size(bytes);
-        /* first the stream's own park, under its spin lock: a pair that reuses its own range
-         * never touches the heap's mutex, which every stream shares */
-        sp_spin_lock(&c->lock);
-        sp_block *b = sp_likely(!c->released) ? sp__park_take_locked(c, size) : NULL;
-        if (!b) { /* the park goes into the heap under the lock taken anyway: best fit sees it */
-            sp_block *parked = sp__park_take_all_locked(c, NULL);
-            sp_spin_unlock(&c->lock);
-            sp_heap *h = &pool->segments;
-            pthread_mutex_lock(&h->lock);
-            sp__park_put_locked(h, parked);
-            b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, NULL);
-            pthread_mutex_unlock(&h->lock);
-            if (!b)
-                return alloc_miss(pool, c, stream, bytes, ptr);
-            sp_spin_lock(&c->lock);
-            if (sp_unlikely(c->released)) {
-                /* released meanwhile (its figures went to the pool): counted as a miss's is,
-                 * in the pool's figures directly */
-                sp_spin_unlock(&c->lock);
-                return served_off_cache(pool, c, b, bytes, false, ptr);
-            }
-        }
-        hit_locked(pool, c, b, bytes);
-        sp_spin_unlock(&c->lock);
-        atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
-        *ptr = b->ptr;
-        return SP_OK;
-    }
+    sp_stream_key key = sp__stream_key(stream);
     uint32_t cls = sp__class_of(bytes);
     for (;;) {
         sp_stream_cache *c = sp__cache_get(pool, key);
@@ -130,8 +117,8 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 
 int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
-    if (sp__trace_wanted()) /* recorded by trace.c, which calls back in once */
-        return sp__trace_free(pool, ptr, stream);
+    if (sp__trace_wanted()) /* recorded: calls back in once, marked */
+        return traced_free(pool, ptr, stream);
     sp__cuda_error_clear();
     if (sp_unlikely(!pool))
         return SP_ERR_INVALID;
@@ -143,38 +130,17 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         sp__pool_count(pool, SP_COUNT_bad_frees, 1);
         return rc;
     }
-    if (sp_unlikely(b->req != NULL)) /* an allocation of an open request leaves it */
-        sp__req_forget(b);
-    if (sp_unlikely(atomic_load_explicit(&b->state, memory_order_relaxed) == SP_BLOCK_BYPASS)) {
-        /* a capture's own allocation: straight back to the driver (rule 24) */
-        sp__usage_add(pool, -(int64_t)b->requested, -(int64_t)b->size, 0);
-        sp__pool_count(pool, SP_COUNT_frees, 1);
-        sp__pool_bypass_free(pool, b, stream);
-        return SP_OK;
-    }
-    /* Anything else stays cached, tagged with its stream. Freed during a capture of its stream
-     * (rule 24), it was allocated before the capture: no cudaFreeAsync, no bin; it is kept aside
-     * in the stream's cache and goes back to its slab or segment when the capture ends. */
-    sp_stream_key key = sp__stream_key(stream);
-    bool capturing = false;
-    bool touch = false; /* a huge segment may go back to the driver on this stream */
-    sp_stream_cache *c;
-    for (;;) {
-        c = sp__cache_get(pool, key);
-        if (sp_unlikely(!c)) { /* the block stays live: the caller may retry */
-            atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
-            return SP_ERR_NO_HOST_MEMORY;
-        }
-        if (sp_unlikely(sp__capture_possible(pool->rt)) &&
-            sp__cache_capturing(c, &capturing) != SP_OK)
-            capturing = true; /* unknown: the careful choice */
-        /* asked before the spin lock: under SP_CAPTURE_ALWAYS it is a CUDA call */
-        touch = b->cls == SP_CLASS_COUNT && !capturing && b->seg->huge &&
-                sp__may_touch_stream(c);
-        sp_spin_lock(&c->lock);
-        if (sp_likely(!c->released))
-            break;
-        sp_spin_unlock(&c->lock);
+    /* an allocation of an open request leaves it, before the block can reach a bin */
+    sp_req *req = sp_unlikely(b->req != NULL) ? sp__req_forget(b) : NULL;
+    if (sp_unlikely(atomic_load_explicit(&b->state, memory_order_relaxed) == SP_BLOCK_BYPASS))
+        return free_bypass(pool, b, stream);
+    free_step f = {0};
+    sp_stream_cache *c = cache_locked_for_free(pool, b, stream, &f);
+    if (sp_unlikely(!c)) { /* the block stays live, in its request: the caller may retry */
+        if (req)
+            sp__req_unforget(req, b);
+        atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+        return SP_ERR_NO_HOST_MEMORY;
     }
     /* one writer at a time (c->lock): no locked instruction; the release store orders the
      * caller's work before any fence that reads this epoch */
@@ -185,41 +151,97 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     c->requested_delta -= (int64_t)b->requested;
     c->active_delta -= (int64_t)b->size;
     sp_free_note note = sp__note_free_locked(c, b);
-    bool small = b->cls < SP_CLASS_COUNT;
-    bool to_bin = small && !capturing;
-    sp_block *evicted = NULL; /* the park's oldest range, when a large free filled it */
-    bool give_huge = false;   /* a huge segment straight back to the driver (SP_HUGE_SAME) */
-    if (!to_bin && !capturing && b->seg->huge) {
-        size_t last = c->last_huge_free;
-        c->last_huge_free = b->size;
-        give_huge = last && !(b->size <= last + last / SP_HUGE_SAME &&
-                              last <= b->size + b->size / SP_HUGE_SAME) &&
-                    touch;
-    }
-    if (to_bin) {
+    f.to_bin = b->cls < SP_CLASS_COUNT && !f.capturing;
+    if (sp_likely(f.to_bin)) { /* the same-stream hit: the stream's own bin */
         sp__bin_push(&c->bins[b->cls], b);
         c->cached_bytes += b->size;
-    } else if (capturing) {
-        b->prev = NULL;
-        b->next = c->aside;
-        c->aside = b;
-    } else if (!give_huge) { /* large: parked, tagged; its segment gets it at a flush or when
-                              * pushed out */
-        evicted = sp__park_push_locked(c, b);
+    } else {
+        keep_off_bins_locked(c, b, &f);
     }
     uint64_t cache_limit = atomic_load_explicit(&pool->cache_limit, memory_order_relaxed);
-    if (sp_unlikely(cache_limit != UINT64_MAX || !to_bin ||
+    if (sp_unlikely(cache_limit != UINT64_MAX || !f.to_bin ||
                     magnitude(c->active_delta) > pool->stats_flush))
         sp__cache_flush_locked(pool, c);
     sp_spin_unlock(&c->lock);
     if (sp_unlikely(note.owner != NULL)) /* allocated on another stream */
         sp__note_foreign_free(note);
-    if (evicted) /* back into its segment, tagged, merged with free neighbours */
-        sp__park_put(pool, evicted);
-    if (give_huge)
+    if (f.evicted) /* back into its segment, tagged, merged with free neighbours */
+        sp__park_put(pool, f.evicted);
+    if (f.give_huge)
         sp__heap_give_back_huge(&pool->segments, b, c, stream);
     if (sp_unlikely(cache_limit != UINT64_MAX))
         sp__pool_enforce_cache_limit(pool, cache_limit);
+    fence_after_free(c, &f);
+    return SP_OK;
+}
+
+/* ---- sp_free's steps ---- */
+
+static int free_bypass(sp_pool *pool, sp_block *b, cudaStream_t stream)
+{
+    /* a capture's own allocation: straight back to the driver (rule 24) */
+    sp__usage_add(pool, -(int64_t)b->requested, -(int64_t)b->size, 0);
+    sp__pool_count(pool, SP_COUNT_frees, 1);
+    sp__pool_bypass_free(pool, b, stream);
+    return SP_OK;
+}
+
+/* The cache of the free's stream, locked and not released; NULL without host memory. A block
+ * that is not a bypass stays cached, tagged with its stream. Freed during a capture of its stream
+ * (rule 24), it was allocated before the capture: no cudaFreeAsync, no bin; it is kept aside
+ * in the stream's cache and goes back to its slab or segment when the capture ends. */
+static sp_stream_cache *cache_locked_for_free(sp_pool *pool, sp_block *b, cudaStream_t stream,
+                                              free_step *f)
+{
+    sp_stream_key key = sp__stream_key(stream);
+    bool capturing = false; /* a local, not f's: its address goes to sp__cache_capturing */
+    sp_stream_cache *c;
+    for (;;) {
+        c = sp__cache_get(pool, key);
+        if (sp_unlikely(!c))
+            return NULL;
+        if (sp_unlikely(sp__capture_possible(pool->rt)) &&
+            sp__cache_capturing(c, &capturing) != SP_OK)
+            capturing = true; /* unknown: the careful choice */
+        /* asked before the spin lock: under SP_CAPTURE_ALWAYS it is a CUDA call */
+        f->touch = b->cls == SP_CLASS_COUNT && !capturing && b->seg->huge &&
+                   sp__may_touch_stream(c);
+        sp_spin_lock(&c->lock);
+        if (sp_likely(!c->released)) {
+            f->capturing = capturing;
+            return c;
+        }
+        sp_spin_unlock(&c->lock);
+    }
+}
+
+/* A large block, or any block of a capturing stream (c->lock held): kept aside, parked, or its
+ * huge segment marked to go back to the driver. */
+static void keep_off_bins_locked(sp_stream_cache *c, sp_block *b, free_step *f)
+{
+    bool capturing = f->capturing;
+    if (!capturing && b->seg->huge) {
+        size_t last = c->last_huge_free;
+        c->last_huge_free = b->size;
+        f->give_huge = last && !(b->size <= last + last / SP_HUGE_SAME &&
+                                 last <= b->size + b->size / SP_HUGE_SAME) &&
+                       f->touch;
+    }
+    if (capturing) {
+        b->prev = NULL;
+        b->next = c->aside;
+        c->aside = b;
+    } else if (!f->give_huge) { /* large: parked, tagged; its segment gets it at a flush or
+                                 * when pushed out */
+        f->evicted = sp__park_push_locked(c, b);
+    }
+}
+
+/* A fence right behind this free, when another thread asked for one or other streams' misses
+ * found this stream's frees unsettled. */
+static void fence_after_free(sp_stream_cache *c, const free_step *f)
+{
+    bool to_bin = f->to_bin, capturing = f->capturing, give_huge = f->give_huge;
     /* another thread wants to reuse what this thread freed on its per-thread stream, or other
      * streams' misses found this stream's frees unsettled: a fence right behind this free */
     bool offer = atomic_load_explicit(&c->fence_wanted, memory_order_relaxed);
@@ -233,7 +255,128 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     }
     if (sp_unlikely(offer))
         sp__cache_offer_fence(c);
+}
+
+/* ---- sp_alloc's other cases ---- */
+
+/* Zero bytes, too large, a capture's bypass, or a large request; TO_BINS for a small request of
+ * a stream that is not capturing, which sp_alloc then serves from the stream's bins. */
+static int alloc_off_bins(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+{
+    if (sp_unlikely(bytes == 0)) {
+        *ptr = NULL;
+        return SP_OK;
+    }
+    if (sp_unlikely(bytes > SP_MAX_ALLOC))
+        return SP_ERR_TOO_LARGE;
+    sp_stream_key key = sp__stream_key(stream);
+    if (sp_unlikely(sp__capture_possible(pool->rt))) {
+        /* the stream's own cache says whether it is declared capturing: no lock, so that other
+         * streams' hot path stays as it is while a capture is under way */
+        sp_stream_cache *c = sp__cache_get(pool, key);
+        if (sp_unlikely(!c))
+            return SP_ERR_NO_HOST_MEMORY;
+        bool capturing = false;
+        int rc = sp__cache_capturing(c, &capturing);
+        if (rc != SP_OK)
+            return rc;
+        if (capturing)
+            return alloc_bypass(pool, bytes, stream, ptr);
+    }
+    if (bytes <= SP_SMALL_MAX)
+        return TO_BINS;
+    return alloc_large(pool, key, bytes, stream, ptr);
+}
+
+/* A large request: a range the stream freed lately from its park, under its spin lock, else
+ * best fit in the segments under the heap's mutex, else the miss ladder. */
+static int alloc_large(sp_pool *pool, sp_stream_key key, size_t bytes, cudaStream_t stream,
+                       void **ptr)
+{
+    sp_stream_cache *c = sp__cache_get(pool, key);
+    if (sp_unlikely(!c))
+        return SP_ERR_NO_HOST_MEMORY;
+    sp__fence_early(c); /* before this request's work: the fence follows the last frees */
+    size_t size = large_size(bytes);
+    /* first the stream's own park, under its spin lock: a pair that reuses its own range
+     * never touches the heap's mutex, which every stream shares */
+    sp_spin_lock(&c->lock);
+    sp_block *b = sp_likely(!c->released) ? sp__park_take_locked(c, size) : NULL;
+    if (!b) { /* the park goes into the heap under the lock taken anyway: best fit sees it */
+        sp_block *parked = sp__park_take_all_locked(c, NULL);
+        sp_spin_unlock(&c->lock);
+        sp_heap *h = &pool->segments;
+        sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+        sp__park_put_locked(h, parked);
+        b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, NULL);
+        sp_mutex_unlock(&h->lock);
+        if (!b)
+            return alloc_miss(pool, c, stream, bytes, ptr);
+        sp_spin_lock(&c->lock);
+        if (sp_unlikely(c->released)) {
+            /* released meanwhile (its figures went to the pool): counted as a miss's is,
+             * in the pool's figures directly */
+            sp_spin_unlock(&c->lock);
+            return served_off_cache(pool, c, b, bytes, false, ptr);
+        }
+    }
+    hit_locked(pool, c, b, bytes);
+    sp_spin_unlock(&c->lock);
+    atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+    *ptr = b->ptr;
     return SP_OK;
+}
+
+/* A free without a stream: on the stream that allocated the pointer, as the pointer map says
+ * (sp__ptrmap_lookup). */
+int sp_free_any(sp_pool *pool, void *ptr)
+{
+    sp__cuda_error_clear();
+    if (!pool)
+        return SP_ERR_INVALID;
+    if (!ptr)
+        return SP_OK;
+    sp_ptr_lookup l = sp__ptrmap_lookup(&pool->rt->ptrmap, ptr);
+    int rc = SP_OK;
+    if (l.info.state == SP_POINTER_UNKNOWN)
+        rc = SP_ERR_BAD_POINTER;
+    else if (l.info.pool != pool)
+        rc = SP_ERR_WRONG_POOL;
+    else if (l.info.state == SP_POINTER_CACHED)
+        rc = SP_ERR_DOUBLE_FREE;
+    else if (l.owner && !sp__this_threads_stream(l.owner->key))
+        return SP_ERR_NOT_SUPPORTED; /* not a bad free: the pointer stays live */
+    if (rc != SP_OK) { /* as sp_free would have answered, without a stream to free on */
+        sp__pool_count(pool, SP_COUNT_bad_frees, 1);
+        return rc;
+    }
+    /* through the public call, so that a trace records it on the allocation stream */
+    return sp_free(pool, ptr, l.info.stream);
+}
+
+/* ---- the trace ----
+ * sp_alloc and sp_free with the call recorded: they call the public function again, marked as
+ * the wrapper's (the mark is consumed at once, so that calls the OOM callback makes inside are
+ * recorded too), and trace.c notes what the call did from figures read before and after. */
+
+static int traced_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+{
+    sp_trace_mark m = sp__trace_alloc_mark(pool);
+    sp__trace_inside = true;
+    int rc = sp_alloc(pool, ptr, bytes, stream);
+    sp__trace_inside = false;
+    sp__trace_alloc_done(&m, pool, ptr, bytes, stream, rc);
+    return rc;
+}
+
+static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream)
+{
+    sp_trace_mark m = sp__trace_free_mark(pool);
+    sp__trace_inside = true;
+    int rc = sp_free(pool, ptr, stream);
+    sp__trace_inside = false;
+    sp__trace_free_done(&m, pool, ptr, stream, rc);
+    return rc;
 }
 
 /* ---- the miss ---- */
@@ -260,13 +403,13 @@ static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t str
     sp_block *b = NULL;
     if (small && (b = sp__small_steal(pool, me, sp__class_of(bytes), stream, mode, ab)))
         return b;
-    pthread_mutex_lock(&h->lock);
+    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
     b = sp__heap_take(h, size, me, stream, mode, ab);
     if (!b) { /* ranges settled since their free may merge now */
         sp__heap_coalesce(h, size, me, ab);
         b = sp__heap_take(h, size, me, stream, mode, ab);
     }
-    pthread_mutex_unlock(&h->lock);
+    sp_mutex_unlock(&h->lock);
     return b;
 }
 

@@ -12,7 +12,12 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "conf.h"
+#include "cuda_calls.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "format.h"
 
 static _Thread_local char config_error[256];
 
@@ -62,6 +67,18 @@ int sp__errorf(int status, const char *fmt, ...)
 }
 
 /* Case-insensitive, for values: keywords and suffixes read the same in any case. */
+/* The one message for a versioned struct whose .size the caller did not set: `sp_stats st =
+ * {0}` is the C habit, and a bare SP_ERR_INVALID does not say what is missing. A zero size is
+ * refused rather than read as "the current size": a program built against an older, shorter
+ * struct would then be written past its end. */
+int sp__bad_size(const char *call, const char *type, size_t got)
+{
+    return sp__errorf(SP_ERR_INVALID,
+                      "%s: the %s's .size is %zu, %s: set .size = sizeof(%s) (or start from its "
+                      "_INIT macro) before the call",
+                      call, type, got, got ? "smaller than any version of it" : "not set", type);
+}
+
 static bool equals_word(slice s, const char *word)
 {
     return strlen(word) == s.n && strncasecmp(s.p, word, s.n) == 0;
@@ -500,11 +517,11 @@ int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len)
     size_t used = 0;
     if (len)
         buf[0] = '\0';
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     each_prefix(rt, collect_unknown, &u);
     for (size_t i = 0; i < u.listed; i++)
         sp__appendf(buf, len, &used, "%s%.*s", i ? "," : "", (int)u.names[i].n, u.names[i].p);
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return u.count > INT32_MAX ? INT32_MAX : (int)u.count;
 }
 

@@ -3,7 +3,8 @@
  * runtime's device and back, so the caller's current device is left as it was. */
 #include <string.h>
 
-#include "internal.h"
+#include "cuda_calls.h"
+#include "status.h"
 
 static int check(cudaError_t err)
 {

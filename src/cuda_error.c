@@ -3,7 +3,8 @@
  * CUDA); the hint is streampool's own. */
 #include <stdio.h>
 
-#include "internal.h"
+#include "cuda_calls.h"
+#include "status.h"
 
 /* Errors that mean "no usable driver or device here": the machine, not the program. */
 static bool no_gpu(int err)

@@ -6,13 +6,26 @@
  * record at call time, so a fence can be re-recorded once no one needs it). */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "fence.h"
+#include "counters.h"
+#include "cuda_calls.h"
+#include "pool.h"
+#include "runtime.h"
+
+/* An event recorded on a stream after its frees up to `epoch` (fence.h). */
+struct sp_fence {
+    cudaEvent_t event;
+    uint64_t epoch;
+    bool done;                 /* an event query has seen it complete */
+    sp_fence *next;
+};
 
 int sp__fence_pool_init(sp_fence_pool *fp, int device)
 {
     fp->device = device;
     fp->free_fences = NULL;
-    return pthread_mutex_init(&fp->lock, NULL) == 0 ? SP_OK : SP_ERR_NO_HOST_MEMORY;
+    atomic_init(&fp->lock.held, 0);
+    return SP_OK;
 }
 
 void sp__fence_pool_destroy(sp_fence_pool *fp)
@@ -23,16 +36,15 @@ void sp__fence_pool_destroy(sp_fence_pool *fp)
         (void)sp__cuda_event_destroy(f->event);
         free(f);
     }
-    pthread_mutex_destroy(&fp->lock);
 }
 
 int sp__fence_record(sp_fence_pool *fp, cudaStream_t stream, uint64_t epoch, sp_fence **out)
 {
-    pthread_mutex_lock(&fp->lock);
+    sp_spin_lock(&fp->lock);
     sp_fence *f = fp->free_fences;
     if (f)
         fp->free_fences = f->next;
-    pthread_mutex_unlock(&fp->lock);
+    sp_spin_unlock(&fp->lock);
     if (!f) {
         f = calloc(1, sizeof *f);
         if (!f)
@@ -57,10 +69,10 @@ int sp__fence_record(sp_fence_pool *fp, cudaStream_t stream, uint64_t epoch, sp_
 
 void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f)
 {
-    pthread_mutex_lock(&fp->lock);
+    sp_spin_lock(&fp->lock);
     f->next = fp->free_fences;
     fp->free_fences = f;
-    pthread_mutex_unlock(&fp->lock);
+    sp_spin_unlock(&fp->lock);
 }
 
 /* Queries and synchronizes of events in relaxed capture mode while a capture may be under way
@@ -177,7 +189,7 @@ bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
         return true;
     if (!ask)
         return false;
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     /* first a fence recorded earlier (likeliest complete), then the stream itself if this thread
      * may name it; only if both say no, a new fence for a later miss to find complete */
     bool fenced = read_covering_fence(c, epoch);
@@ -190,7 +202,7 @@ bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
         /* its own thread publishes news at its next large allocation (sp__fence_early) */
         atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
     return done;
 }
 
@@ -198,23 +210,23 @@ void sp__fence_early(sp_stream_cache *c)
 {
     if (!atomic_load_explicit(&c->fence_wanted, memory_order_relaxed))
         return; /* nobody asked: the hot path makes no CUDA call */
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     atomic_store_explicit(&c->fence_wanted, false, memory_order_relaxed);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now && may_touch_stream(c) &&
         !stream_idle_settles(c))
         (void)covering_fence(c, now, true); /* busy: a fence right behind the frees */
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
 }
 
 int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream)
 {
     if (sp__tag_settled(c, epoch, false))
         return SP_OK;
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     sp_fence *f = covering_fence(c, epoch, true);
     int rc = f ? sp__cuda_stream_wait_event(stream, f->event) : SP_ERR_CUDA;
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
     if (f && rc != SP_OK)
         skipped(c);
     return rc;
@@ -232,7 +244,7 @@ int sp__cache_final_fence(sp_stream_cache *c)
     bool gave_back = atomic_load(&c->driver_frees);
     if (atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= now && !gave_back)
         return SP_OK;
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     int rc = SP_OK;
     bool touch = sp__may_touch_stream(c); /* released just now: named one last time */
     if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now) {
@@ -254,7 +266,7 @@ int sp__cache_final_fence(sp_stream_cache *c)
         raise_done(c, now);
         atomic_store_explicit(&c->driver_frees, false, memory_order_release);
     }
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
     return rc;
 }
 
@@ -267,7 +279,7 @@ void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on)
      * can synchronize the stream any more. This thread has just freed on it, so may name it:
      * a final fence behind the free (it covers every earlier one too, in stream order). */
     sp_runtime *rt = c->pool->rt;
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     sp_fence *f = NULL;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     if (sp__fence_record(&rt->fences, on, now, &f) == SP_OK) {
@@ -278,12 +290,12 @@ void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on)
     } else {
         skipped(c);
     }
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
 }
 
-void sp__cache_drop_fences(sp_stream_cache *c)
+static void cache_drop_fences(sp_stream_cache *c)
 {
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     while (c->fences) {
         sp_fence *f = c->fences;
         c->fences = f->next;
@@ -293,7 +305,14 @@ void sp__cache_drop_fences(sp_stream_cache *c)
     if (c->final_fence)
         sp__fence_recycle(&c->pool->rt->fences, c->final_fence);
     c->final_fence = NULL;
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
+}
+
+void sp__pool_drop_fences(sp_pool *pool)
+{
+    for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
+        for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
+            cache_drop_fences(c);
 }
 
 int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
@@ -301,7 +320,7 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
     if (sp__tag_settled(c, epoch, false))
         return SP_OK;
     int rc = SP_ERR_CUDA;
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     if (may_touch_stream(c)) {
         /* a synchronize, not a query: only what the host has seen complete can be trimmed
@@ -319,7 +338,7 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
             }
         }
     }
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
     return rc;
 }
 
@@ -328,7 +347,7 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c)
     /* cleared first: a give-back racing with this one sets it again, and stays to be observed */
     if (!atomic_exchange_explicit(&c->driver_frees, false, memory_order_acq_rel))
         return SP_OK;
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     int rc = SP_ERR_CUDA;
     if (may_touch_stream(c)) {
@@ -342,7 +361,7 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c)
     }
     if (rc == SP_OK)
         raise_done(c, now);
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
     if (rc != SP_OK)
         atomic_store_explicit(&c->driver_frees, true, memory_order_release);
     return rc;
@@ -351,10 +370,10 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c)
 /* Settled by the oldest fence covering epoch, queried if need be; no other CUDA call. */
 static bool settled_by_fence(sp_stream_cache *c, uint64_t epoch)
 {
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     (void)read_covering_fence(c, epoch);
     bool done = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= epoch;
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
     return done;
 }
 
@@ -379,7 +398,7 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
 void sp__cache_offer_fence(sp_stream_cache *c)
 {
     atomic_store_explicit(&c->fence_wanted, false, memory_order_relaxed);
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     sp_fence *f = c->fences; /* the newest */
     bool covered = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= now ||
@@ -395,20 +414,20 @@ void sp__cache_offer_fence(sp_stream_cache *c)
             skipped(c);
         }
     }
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
 }
 
 void sp__cache_settle_synchronized(sp_stream_cache *c)
 {
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     raise_done(c, atomic_load_explicit(&c->free_epoch, memory_order_acquire));
     prune_done(c);
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
 }
 
 bool sp__cache_fence_frees(sp_stream_cache *c)
 {
-    pthread_mutex_lock(&c->fence_lock);
+    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     uint64_t before = c->fence_count;
     sp_fence *newest = c->fences;
@@ -416,6 +435,6 @@ bool sp__cache_fence_frees(sp_stream_cache *c)
     if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now &&
         !(newest && newest->epoch >= now) && may_touch_stream(c))
         recorded = covering_fence(c, now, true) != NULL && c->fence_count > before;
-    pthread_mutex_unlock(&c->fence_lock);
+    sp_mutex_unlock(&c->fence_lock);
     return recorded;
 }

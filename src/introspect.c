@@ -7,147 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "labels.h"
+#include "pool.h"
+#include "ptrmap.h"
+#include "runtime.h"
+#include "status.h"
+#include "conf.h"
+#include "format.h"
 #include "introspect.h"
 
 _Static_assert(sizeof(((sp_oom_report *)0)->stream_name) == SP_STREAM_NAME_MAX + 1,
                "the OOM report holds a whole stream label");
-
-/* ---- the hot path's slow cases ---- */
-
-void sp__note_foreign_free(sp_free_note n)
-{
-    sp_spin_lock(&n.owner->lock);
-    n.owner->live_requested -= n.requested;
-    n.owner->live_active -= n.size;
-    sp_spin_unlock(&n.owner->lock);
-}
-
-void sp__note_miss(sp_stream_cache *c, sp_block *b, size_t bytes)
-{
-    sp_stream_cache *from = b->freed_by; /* b is ours alone until it is marked live */
-    bool steal = from != NULL && from != c;
-    sp_spin_lock(&c->lock);
-    sp__note_alloc_locked(c, b);
-    c->live_requested += bytes;
-    c->live_active += b->size;
-    sp__note_peaks_locked(c);
-    c->steals_taken += steal;
-    sp_spin_unlock(&c->lock);
-    if (steal) {
-        sp_spin_lock(&from->lock);
-        from->steals_given++;
-        sp_spin_unlock(&from->lock);
-    }
-}
-
-/* ---- stream labels ----
- * One table for the process, keyed by (runtime, stream key), under its own mutex: taken after
- * runtime->lock (the OOM report reads a label under it) and before nothing else. */
-
-typedef struct label {
-    const sp_runtime *rt;
-    sp_stream_key key;
-    char name[SP_STREAM_NAME_MAX + 1];
-    struct label *next;
-} label;
-
-static pthread_mutex_t labels_lock = PTHREAD_MUTEX_INITIALIZER;
-static label *labels;
-
-static label **label_find(const sp_runtime *rt, sp_stream_key key)
-{
-    label **l = &labels;
-    while (*l && !((*l)->rt == rt && (*l)->key.stream == key.stream && (*l)->key.thread == key.thread))
-        l = &(*l)->next;
-    return l;
-}
-
-int sp_stream_set_name(sp_runtime *rt, cudaStream_t stream, const char *name)
-{
-    sp__cuda_error_clear();
-    if (!rt || (name && sp__pool_name_check(name) != SP_OK))
-        return SP_ERR_INVALID;
-    sp_stream_key key = sp__stream_key(stream);
-    int rc = SP_OK;
-    pthread_mutex_lock(&labels_lock);
-    label **l = label_find(rt, key);
-    if (!name) {
-        label *gone = *l;
-        if (gone)
-            *l = gone->next;
-        free(gone);
-    } else {
-        if (!*l && (*l = calloc(1, sizeof **l))) {
-            (*l)->rt = rt;
-            (*l)->key = key;
-        }
-        if (*l)
-            memcpy((*l)->name, name, strlen(name) + 1);
-        else
-            rc = SP_ERR_NO_HOST_MEMORY;
-    }
-    pthread_mutex_unlock(&labels_lock);
-    return rc;
-}
-
-void sp__stream_label(const sp_runtime *rt, sp_stream_key key, char *out, size_t len)
-{
-    if (!len)
-        return;
-    out[0] = '\0';
-    pthread_mutex_lock(&labels_lock);
-    label *l = *label_find(rt, key);
-    if (l) {
-        size_t n = strlen(l->name);
-        n = n < len - 1 ? n : len - 1;
-        memcpy(out, l->name, n);
-        out[n] = '\0';
-    }
-    pthread_mutex_unlock(&labels_lock);
-}
-
-void sp__stream_label_any_thread(const sp_runtime *rt, cudaStream_t stream, char *out, size_t len)
-{
-    if (!len)
-        return;
-    out[0] = '\0';
-    pthread_mutex_lock(&labels_lock);
-    for (label *l = labels; l; l = l->next)
-        if (l->rt == rt && l->key.stream == stream) {
-            snprintf(out, len, "%s", l->name);
-            break;
-        }
-    pthread_mutex_unlock(&labels_lock);
-}
-
-size_t sp_stream_name(sp_runtime *rt, cudaStream_t stream, char *buf, size_t len)
-{
-    char name[SP_STREAM_NAME_MAX + 1];
-    if (!rt)
-        return 0;
-    sp__stream_label(rt, sp__stream_key(stream), name, sizeof name);
-    if (len)
-        snprintf(buf, len, "%s", name);
-    return strlen(name);
-}
-
-void sp__stream_labels_forget(const sp_runtime *rt, const cudaStream_t *stream)
-{
-    sp_stream_key key = stream ? sp__stream_key(*stream) : (sp_stream_key){0, 0};
-    pthread_mutex_lock(&labels_lock);
-    for (label **l = &labels; *l;) {
-        if ((*l)->rt == rt && (!stream || ((*l)->key.stream == key.stream &&
-                                           (*l)->key.thread == key.thread))) {
-            label *gone = *l;
-            *l = gone->next;
-            free(gone);
-        } else {
-            l = &(*l)->next;
-        }
-    }
-    pthread_mutex_unlock(&labels_lock);
-}
 
 /* ---- per-stream stats ---- */
 
@@ -163,12 +33,12 @@ static sp_stream_cache *cache_find_locked(sp_pool *pool, sp_stream_key key)
 static uint64_t tagged_free_bytes(sp_heap *h, const sp_stream_cache *c)
 {
     uint64_t bytes = 0;
-    pthread_mutex_lock(&h->lock);
+    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
     for (sp_segment *s = h->segments; s; s = s->next)
         for (sp_block *b = s->first; b; b = b->addr_next)
             if (b->is_free && b->tag == c)
                 bytes += b->size;
-    pthread_mutex_unlock(&h->lock);
+    sp_mutex_unlock(&h->lock);
     return bytes;
 }
 
@@ -204,11 +74,11 @@ int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
     if (!pool || !out || out->size < offsetof(sp_stream_usage, requested))
         return SP_ERR_INVALID;
     sp_stream_usage st;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_stream_cache *c = cache_find_locked(pool, sp__stream_key(stream));
     if (c)
         cache_stats(pool, c, &st);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     if (!c)
         return SP_ERR_NOT_FOUND;
     uint32_t size = out->size;
@@ -221,9 +91,9 @@ int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
 void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
                        const char *(*human)(uint64_t, char[16]))
 {
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     if (!pool->caches) {
-        pthread_mutex_unlock(&pool->lock);
+        sp_mutex_unlock(&pool->lock);
         return;
     }
     sp__appendf(buf, len, used, "%-18s %-16s %10s %10s %10s %8s %8s %8s %8s\n", "stream",
@@ -238,7 +108,7 @@ void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
                     (unsigned long long)st.allocs, (unsigned long long)st.hits,
                     (unsigned long long)st.steals_taken, (unsigned long long)st.steals_given);
     }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
 }
 
 /* ---- peaks ---- */
@@ -247,7 +117,7 @@ static void pool_reset(sp_pool *pool)
 {
     (void)sp__pool_active_bytes(pool); /* flushes every cache: the current figures are exact */
     sp__usage_reset_peaks(&pool->usage);
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             sp_spin_lock(&c->lock);
@@ -255,7 +125,7 @@ static void pool_reset(sp_pool *pool)
             c->peak_active = sp__live_active(c);
             sp_spin_unlock(&c->lock);
         }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
 }
 
 int sp_pool_reset_peaks(sp_pool *pool)
@@ -272,47 +142,15 @@ int sp_runtime_reset_peaks(sp_runtime *rt)
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     for (sp_pool *p = rt->pools; p; p = p->next)
         pool_reset(p);
     sp__usage_reset_peaks(&rt->usage);
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return SP_OK;
 }
 
 /* ---- pointers ---- */
-
-typedef struct {
-    sp_ptr_info info;
-    sp_stream_cache *owner;
-} lookup;
-
-/* Under the shard's lock: a live block cannot be freed meanwhile (the free marks it under this
- * lock), and its fields were written before it was marked live. */
-static void read_block(sp_block *b, void *arg)
-{
-    lookup *l = arg;
-    if (!b)
-        return;
-    int state = atomic_load_explicit(&b->state, memory_order_acquire);
-    l->info.pool = b->pool;
-    if (state == SP_BLOCK_LIVE || state == SP_BLOCK_BYPASS) {
-        l->info.state = SP_POINTER_LIVE;
-        l->info.requested = b->requested;
-        l->info.usable = b->size;
-        l->info.stream = b->owner ? b->owner->key.stream : b->bypass_stream;
-        l->owner = b->owner;
-    } else {
-        l->info.state = SP_POINTER_CACHED; /* its fields may change under another lock */
-    }
-}
-
-static lookup pointer_lookup(sp_runtime *rt, const void *ptr)
-{
-    lookup l = {{.size = sizeof l.info}, NULL};
-    sp__ptrmap_visit(&rt->ptrmap, ptr, read_block, &l);
-    return l;
-}
 
 int sp_pointer_info(sp_runtime *rt, const void *ptr, sp_ptr_info *out)
 {
@@ -321,36 +159,11 @@ int sp_pointer_info(sp_runtime *rt, const void *ptr, sp_ptr_info *out)
         return sp__bad_size("sp_pointer_info", "sp_ptr_info", out->size);
     if (!rt || !out || out->size < offsetof(sp_ptr_info, requested))
         return SP_ERR_INVALID;
-    lookup l = pointer_lookup(rt, ptr);
+    sp_ptr_lookup l = sp__ptrmap_lookup(&rt->ptrmap, ptr);
     uint32_t size = out->size;
     memcpy(out, &l.info, size < sizeof l.info ? size : sizeof l.info);
     out->size = size < sizeof l.info ? size : (uint32_t)sizeof l.info;
     return SP_OK;
-}
-
-int sp_free_any(sp_pool *pool, void *ptr)
-{
-    sp__cuda_error_clear();
-    if (!pool)
-        return SP_ERR_INVALID;
-    if (!ptr)
-        return SP_OK;
-    lookup l = pointer_lookup(pool->rt, ptr);
-    int rc = SP_OK;
-    if (l.info.state == SP_POINTER_UNKNOWN)
-        rc = SP_ERR_BAD_POINTER;
-    else if (l.info.pool != pool)
-        rc = SP_ERR_WRONG_POOL;
-    else if (l.info.state == SP_POINTER_CACHED)
-        rc = SP_ERR_DOUBLE_FREE;
-    else if (l.owner && !sp__this_threads_stream(l.owner->key))
-        return SP_ERR_NOT_SUPPORTED; /* not a bad free: the pointer stays live */
-    if (rc != SP_OK) { /* as sp_free would have answered, without a stream to free on */
-        sp__pool_count(pool, SP_COUNT_bad_frees, 1);
-        return rc;
-    }
-    /* through the public call, so that a trace records it on the allocation stream */
-    return sp_free(pool, ptr, l.info.stream);
 }
 
 /* ---- outstanding allocations ---- */

@@ -5,7 +5,7 @@
 #ifndef SP_INTROSPECT_H
 #define SP_INTROSPECT_H
 
-#include "internal.h"
+#include "cache.h"
 
 /* An allocation served to c's stream by block b (c->lock held). Its bytes are already in the
  * cache's requested_delta and active_delta, which reach the stream's own figures when they are
@@ -67,11 +67,16 @@ static inline sp_free_note sp__note_free_locked(sp_stream_cache *c, sp_block *b)
     return n;
 }
 
-/* introspect.c */
+/* stream_cache.c: below the tiers and the miss ladder, which call them */
 void sp__note_foreign_free(sp_free_note n);
 /* An allocation served by the miss ladder (its bytes went to the pool's figures directly):
  * counted for the stream, and as a steal when b was last freed on another stream. Takes
  * c->lock (and then the other cache's) itself. */
 void sp__note_miss(sp_stream_cache *c, sp_block *b, size_t bytes);
+
+/* introspect.c */
+/* The pool's table of streams for sp_pool_summary (takes pool->lock). */
+void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
+                       const char *(*human)(uint64_t, char[16]));
 
 #endif /* SP_INTROSPECT_H */

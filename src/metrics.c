@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "format.h"
 
 typedef struct {
     char name[SP_POOL_NAME_MAX + 1];
@@ -79,7 +82,7 @@ int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t 
     sp__cuda_error_clear();
     if (len)
         buf[0] = '\0';
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
         n += sp__pool_reported(p);
@@ -98,7 +101,7 @@ int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t 
         i++;
     }
     n = i;
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     if (!pools)
         return rc;
     /* oldest pool first: the list is newest first, and a stable order keeps diffs readable */

@@ -4,7 +4,7 @@
  * target format, even from a struct the caller filled in by hand. */
 #include <string.h>
 
-#include "internal.h"
+#include "format.h"
 
 /* Decodes one UTF-8 sequence at s (NUL-terminated). Returns its length and the code point in
  * *cp, or 0 if the bytes are not well-formed UTF-8 (overlong, surrogate, past U+10FFFF, cut). */

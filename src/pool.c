@@ -4,118 +4,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "pool.h"
+#include "conf.h"
+#include "cuda_calls.h"
+#include "ptrmap.h"
+#include "runtime.h"
+#include "status.h"
+#include "trace.h"
 #include "introspect.h"
 
 static atomic_uint_least64_t next_pool_id = 1;
 
-/* ---- usage counters (pool and runtime) ---- */
-
-/* Adds a signed change to limit_used (claims and give-backs race outside any lock) and returns
- * the new value. */
-static uint64_t current_add(atomic_uint_least64_t *cur, int64_t delta)
-{
-    return atomic_fetch_add_explicit(cur, (uint64_t)delta, memory_order_relaxed) + (uint64_t)delta;
-}
-
-uint64_t sp__usage_current(const atomic_uint_least64_t *cur)
-{
-    uint64_t v = atomic_load_explicit(cur, memory_order_relaxed);
-    return (int64_t)v < 0 ? 0 : v;
-}
-
-/* Adds a signed change to a figure of an sp_usage, under its lock: a plain load and store (atomic
- * for the readers that estimate without the lock), no locked instruction. Modular, never
- * clamped: the caches' unflushed deltas reach it in any order (a block allocated by a hit on
- * one stream and freed on another: the freeing stream's -bytes may come first), so a partial
- * sum may be below zero for a while; clamping it would lose those bytes for good when the
- * +bytes follow. Readers see such a transient value through sp__usage_current, as 0. */
-static void locked_add(atomic_uint_least64_t *v, int64_t delta)
-{
-    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + (uint64_t)delta,
-                          memory_order_relaxed);
-}
-
-static void locked_raise(atomic_uint_least64_t *peak, uint64_t now)
-{
-    if (now > atomic_load_explicit(peak, memory_order_relaxed))
-        atomic_store_explicit(peak, now, memory_order_relaxed);
-}
-
-/* The current figures as a read shows them (u's lock held): a transient negative partial sum
- * as 0, and held never below active. Live memory is part of what is held, but a block's +bytes
- * may be flushed and its -bytes not yet when its memory is given back. */
-static void currents_locked(const sp_usage *u, uint64_t *requested, uint64_t *active,
-                            uint64_t *held)
-{
-    *requested = sp__usage_current(&u->requested.current);
-    *active = sp__usage_current(&u->active.current);
-    *held = sp__usage_current(&u->held.current);
-    if (*held < *active)
-        *held = *active;
-}
-
-/* One step: the changes, then every peak raised to what a read of the new state shows, the
- * cached peak with them (what the caches keep grows when live memory is freed, and when memory
- * taken leaves more than the request cached), before any reader can see that state. */
-static void usage_apply(sp_usage *u, int64_t requested, int64_t active, int64_t held)
-{
-    sp_spin_lock(&u->lock);
-    if (requested)
-        locked_add(&u->requested.current, requested);
-    if (active)
-        locked_add(&u->active.current, active);
-    if (held)
-        locked_add(&u->held.current, held);
-    if (held > 0)
-        locked_add(&u->held.total, held);
-    uint64_t r, a, h;
-    currents_locked(u, &r, &a, &h);
-    locked_raise(&u->requested.peak, r);
-    locked_raise(&u->active.peak, a);
-    locked_raise(&u->held.peak, h);
-    locked_raise(&u->cached_peak, h - a);
-    sp_spin_unlock(&u->lock);
-}
-
-/* A change of the pool's and the runtime's figures, without limit_used: a driver allocation
- * claimed its bytes there before the driver was asked (held_claim). */
-static void usage_commit(sp_pool *pool, int64_t requested, int64_t active, int64_t held)
-{
-    usage_apply(&pool->usage, requested, active, held);
-    usage_apply(&pool->rt->usage, requested, active, held);
-}
-
-void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held)
-{
-    if (held) /* bytes given back leave room under the limit */
-        (void)current_add(&pool->limit_used, held);
-    usage_commit(pool, requested, active, held);
-}
-
-void sp__usage_read(sp_usage *u, sp_usage_view *v)
-{
-    sp_spin_lock(&u->lock);
-    currents_locked(u, &v->requested, &v->active, &v->held);
-    v->requested_peak = atomic_load_explicit(&u->requested.peak, memory_order_relaxed);
-    v->active_peak = atomic_load_explicit(&u->active.peak, memory_order_relaxed);
-    v->held_peak = atomic_load_explicit(&u->held.peak, memory_order_relaxed);
-    v->cached_peak = atomic_load_explicit(&u->cached_peak, memory_order_relaxed);
-    v->held_total = atomic_load_explicit(&u->held.total, memory_order_relaxed);
-    sp_spin_unlock(&u->lock);
-}
-
-void sp__usage_reset_peaks(sp_usage *u)
-{
-    sp_spin_lock(&u->lock);
-    uint64_t r, a, h;
-    currents_locked(u, &r, &a, &h);
-    atomic_store_explicit(&u->requested.peak, r, memory_order_relaxed);
-    atomic_store_explicit(&u->active.peak, a, memory_order_relaxed);
-    atomic_store_explicit(&u->held.peak, h, memory_order_relaxed);
-    atomic_store_explicit(&u->cached_peak, h - a, memory_order_relaxed);
-    sp_spin_unlock(&u->lock);
-}
+/* ---- the caches' byte deltas and the pool's live bytes ---- */
 
 void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
 {
@@ -128,13 +28,13 @@ void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
 
 uint64_t sp__pool_active_bytes(sp_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock); /* released caches were flushed at their release */
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL); /* released caches were flushed at their release */
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool) {
         sp_spin_lock(&c->lock);
         sp__cache_flush_locked(pool, c);
         sp_spin_unlock(&c->lock);
     }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     return sp__usage_current(&pool->usage.active.current);
 }
 
@@ -146,7 +46,7 @@ static void count(sp_pool *pool, int counter)
 /* Claims `size` bytes of the pool's limit before the driver is asked, so that concurrent
  * allocations can never together pass it. The claim moves limit_used only: held bytes and
  * their peaks and totals follow when the driver said yes, with the block carved from them
- * (usage_commit), so that a refused request changes nothing, not even for a stats read made
+ * (sp__usage_commit), so that a refused request changes nothing, not even for a stats read made
  * while the driver is asked. */
 static bool held_claim(sp_pool *pool, uint64_t size)
 {
@@ -163,12 +63,7 @@ static bool held_claim(sp_pool *pool, uint64_t size)
 /* Undoes a claim the driver refused. */
 static void held_unclaim(sp_pool *pool, uint64_t size)
 {
-    (void)current_add(&pool->limit_used, -(int64_t)size);
-}
-
-void sp__pool_count(sp_pool *pool, int counter, uint64_t n)
-{
-    atomic_fetch_add_explicit(&pool->count[counter], n, memory_order_relaxed);
+    (void)sp__current_add(&pool->limit_used, -(int64_t)size);
 }
 
 /* ---- pool lifetime ---- */
@@ -334,15 +229,15 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     if (sp_unlikely(released))
         (void)sp__cache_final_fence(me);
     bool huge = !h->small && size > SP_MEDIUM_MAX;
-    pthread_mutex_lock(&h->lock);
+    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
     rc = sp__heap_add_segment(h, s, ptr, bytes, huge, me, epoch);
     sp_block *b = rc == SP_OK ? sp__heap_take(h, size, me, stream, SP_TAKE_KNOWN, NULL) : NULL;
     if (b) /* held and live together, before another thread can carve the rest */
         b->requested = requested;
     if (rc == SP_OK)
-        usage_commit(pool, b ? (int64_t)requested : 0, b ? (int64_t)b->size : 0,
+        sp__usage_commit(pool, b ? (int64_t)requested : 0, b ? (int64_t)b->size : 0,
                      (int64_t)bytes);
-    pthread_mutex_unlock(&h->lock);
+    sp_mutex_unlock(&h->lock);
     *out = b;
     if (rc != SP_OK) {
         /* the ptrmap could not take it: back to the driver, or, refused, kept in the heap
@@ -353,10 +248,10 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
             held_unclaim(pool, bytes);
         } else {
             count(pool, SP_COUNT_give_back_failures);
-            pthread_mutex_lock(&h->lock);
+            sp_mutex_lock(&h->lock, SP_RANK_HEAP);
             sp__heap_keep_unmapped(h, s, ptr, bytes, huge, me, epoch);
-            usage_commit(pool, 0, 0, (int64_t)bytes);
-            pthread_mutex_unlock(&h->lock);
+            sp__usage_commit(pool, 0, 0, (int64_t)bytes);
+            sp_mutex_unlock(&h->lock);
         }
         return rc;
     }
@@ -384,7 +279,7 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_b
         return rc;
     }
     b->requested = bytes;
-    usage_commit(pool, (int64_t)bytes, (int64_t)size, (int64_t)size);
+    sp__usage_commit(pool, (int64_t)bytes, (int64_t)size, (int64_t)size);
     count(pool, SP_COUNT_driver_allocs);
     *out = b;
     return SP_OK;
@@ -408,12 +303,12 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
  * later trim could synchronize, are cleared so that they do not bring back this synchronize. */
 static void settle_by_device_sync(sp_pool *pool, int *err)
 {
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     /* asked again under the lock, held through the synchronize: sp_stream_capture_begin counts
      * its capture before it takes every pool's lock, so a capture declared since the caller
      * asked is seen here, and one declared later is begun only after the synchronize (rule 25) */
     if (atomic_load_explicit(&pool->rt->captures, memory_order_acquire) != 0) {
-        pthread_mutex_unlock(&pool->lock);
+        sp_mutex_unlock(&pool->lock);
         return;
     }
     size_t n = 0;
@@ -443,17 +338,17 @@ static void settle_by_device_sync(sp_pool *pool, int *err)
                         atomic_store_explicit(&c->driver_frees, true, memory_order_release);
                     continue;
                 }
-                pthread_mutex_lock(&c->fence_lock);
+                sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
                 if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < snap[i].epoch)
                     atomic_store_explicit(&c->done_epoch, snap[i].epoch, memory_order_release);
-                pthread_mutex_unlock(&c->fence_lock);
+                sp_mutex_unlock(&c->fence_lock);
             }
     if (rc != SP_OK) {
         count(pool, SP_COUNT_skipped_steps);
         if (err && *err == SP_OK)
             *err = rc;
     }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     free(snap);
 }
 
@@ -462,7 +357,7 @@ static void settle_by_device_sync(sp_pool *pool, int *err)
 static void settle_all(sp_pool *pool, int *err)
 {
     bool unsettled = false;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
@@ -478,7 +373,7 @@ static void settle_all(sp_pool *pool, int *err)
                     *err = rc;
             }
         }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     /* Frees this thread cannot order one by one (another live thread's cudaStreamPerThread, a
      * released stream whose final fence failed): a device synchronize settles them all, unless
      * a capture may be under way (rule 25: it would fail and invalidate the capture). */
@@ -577,7 +472,7 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
 int sp__pool_free(sp_pool *pool)
 {
     int err = SP_OK;
-    sp__requests_free(pool); /* open ones without live allocations (live ones make it busy) */
+    sp__requests_free(pool->requests); /* open ones without live allocations (live ones make it busy) */
     /* blocks kept aside by a capture that was never declared over */
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
@@ -607,6 +502,7 @@ int sp__pool_free(sp_pool *pool)
         err = rc;
     sp__heap_destroy(&pool->slabs);
     sp__heap_destroy(&pool->segments);
+    sp__pool_drop_fences(pool);
     sp__cache_table_free(pool);
     if (pool->owns_cuda_pool) {
         rc = sp__cuda_pool_destroy(pool->cuda_pool); /* rule 7: returns at once */
@@ -623,10 +519,10 @@ int sp__pool_release_stream(sp_pool *pool, sp_stream_key key)
     /* The cache leaves the pool's list and its figures move to the pool's in one step under
      * pool->lock, which a stats read holds while it walks the list and reads the moved
      * figures: a read finds them in one place or the other, never in neither. */
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_stream_cache *c = sp__cache_detach_locked(pool, key);
     if (!c) {
-        pthread_mutex_unlock(&pool->lock);
+        sp_mutex_unlock(&pool->lock);
         return SP_OK;
     }
     sp_spin_lock(&c->lock);
@@ -647,7 +543,7 @@ int sp__pool_release_stream(sp_pool *pool, sp_stream_key key)
     sp_bin *bins = c->bins;
     c->bins = NULL;
     sp_spin_unlock(&c->lock);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     free(bins);
     sp__cache_release_aside(c);
     /* the released stream is named one last time: a fence covering all its frees (or, failing
@@ -665,13 +561,13 @@ int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
     sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_pool_config cfg = pool->cfg;
     cfg.release_threshold = bytes;
     int rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&cfg));
     if (rc == SP_OK)
         pool->cfg.release_threshold = bytes;
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     return rc;
 }
 
@@ -680,10 +576,10 @@ int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
     sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     pool->cfg.cache_limit = bytes;
     atomic_store_explicit(&pool->cache_limit, bytes, memory_order_relaxed);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
     if (bytes != UINT64_MAX) {
         (void)sp__pool_active_bytes(pool); /* flush every cache: the figures must be current */
@@ -699,9 +595,9 @@ int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out)
     if (out->size < offsetof(sp_pool_config, cross_stream) + sizeof out->cross_stream)
         return sp__bad_size("sp_pool_get_config", "sp_pool_config", out->size);
     size_t size = out->size;
-    pthread_mutex_lock((pthread_mutex_t *)&pool->lock);
+    sp_mutex_lock((pthread_mutex_t *)&pool->lock, SP_RANK_POOL);
     memcpy(out, &pool->cfg, size < sizeof pool->cfg ? size : sizeof pool->cfg);
-    pthread_mutex_unlock((pthread_mutex_t *)&pool->lock);
+    sp_mutex_unlock((pthread_mutex_t *)&pool->lock);
     out->size = size < sizeof pool->cfg ? size : sizeof pool->cfg;
     return SP_OK;
 }
@@ -716,4 +612,18 @@ int sp_pool_trim(sp_pool *pool, size_t keep_bytes)
     (void)sp__pool_give_back(pool, keep_bytes, true, &err);
     sp__trace_trim(pool);
     return err;
+}
+
+bool sp__pool_reported(sp_pool *pool)
+{
+    /* The default pool exists from sp_runtime_create on, whether or not the program ever uses
+     * it: until it has held memory or counted a call, showing it would only say "one more pool"
+     * than the program made. */
+    if (!pool->is_default || atomic_load(&pool->usage.held.total) != 0 ||
+        atomic_load(&pool->miss_allocs) != 0)
+        return true;
+    for (int i = 0; i < SP_COUNT_N; i++)
+        if (atomic_load(&pool->count[i]) != 0)
+            return true;
+    return false;
 }

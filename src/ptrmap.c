@@ -6,7 +6,8 @@
  * unknown-pointer answer touch it, never a free that finds its block. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "ptrmap.h"
+#include "cache.h"
 
 struct sp_ptrmap_slot {
     const void *key;
@@ -184,4 +185,33 @@ sp_block *sp__ptrmap_find(sp_ptrmap *m, const void *ptr)
     sp_block *b = s->cap && s->slots[i].key ? s->slots[i].block : NULL;
     sp_spin_unlock(&s->lock);
     return b;
+}
+
+/* ---- what a pointer is: sp_pointer_info and sp_free_any ---- */
+
+/* Under the shard's lock: a live block cannot be freed meanwhile (the free marks it under this
+ * lock), and its fields were written before it was marked live. */
+static void read_block(sp_block *b, void *arg)
+{
+    sp_ptr_lookup *l = arg;
+    if (!b)
+        return;
+    int state = atomic_load_explicit(&b->state, memory_order_acquire);
+    l->info.pool = b->pool;
+    if (state == SP_BLOCK_LIVE || state == SP_BLOCK_BYPASS) {
+        l->info.state = SP_POINTER_LIVE;
+        l->info.requested = b->requested;
+        l->info.usable = b->size;
+        l->info.stream = b->owner ? b->owner->key.stream : b->bypass_stream;
+        l->owner = b->owner;
+    } else {
+        l->info.state = SP_POINTER_CACHED; /* its fields may change under another lock */
+    }
+}
+
+sp_ptr_lookup sp__ptrmap_lookup(sp_ptrmap *m, const void *ptr)
+{
+    sp_ptr_lookup l = {{.size = sizeof l.info}, NULL};
+    sp__ptrmap_visit(m, ptr, read_block, &l);
+    return l;
 }

@@ -7,7 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "reclaim.h"
+#include "cuda_calls.h"
+#include "labels.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "conf.h"
+#include "format.h"
 
 static _Thread_local bool in_oom_callback; /* a callback's own allocations do not call it again */
 
@@ -31,7 +38,7 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
     sp_runtime *rt = pool->rt;
     uint64_t freed = 0;
     bool room = false;
-    pthread_mutex_lock(&rt->lock); /* pools cannot be destroyed meanwhile */
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME); /* pools cannot be destroyed meanwhile */
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
         n++;
@@ -56,17 +63,17 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
         }
         free(order);
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return freed > 0 || room;
 }
 
 bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream)
 {
     sp_runtime *rt = pool->rt;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     sp_oom_callback cb = rt->oom_cb;
     void *user = rt->oom_user;
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     if (!cb || in_oom_callback)
         return false;
     in_oom_callback = true;
@@ -79,10 +86,10 @@ int sp_runtime_set_oom_callback(sp_runtime *rt, sp_oom_callback cb, void *user)
 {
     if (!rt)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     rt->oom_cb = cb;
     rt->oom_user = user;
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return SP_OK;
 }
 
@@ -107,7 +114,7 @@ void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t st
     sp_runtime *rt = pool->rt;
     uint64_t free_b = 0, total = 0;
     (void)sp__cuda_mem_info(rt->device, &free_b, &total);
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     sp_oom_report *r = &rt->last_oom;
     uint32_t failures = r->failures + 1;
     memset(r, 0, sizeof *r);
@@ -129,7 +136,7 @@ void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t st
         else
             r->pools_omitted++;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
 }
 
 int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out)
@@ -139,9 +146,9 @@ int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out)
     if (out->size < offsetof(sp_oom_report, npools))
         return sp__bad_size("sp_runtime_last_oom", "sp_oom_report", out->size);
     uint32_t size = out->size;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     memcpy(out, &rt->last_oom, size < sizeof rt->last_oom ? size : sizeof rt->last_oom);
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     out->size = size < sizeof(sp_oom_report) ? size : (uint32_t)sizeof(sp_oom_report);
     return SP_OK;
 }

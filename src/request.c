@@ -6,7 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "pool.h"
+#include "cache.h"
+#include "fence.h"
+#include "heap.h"
+#include "format.h"
+#include "ptrmap.h"
+#include "request.h"
+#include "runtime.h"
+#include "status.h"
+#include "trace.h"
 
 static sp_req **bucket(sp_pool *pool, sp_request id)
 {
@@ -53,9 +62,9 @@ int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label, sp_r
     if (len)
         memcpy(r->label, label, len);
     r->st.size = sizeof r->st;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     if (pool->request_seq + 1 >= 1ull << SP_REQ_SEQ_BITS) {
-        pthread_mutex_unlock(&pool->lock);
+        sp_mutex_unlock(&pool->lock);
         free(r);
         return SP_ERR_NO_REQUEST; /* 2^40 requests in one pool: no id is left to give */
     }
@@ -64,7 +73,7 @@ int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label, sp_r
     sp_req **b = bucket(pool, r->id);
     r->next = *b;
     *b = r;
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     *out = r->id;
     return SP_OK;
 }
@@ -73,10 +82,10 @@ int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
 {
     if (!pool || !ptr)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_req *r = NULL;
     int rc = find_locked(pool, req, false, &r);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     /* r stays valid: only its end frees it, and allocating into a request while another thread
      * ends it is the caller's race, like a free racing with its own double */
     if (rc != SP_OK)
@@ -101,10 +110,10 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
         (out && out->size < sizeof(sp_request_stats)))
         return SP_ERR_INVALID;
     sp__cuda_error_clear();
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_req *r = NULL;
     int rc = find_locked(pool, req, true, &r);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     if (rc != SP_OK)
         return rc;
     /* what is still live goes back on the request's stream, in its order */
@@ -139,14 +148,4 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
     }
     free(r);
     return rc;
-}
-
-void sp__requests_free(sp_pool *pool)
-{
-    for (size_t i = 0; i < SP_REQ_BUCKETS; i++)
-        while (pool->requests[i]) {
-            sp_req *r = pool->requests[i];
-            pool->requests[i] = r->next;
-            free(r);
-        }
 }

@@ -1,11 +1,13 @@
 /* The live blocks of a request: a list per request under its spin lock, kept apart from
- * request.c so that sp_free (alloc.c), which must drop a freed block from its request, calls
- * down into a leaf instead of up into the request API. */
-#include "internal.h"
+ * request.c so that sp_free (alloc.c) and the pool's destroy (pool.c), which must drop a freed
+ * block from its request or an open request's structure, call down into a leaf instead of up
+ * into the request API. */
+#include <stdlib.h>
 
-void sp__req_link(sp_req *r, sp_block *b)
+#include "request.h"
+
+static void link_locked(sp_req *r, sp_block *b)
 {
-    sp_spin_lock(&r->lock);
     b->req = r;
     b->req_prev = NULL;
     b->req_next = r->blocks;
@@ -13,10 +15,16 @@ void sp__req_link(sp_req *r, sp_block *b)
         r->blocks->req_prev = b;
     r->blocks = b;
     r->live_requested += b->requested;
-    r->st.allocs++;
-    r->st.requested_total += b->requested;
     if (r->live_requested > r->st.requested_peak)
         r->st.requested_peak = r->live_requested;
+}
+
+void sp__req_link(sp_req *r, sp_block *b)
+{
+    sp_spin_lock(&r->lock);
+    link_locked(r, b);
+    r->st.allocs++;
+    r->st.requested_total += b->requested;
     sp_spin_unlock(&r->lock);
 }
 
@@ -33,12 +41,21 @@ static void unlink_locked(sp_req *r, sp_block *b)
     r->live_requested -= b->requested;
 }
 
-void sp__req_forget(sp_block *b)
+sp_req *sp__req_forget(sp_block *b)
 {
     sp_req *r = b->req;
     sp_spin_lock(&r->lock);
     unlink_locked(r, b);
     r->st.frees++;
+    sp_spin_unlock(&r->lock);
+    return r;
+}
+
+void sp__req_unforget(sp_req *r, sp_block *b)
+{
+    sp_spin_lock(&r->lock);
+    link_locked(r, b);
+    r->st.frees--;
     sp_spin_unlock(&r->lock);
 }
 
@@ -54,4 +71,14 @@ size_t sp__req_take(sp_req *r, void **ptrs, size_t cap, uint64_t *bytes)
     }
     sp_spin_unlock(&r->lock);
     return n;
+}
+
+void sp__requests_free(sp_req **table)
+{
+    for (size_t i = 0; i < SP_REQ_BUCKETS; i++)
+        while (table[i]) {
+            sp_req *r = table[i];
+            table[i] = r->next;
+            free(r);
+        }
 }

@@ -4,59 +4,61 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "runtime.h"
+#include "conf.h"
+#include "cuda_calls.h"
+#include "labels.h"
+#include "pool.h"
+#include "ptrmap.h"
+#include "status.h"
+#include "format.h"
+#include "trace.h"
 
 /* ---- the process's runtimes, for threads that exit ---- */
 
 static pthread_mutex_t runtimes_lock = PTHREAD_MUTEX_INITIALIZER;
 static sp_runtime *runtimes;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
-static pthread_key_t exit_key;
-static bool exit_key_ok;
-static _Thread_local bool watched;
 
 /* A thread's exit: its cudaStreamPerThread caches go to their pools behind a final fence that
  * this thread, the only one that can name its per-thread stream, records now. */
 static void thread_exit(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&runtimes_lock);
+    sp_mutex_lock(&runtimes_lock, SP_RANK_RUNTIMES);
     for (sp_runtime *rt = runtimes; rt; rt = rt->next_runtime)
         (void)sp_stream_release(rt, cudaStreamPerThread);
-    pthread_mutex_unlock(&runtimes_lock);
+    sp_mutex_unlock(&runtimes_lock);
 }
 
+/* The key whose value marks a thread that made a cudaStreamPerThread cache (stream_cache.c's
+ * sp__thread_watch sets it): created here, with the destructor above, before any runtime has
+ * a pool, so that the stream caches below never call up into the runtime. */
 static void exit_key_create(void)
 {
-    exit_key_ok = pthread_key_create(&exit_key, thread_exit) == 0;
-}
-
-void sp__thread_watch(void)
-{
-    if (watched)
-        return;
-    (void)pthread_once(&exit_once, exit_key_create);
-    /* best effort: without the key the caches stay until stream release or pool destroy */
-    watched = exit_key_ok && pthread_setspecific(exit_key, &watched) == 0;
+    pthread_key_t key;
+    if (pthread_key_create(&key, thread_exit) == 0)
+        sp__thread_exit_key_set(key);
 }
 
 static void runtime_register(sp_runtime *rt)
 {
-    pthread_mutex_lock(&runtimes_lock);
+    (void)pthread_once(&exit_once, exit_key_create);
+    sp_mutex_lock(&runtimes_lock, SP_RANK_RUNTIMES);
     rt->next_runtime = runtimes;
     runtimes = rt;
-    pthread_mutex_unlock(&runtimes_lock);
+    sp_mutex_unlock(&runtimes_lock);
 }
 
 static void runtime_unregister(sp_runtime *rt)
 {
-    pthread_mutex_lock(&runtimes_lock);
+    sp_mutex_lock(&runtimes_lock, SP_RANK_RUNTIMES);
     sp_runtime **p = &runtimes;
     while (*p && *p != rt)
         p = &(*p)->next_runtime;
     if (*p)
         *p = rt->next_runtime;
-    pthread_mutex_unlock(&runtimes_lock);
+    sp_mutex_unlock(&runtimes_lock);
 }
 
 int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out)
@@ -135,29 +137,43 @@ static bool pool_has_live(sp_pool *pool)
     return sp__pool_active_bytes(pool) != 0;
 }
 
+/* SP_ERR_BUSY with a message naming the pool, its live allocations and bytes (rt->lock may be
+ * held). */
+static int busy_message(const char *call, sp_pool *pool)
+{
+    sp_stats st = {.size = sizeof st};
+    (void)sp_pool_stats(pool, &st);
+    return sp__errorf(SP_ERR_BUSY,
+                      "%s: pool '%s' still has %llu live allocation%s (%llu bytes requested): "
+                      "sp_free them first (sp_pool_dump_live lists them)",
+                      call, pool->name, (unsigned long long)(st.allocs - st.frees),
+                      st.allocs - st.frees == 1 ? "" : "s",
+                      (unsigned long long)st.requested.current);
+}
+
 int sp_runtime_destroy(sp_runtime *rt)
 {
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     /* a declared capture forbids the device synchronize that may settle what is left */
     if (atomic_load(&rt->captures) != 0) {
-        pthread_mutex_unlock(&rt->lock);
+        sp_mutex_unlock(&rt->lock);
         return sp__errorf(SP_ERR_BUSY, "sp_runtime_destroy: a graph capture is declared "
                                        "(sp_stream_capture_begin without its end)");
     }
     for (sp_pool *p = rt->pools; p; p = p->next) {
         if (pool_has_live(p)) {
-            int rc = sp__busy_message("sp_runtime_destroy", p);
-            pthread_mutex_unlock(&rt->lock);
+            int rc = busy_message("sp_runtime_destroy", p);
+            sp_mutex_unlock(&rt->lock);
             return rc;
         }
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     /* no exiting thread may reach it from here on (lock order: runtimes_lock > rt->lock) */
     runtime_unregister(rt);
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     sp__config_warn_unused(rt);
     sp__trace_destroy(rt);
     sp__stream_labels_forget(rt, NULL);
@@ -169,7 +185,7 @@ int sp_runtime_destroy(sp_runtime *rt)
         if (err == SP_OK)
             err = rc;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     int rc = sp__cuda_stream_sync(rt->service);
     if (err == SP_OK)
         err = rc;
@@ -213,7 +229,7 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
     if (cfg && cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
         return sp__bad_size(adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config",
                             cfg->size);
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
     sp_pool *pool = NULL;
     if (rc == SP_OK)
@@ -224,7 +240,7 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
         sp__config_pool_created(rt, name);
         *out = pool;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return rc;
 }
 
@@ -247,9 +263,9 @@ int sp_pool_find(sp_runtime *rt, const char *name, sp_pool **out)
     sp__cuda_error_clear();
     if (!rt || !name || !out)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     sp_pool *p = find_locked(rt, name);
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     if (!p)
         return SP_ERR_NOT_FOUND;
     *out = p;
@@ -272,10 +288,10 @@ int sp_pool_destroy(sp_pool *pool)
     if (!pool || pool->is_default)
         return SP_ERR_INVALID;
     sp_runtime *rt = pool->rt;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     if (atomic_load(&rt->captures) != 0 || pool_has_live(pool)) {
-        int rc = pool_has_live(pool) ? sp__busy_message("sp_pool_destroy", pool) : SP_ERR_BUSY;
-        pthread_mutex_unlock(&rt->lock);
+        int rc = pool_has_live(pool) ? busy_message("sp_pool_destroy", pool) : SP_ERR_BUSY;
+        sp_mutex_unlock(&rt->lock);
         return rc;
     }
     sp_pool **p = &rt->pools;
@@ -286,7 +302,7 @@ int sp_pool_destroy(sp_pool *pool)
      * device (frees it cannot order one by one), which a capture declared meanwhile forbids
      * (rule 25); declaring one takes this lock, so it waits for the free */
     int rc = sp__pool_free(pool);
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return rc;
 }
 
@@ -297,26 +313,18 @@ int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
     int rc = SP_OK;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     for (sp_pool *p = rt->pools; p; p = p->next) {
         int prc = sp__pool_release_stream(p, key);
         if (rc == SP_OK)
             rc = prc;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     sp__stream_labels_forget(rt, &stream);
     return rc;
 }
 
 /* ---- declared graph captures ---- */
-
-static size_t capture_find(const sp_runtime *rt, sp_stream_key key)
-{
-    for (size_t i = 0; i < rt->capturing_len; i++)
-        if (rt->capturing[i].stream == key.stream && rt->capturing[i].thread == key.thread)
-            return i;
-    return SIZE_MAX;
-}
 
 /* Sets or clears the capturing flag of key's cache in every pool (created for `on`, so that the
  * hot path reads one flag and no lock); runtime->lock held. Setting it then waits for every fence
@@ -351,8 +359,8 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
     int rc = SP_OK;
-    pthread_mutex_lock(&rt->lock);
-    if (capture_find(rt, key) == SIZE_MAX) {
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    if (sp__capture_find(rt, key) == SIZE_MAX) {
         if (rt->capturing_len == rt->capturing_cap) {
             size_t cap = rt->capturing_cap ? rt->capturing_cap * 2 : 4;
             sp_stream_key *grown = realloc(rt->capturing, cap * sizeof *grown);
@@ -374,7 +382,7 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
             }
         }
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return rc;
 }
 
@@ -384,90 +392,15 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
     if (!rt)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
-    pthread_mutex_lock(&rt->lock);
-    size_t i = capture_find(rt, key);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    size_t i = sp__capture_find(rt, key);
     if (i != SIZE_MAX) {
         rt->capturing[i] = rt->capturing[--rt->capturing_len];
         /* the blocks freed during the capture go back to their slabs and segments now */
         (void)capture_flag_all(rt, key, false);
         atomic_fetch_sub(&rt->captures, 1);
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     return i == SIZE_MAX ? SP_ERR_INVALID : SP_OK;
 }
 
-void sp__capture_adopt(sp_stream_cache *c)
-{
-    sp_runtime *rt = c->pool->rt;
-    pthread_mutex_lock(&rt->lock);
-    if (capture_find(rt, c->key) != SIZE_MAX) {
-        atomic_store_explicit(&c->declared, true, memory_order_release);
-        atomic_store_explicit(&c->capturing, true, memory_order_release);
-    }
-    pthread_mutex_unlock(&rt->lock);
-}
-
-int sp__cache_capturing(sp_stream_cache *c, bool *capturing)
-{
-    if (c->pool->rt->cfg.capture_check != SP_CAPTURE_ALWAYS) {
-        *capturing = atomic_load_explicit(&c->capturing, memory_order_acquire);
-        return SP_OK;
-    }
-    /* declared as well: capturing from sp_stream_capture_begin to its end, as under DECLARED,
-     * also before cudaStreamBeginCapture (whose "not capturing" yet would lift the declaration
-     * another thread's miss relies on) */
-    if (atomic_load_explicit(&c->declared, memory_order_acquire)) {
-        *capturing = true;
-        return SP_OK;
-    }
-    int rc = sp__cuda_stream_is_capturing(c->key.stream, capturing);
-    if (rc != SP_OK)
-        return rc;
-    /* ALWAYS: the flag remembers what was last seen, so that a capture's end is noticed here
-     * and its kept-aside blocks come back */
-    if (*capturing)
-        atomic_store_explicit(&c->capturing, true, memory_order_relaxed);
-    else if (atomic_exchange_explicit(&c->capturing, false, memory_order_relaxed))
-        sp__cache_release_aside(c);
-    return SP_OK;
-}
-
-void sp__cache_release_aside(sp_stream_cache *c)
-{
-    sp_pool *pool = c->pool;
-    sp_spin_lock(&c->lock);
-    sp_block *list = c->aside;
-    c->aside = NULL;
-    uint64_t epoch = 0;
-    if (list) { /* tagged as freed on the stream now, after the capture */
-        epoch = atomic_load_explicit(&c->free_epoch, memory_order_relaxed) + 1;
-        atomic_store_explicit(&c->free_epoch, epoch, memory_order_release);
-    }
-    sp_spin_unlock(&c->lock);
-    for (sp_block *b = list, *next; b; b = next) {
-        next = b->next;
-        sp_heap *h = b->cls < SP_CLASS_COUNT ? &pool->slabs : &pool->segments;
-        pthread_mutex_lock(&h->lock);
-        sp__heap_put(h, b, c, epoch);
-        pthread_mutex_unlock(&h->lock);
-    }
-}
-
-bool sp__may_touch_stream(sp_stream_cache *c)
-{
-    if (!sp__this_threads_stream(c->key) ||
-        atomic_load_explicit(&c->capturing, memory_order_acquire))
-        return false;
-    sp_runtime *rt = c->pool->rt;
-    /* the legacy stream depends on every blocking stream, a capturing one too (rule 25); under
-     * SP_CAPTURE_ALWAYS as well, where cudaStreamIsCapturing says "no" until a declared capture
-     * has begun */
-    if (atomic_load_explicit(&rt->captures, memory_order_acquire) != 0 &&
-        (c->key.stream == NULL || c->key.stream == cudaStreamLegacy))
-        return false;
-    if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS) {
-        bool capturing = true;
-        return sp__cuda_stream_is_capturing(c->key.stream, &capturing) == SP_OK && !capturing;
-    }
-    return true;
-}

@@ -7,7 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "heap.h"
+#include "counters.h"
+#include "cuda_calls.h"
+#include "pool.h"
+#include "ptrmap.h"
+#include "runtime.h"
 
 #define MIN_SPLIT ((size_t)256) /* CUDA's alignment: no range is smaller */
 
@@ -461,10 +466,10 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
             *err = rc;
         sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
         uint64_t epoch = tag ? atomic_load_explicit(&tag->free_epoch, memory_order_acquire) : 0;
-        pthread_mutex_lock(&h->lock);
+        sp_mutex_lock(&h->lock, SP_RANK_HEAP);
         if (sp__heap_add_segment(h, s, s->ptr, size, s->huge, tag, epoch) != SP_OK)
             sp__heap_keep_unmapped(h, s, s->ptr, size, s->huge, tag, epoch);
-        pthread_mutex_unlock(&h->lock);
+        sp_mutex_unlock(&h->lock);
         return 0;
     }
     sp__segment_discard(s);
@@ -480,7 +485,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     sp_ask_budget asks = {0}; /* a miss asks about a few other streams, each once */
     if (!ab)
         ab = &asks;
-    pthread_mutex_lock(&h->lock);
+    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
     size_t n = 0;
     for (sp_segment *s = h->segments; s; s = s->next)
         n += s->used == 0;
@@ -501,7 +506,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
         segment_unlink(h, cand[taken]);
         planned += cand[taken]->size;
     }
-    pthread_mutex_unlock(&h->lock);
+    sp_mutex_unlock(&h->lock);
     /* A miss frees on its own stream: the driver hands memory freed there to the allocation
      * that follows on that stream at once (rule 9), with no synchronization. The service
      * stream, shared by every thread, made each miss wait for every other thread's frees, and
@@ -595,9 +600,9 @@ void sp__park_put(sp_pool *pool, sp_block *list)
 {
     if (!list)
         return;
-    pthread_mutex_lock(&pool->segments.lock);
+    sp_mutex_lock(&pool->segments.lock, SP_RANK_HEAP);
     sp__park_put_locked(&pool->segments, list);
-    pthread_mutex_unlock(&pool->segments.lock);
+    sp_mutex_unlock(&pool->segments.lock);
 }
 
 void sp__park_flush(sp_pool *pool, sp_stream_cache *c)
@@ -613,7 +618,7 @@ void sp__park_flush(sp_pool *pool, sp_stream_cache *c)
 void sp__park_flush_all(sp_pool *pool)
 {
     sp_block *list = NULL;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool) {
         /* an empty park is skipped without its lock: a range parked by a free that this thread
          * has not seen yet is one that raced with this flush anyway */
@@ -623,19 +628,19 @@ void sp__park_flush_all(sp_pool *pool)
         list = sp__park_take_all_locked(c, list);
         sp_spin_unlock(&c->lock);
     }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     sp__park_put(pool, list);
 }
 
 void sp__heap_give_back_huge(sp_heap *h, sp_block *b, sp_stream_cache *c, cudaStream_t stream)
 {
-    pthread_mutex_lock(&h->lock);
+    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
     sp__heap_put(h, b, c, b->epoch);
     sp_segment *s = b->seg;
     bool whole = s->huge && s->used == 0 && s->first->is_free && !s->first->addr_next;
     if (whole)
         segment_unlink(h, s); /* b goes with it */
-    pthread_mutex_unlock(&h->lock);
+    sp_mutex_unlock(&h->lock);
     if (whole)
         (void)give_segment(h, s, stream, c, false, NULL);
 }
@@ -644,7 +649,7 @@ void sp__heap_stats(sp_heap *h, sp_stats *st)
 {
     if (!h->small) /* inactive_split and largest_free count parked ranges as free */
         sp__park_flush_all(h->pool);
-    pthread_mutex_lock(&h->lock);
+    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
     for (sp_segment *s = h->segments; s; s = s->next) {
         if (s->used)
             st->inactive_split += s->size - s->used;
@@ -659,5 +664,5 @@ void sp__heap_stats(sp_heap *h, sp_stats *st)
         st->segments += h->segment_count;
         st->segment_bytes += h->segment_bytes;
     }
-    pthread_mutex_unlock(&h->lock);
+    sp_mutex_unlock(&h->lock);
 }

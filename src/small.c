@@ -1,51 +1,9 @@
-/* Small requests: size classes, the per-stream bins of freed blocks, taking another stream's
- * blocks behind a fence, and returning blocks to the slabs they were carved from.
- * Size classes: 256-byte steps up to 4 KiB (CUDA aligns allocations to 256 bytes anyway), then
- * 16 classes per power of two. A request is rounded up by less than 256 bytes below 4 KiB and by
- * less than 1/16 of itself above, so the rounding waste of any mix of sizes is under 6.25%. */
-#include "internal.h"
-
-#define SMALL_STEP 256u
-#define SMALL_LIMIT 4096u
-#define SMALL_CLASSES 16u
-#define SUB 16u          /* classes per power of two above SMALL_LIMIT */
-#define SMALL_LOG2 12u
-
-uint32_t sp__class_of(size_t n)
-{
-    if (n <= SMALL_LIMIT)
-        return (uint32_t)((n + SMALL_STEP - 1) / SMALL_STEP - 1);
-    unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1)); /* 2^k < n <= 2^(k+1) */
-    size_t base = (size_t)1 << k;
-    size_t step = base / SUB;
-    size_t j = (n - base + step - 1) / step; /* 1..16 */
-    return SMALL_CLASSES + (uint32_t)(k - SMALL_LOG2) * SUB + (uint32_t)(j - 1);
-}
-
-uint32_t sp__class_floor(size_t n)
-{
-    if (n >= SP_MAX_ALLOC)
-        return SP_CLASS_COUNT - 1;
-    uint32_t c = sp__class_of(n);
-    return sp__class_size(c) == n ? c : c - 1;
-}
-
-size_t sp__class_size(uint32_t cls)
-{
-    if (cls < SMALL_CLASSES)
-        return (size_t)(cls + 1) * SMALL_STEP;
-    uint32_t k = SMALL_LOG2 + (cls - SMALL_CLASSES) / SUB;
-    size_t j = (cls - SMALL_CLASSES) % SUB + 1;
-    size_t base = (size_t)1 << k;
-    return base + j * (base / SUB);
-}
-
-size_t sp_size_class(size_t bytes)
-{
-    if (bytes == 0 || bytes > SP_MAX_ALLOC)
-        return 0;
-    return sp__class_size(sp__class_of(bytes));
-}
+/* Small requests: the per-stream bins of freed blocks (their size classes are classes.c's),
+ * taking another stream's blocks behind a fence, and returning blocks to the slabs they were
+ * carved from. */
+#include "heap.h"
+#include "counters.h"
+#include "pool.h"
 
 /* ---- bins: doubly linked, newest at the head (same-stream reuse takes the warmest block, a
  * steal from another stream the oldest, whose fence is likeliest complete) ---- */
@@ -130,12 +88,12 @@ sp_block *sp__small_steal(sp_pool *pool, sp_stream_cache *me, uint32_t cls, cuda
     sp_block *b = NULL;
     for (sp_take_mode pass = SP_TAKE_KNOWN; !b && pass <= mode; pass++) {
         int probes = 0;
-        pthread_mutex_lock(&pool->lock);
+        sp_mutex_lock(&pool->lock, SP_RANK_POOL);
         for (sp_stream_cache *v = pool->caches; v && !b && probes < SP_STEAL_PROBES;
              v = v->next_in_pool)
             if (v != me && (probes++, true))
                 b = steal_from(pool, v, cls, stream, pass, ab);
-        pthread_mutex_unlock(&pool->lock);
+        sp_mutex_unlock(&pool->lock);
     }
     return b;
 }
@@ -162,12 +120,12 @@ void sp__small_to_slabs(sp_pool *pool, sp_stream_cache *c, sp_block *list)
 {
     if (!list)
         return;
-    pthread_mutex_lock(&pool->slabs.lock);
+    sp_mutex_lock(&pool->slabs.lock, SP_RANK_HEAP);
     for (sp_block *b = list, *next; b; b = next) {
         next = b->next;
         sp__heap_put(&pool->slabs, b, c, b->epoch);
     }
-    pthread_mutex_unlock(&pool->slabs.lock);
+    sp_mutex_unlock(&pool->slabs.lock);
 }
 
 static void cache_to_slabs(sp_pool *pool, sp_stream_cache *c)
@@ -180,8 +138,8 @@ static void cache_to_slabs(sp_pool *pool, sp_stream_cache *c)
 
 void sp__small_flush_bins(sp_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
         cache_to_slabs(pool, c);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
 }

@@ -1,12 +1,16 @@
 /* Stats: hot-path counters live in each stream cache (under its lock) and the slow-path ones in
  * the pool (atomics); a read merges them into the caller's versioned struct. JSON rendering
  * walks the same X-macro list as the struct, so a new counter is declared once. */
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "pool.h"
+#include "cuda_calls.h"
+#include "runtime.h"
+#include "status.h"
+#include "conf.h"
+#include "format.h"
 
 static uint64_t load(const atomic_uint_least64_t *v)
 {
@@ -35,7 +39,7 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     /* released streams' counters were merged into the pool's at release, under pool->lock
      * with the cache's unlinking: read under it too, they and the list agree. A read costs
      * O(live streams) however many came and went. */
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     requested_total += load(&pool->retired_requested_total);
     active_total += load(&pool->retired_active_total);
     st->same_stream_hits += load(&pool->retired_hits);
@@ -46,7 +50,7 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
         merge_cache(pool, c, st, &requested_total, &active_total);
     st->streams += pool->cache_count;
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     st->requested.total += requested_total;
     st->active.total += active_total;
 #define SP_ADD_COUNTER(name, text) st->name += load(&pool->count[SP_COUNT_##name]);
@@ -124,7 +128,7 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
     int rc = begin("sp_runtime_stats", out, &st);
     if (rc != SP_OK)
         return rc;
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     for (sp_pool *p = rt->pools; p; p = p->next) {
         if (!sp__pool_reported(p))
             continue;
@@ -132,20 +136,10 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
         if (rc == SP_OK)
             rc = prc;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     fill_usage(&rt->usage, &st);
     finish(&st, out);
     return rc;
-}
-
-void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(*used < len ? buf + *used : NULL, *used < len ? len - *used : 0, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        *used += (size_t)n;
 }
 
 size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)

@@ -1,6 +1,6 @@
 /* Status codes and versions: sp_strerror, sp_status_name and sp_version come from the one list
  * in streampool.h; the thread's last CUDA error backs sp_last_cuda_error. */
-#include "internal.h"
+#include "status.h"
 
 #define SP_STR2(x) #x
 #define SP_STR(x) SP_STR2(x)

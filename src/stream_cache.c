@@ -4,7 +4,11 @@
  * its mutex, is consulted only on a memo miss. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "cache.h"
+#include "cuda_calls.h"
+#include "pool.h"
+#include "runtime.h"
+#include "introspect.h"
 
 /* ---- stream keys ---- */
 
@@ -118,13 +122,13 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
     uint64_t gen = atomic_load_explicit(&pool->stream_gen, memory_order_acquire);
     if (sp_likely(m->pool_id == pool->id && m->gen == gen && key_equal(m->key, key)))
         return m->cache;
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_stream_cache *c = table_find(pool, key, h);
     bool created = false;
     if (!c)
         created = (c = table_insert(pool, key)) != NULL;
     gen = atomic_load_explicit(&pool->stream_gen, memory_order_relaxed);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     /* a stream declared capturing before its cache existed (or before it was released and
      * seen again) */
     if (created && atomic_load_explicit(&pool->rt->captures, memory_order_acquire) != 0)
@@ -137,11 +141,11 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
 sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key, bool create)
 {
     size_t h = key_hash(pool->id, key);
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_stream_cache *c = table_find(pool, key, h);
     if (!c && create)
         c = table_insert(pool, key);
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
     return c;
 }
 
@@ -169,14 +173,14 @@ sp_stream_cache *sp__cache_detach_locked(sp_pool *pool, sp_stream_key key)
 
 void sp__cache_drain_fence_steps(sp_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock);
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
-            pthread_mutex_lock(&c->fence_lock);
-            pthread_mutex_unlock(&c->fence_lock);
+            sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+            sp_mutex_unlock(&c->fence_lock);
         }
     }
-    pthread_mutex_unlock(&pool->lock);
+    sp_mutex_unlock(&pool->lock);
 }
 
 void sp__cache_table_free(sp_pool *pool)
@@ -184,7 +188,6 @@ void sp__cache_table_free(sp_pool *pool)
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {
         for (sp_stream_cache *c = *l, *next; c; c = next) {
             next = c->next_in_pool;
-            sp__cache_drop_fences(c);
             pthread_mutex_destroy(&c->fence_lock);
             free(c->bins);
             free(c);
@@ -194,4 +197,95 @@ void sp__cache_table_free(sp_pool *pool)
     pool->buckets = NULL;
     pool->caches = pool->retired = NULL;
     pool->bucket_count = pool->cache_count = 0;
+}
+
+/* ---- per-stream figures (introspect.h): the hot path's slow cases ---- */
+
+void sp__note_foreign_free(sp_free_note n)
+{
+    sp_spin_lock(&n.owner->lock);
+    n.owner->live_requested -= n.requested;
+    n.owner->live_active -= n.size;
+    sp_spin_unlock(&n.owner->lock);
+}
+
+void sp__note_miss(sp_stream_cache *c, sp_block *b, size_t bytes)
+{
+    sp_stream_cache *from = b->freed_by; /* b is ours alone until it is marked live */
+    bool steal = from != NULL && from != c;
+    sp_spin_lock(&c->lock);
+    sp__note_alloc_locked(c, b);
+    c->live_requested += bytes;
+    c->live_active += b->size;
+    sp__note_peaks_locked(c);
+    c->steals_taken += steal;
+    sp_spin_unlock(&c->lock);
+    if (steal) {
+        sp_spin_lock(&from->lock);
+        from->steals_given++;
+        sp_spin_unlock(&from->lock);
+    }
+}
+
+/* ---- threads that exit ---- */
+
+/* runtime.c's key (sp__thread_exit_key_set): its destructor releases the exiting thread's
+ * cudaStreamPerThread caches in every runtime. */
+static pthread_key_t exit_key;
+static atomic_bool exit_key_set;
+static _Thread_local bool watched;
+
+void sp__thread_exit_key_set(pthread_key_t key)
+{
+    exit_key = key;
+    atomic_store_explicit(&exit_key_set, true, memory_order_release);
+}
+
+void sp__thread_watch(void)
+{
+    if (watched)
+        return;
+    /* best effort: without the key the caches stay until stream release or pool destroy */
+    watched = atomic_load_explicit(&exit_key_set, memory_order_acquire) &&
+              pthread_setspecific(exit_key, &watched) == 0;
+}
+
+/* ---- the capture state of a stream (capture.c has the blocks kept aside) ---- */
+
+size_t sp__capture_find(const sp_runtime *rt, sp_stream_key key)
+{
+    for (size_t i = 0; i < rt->capturing_len; i++)
+        if (rt->capturing[i].stream == key.stream && rt->capturing[i].thread == key.thread)
+            return i;
+    return SIZE_MAX;
+}
+
+void sp__capture_adopt(sp_stream_cache *c)
+{
+    sp_runtime *rt = c->pool->rt;
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    if (sp__capture_find(rt, c->key) != SIZE_MAX) {
+        atomic_store_explicit(&c->declared, true, memory_order_release);
+        atomic_store_explicit(&c->capturing, true, memory_order_release);
+    }
+    sp_mutex_unlock(&rt->lock);
+}
+
+bool sp__may_touch_stream(sp_stream_cache *c)
+{
+    if (!sp__this_threads_stream(c->key) ||
+        atomic_load_explicit(&c->capturing, memory_order_acquire))
+        return false;
+    sp_runtime *rt = c->pool->rt;
+    /* the legacy stream depends on every blocking stream, a capturing one too (rule 25); under
+     * SP_CAPTURE_ALWAYS as well, where cudaStreamIsCapturing says "no" until a declared capture
+     * has begun */
+    if (atomic_load_explicit(&rt->captures, memory_order_acquire) != 0 &&
+        (c->key.stream == NULL || c->key.stream == cudaStreamLegacy))
+        return false;
+    if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS) {
+        bool capturing = true;
+        return sp__cuda_stream_is_capturing(c->key.stream, &capturing) == SP_OK && !capturing;
+    }
+    return true;
 }

@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "introspect.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "format.h"
 
 typedef struct {
     char *buf;
@@ -121,7 +125,7 @@ int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed)
         return SP_ERR_INVALID;
     sp_stats total = {.size = sizeof total};
     int rc = sp_runtime_stats(rt, &total);
-    pthread_mutex_lock(&rt->lock);
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
         n += sp__pool_reported(p);
@@ -139,7 +143,7 @@ int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed)
             rc = prc;
         r->limit = p->cfg.limit;
     }
-    pthread_mutex_unlock(&rt->lock);
+    sp_mutex_unlock(&rt->lock);
     if (!rows)
         return SP_ERR_NO_HOST_MEMORY;
     text t = {buf, len, 0};

@@ -5,7 +5,7 @@
  * sp_text_free. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "base.h"
 
 /* One rendering into buf of len bytes; sets *needed, returns a status. */
 typedef int (*render_fn)(const void *what, char *buf, size_t len, size_t *needed);

@@ -16,7 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "trace.h"
+#include "classes.h"
+#include "conf.h"
+#include "counters.h"
+#include "cuda_calls.h"
+#include "labels.h"
+#include "pool.h"
+#include "runtime.h"
+#include "status.h"
+#include "format.h"
 
 atomic_int sp__tracing;
 _Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));
@@ -95,7 +104,7 @@ static thread_buf *my_buf(struct sp_trace *t)
     if (sp_likely(memo.uid == uid))
         return memo.buf;
     long tid = (long)syscall(SYS_gettid);
-    pthread_mutex_lock(&t->lock);
+    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
     thread_buf *b = t->threads;
     while (b && b->tid != tid) /* a thread id reused after an exit takes over its buffer */
         b = b->next;
@@ -105,7 +114,7 @@ static thread_buf *my_buf(struct sp_trace *t)
         b->next = t->threads;
         t->threads = b;
     }
-    pthread_mutex_unlock(&t->lock);
+    sp_mutex_unlock(&t->lock);
     if (b) {
         memo.uid = uid;
         memo.buf = b;
@@ -120,7 +129,7 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
     if (b->memo_pool_id[slot] == pool->id)
         return b->memo_index[slot];
     uint32_t i;
-    pthread_mutex_lock(&t->lock);
+    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
     for (i = 0; i < t->npools && t->pools[i].id != pool->id; i++)
         ;
     if (i == t->npools) {
@@ -128,7 +137,7 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
             uint32_t cap = t->cap_pools ? t->cap_pools * 2 : 8;
             pool_name *grown = realloc(t->pools, cap * sizeof *grown);
             if (!grown) {
-                pthread_mutex_unlock(&t->lock);
+                sp_mutex_unlock(&t->lock);
                 return UINT32_MAX;
             }
             t->pools = grown;
@@ -138,7 +147,7 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
         memcpy(t->pools[i].name, pool->name, sizeof t->pools[i].name);
         t->npools++;
     }
-    pthread_mutex_unlock(&t->lock);
+    sp_mutex_unlock(&t->lock);
     b->memo_pool_id[slot] = pool->id;
     b->memo_index[slot] = i;
     return i;
@@ -208,46 +217,57 @@ static uint64_t pool_counter(const sp_pool *pool, int counter)
     return atomic_load_explicit(&pool->count[counter], memory_order_relaxed);
 }
 
-int sp__trace_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+sp_trace_mark sp__trace_alloc_mark(sp_pool *pool)
 {
     struct sp_trace *t = active(pool);
-    uint64_t mallocs = sp__cuda_thread_mallocs, waits = sp__cuda_thread_waits;
-    uint64_t steals = t ? pool_counter(pool, SP_COUNT_cross_stream_reuses) : 0;
-    uint64_t retries = t ? pool_counter(pool, SP_COUNT_oom_retries) : 0;
-    sp__trace_inside = true;
-    int rc = sp_alloc(pool, ptr, bytes, stream);
-    sp__trace_inside = false;
+    return (sp_trace_mark){
+        .trace = t,
+        .mallocs = sp__cuda_thread_mallocs,
+        .waits = sp__cuda_thread_waits,
+        .steals = t ? pool_counter(pool, SP_COUNT_cross_stream_reuses) : 0,
+        .retries = t ? pool_counter(pool, SP_COUNT_oom_retries) : 0,
+    };
+}
+
+void sp__trace_alloc_done(const sp_trace_mark *m, sp_pool *pool, void *const *ptr, size_t bytes,
+                          cudaStream_t stream, int rc)
+{
+    struct sp_trace *t = m->trace;
     if (!t || bytes == 0 || rc == SP_ERR_INVALID || rc == SP_ERR_TOO_LARGE)
-        return rc; /* not traced, or never reached the pool */
+        return; /* not traced, or never reached the pool */
     int outcome = rc != SP_OK                                   ? OUT_FAIL
-                  : sp__cuda_thread_mallocs != mallocs          ? OUT_FRESH
-                  : sp__cuda_thread_waits != waits              ? OUT_WAIT
-                  : pool_counter(pool, SP_COUNT_cross_stream_reuses) != steals ? OUT_STEAL
+                  : sp__cuda_thread_mallocs != m->mallocs       ? OUT_FRESH
+                  : sp__cuda_thread_waits != m->waits           ? OUT_WAIT
+                  : pool_counter(pool, SP_COUNT_cross_stream_reuses) != m->steals ? OUT_STEAL
                                                                 : OUT_HIT;
-    if (pool_counter(pool, SP_COUNT_oom_retries) != retries)
+    if (pool_counter(pool, SP_COUNT_oom_retries) != m->retries)
         record(t, pool, EV_RECLAIM, outcome, rc, NULL, bytes, stream);
     if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT)
         record(t, pool, rc == SP_ERR_LIMIT ? EV_LIMIT : EV_OOM, outcome, rc, NULL, bytes, stream);
     record(t, pool, EV_ALLOC, outcome, rc, rc == SP_OK ? *ptr : NULL, bytes, stream);
-    return rc;
 }
 
-int sp__trace_free(sp_pool *pool, void *ptr, cudaStream_t stream)
+sp_trace_mark sp__trace_free_mark(sp_pool *pool)
 {
     struct sp_trace *t = active(pool);
-    uint64_t trims = t ? pool_counter(pool, SP_COUNT_trims) : 0;
     /* The free's time is taken before the block can go to another thread: an allocation that
      * gets the same pointer then always sorts after this free, never before it. */
-    uint64_t at = t ? now_ns() : 0;
-    sp__trace_inside = true;
-    int rc = sp_free(pool, ptr, stream);
-    sp__trace_inside = false;
+    return (sp_trace_mark){
+        .trace = t,
+        .trims = t ? pool_counter(pool, SP_COUNT_trims) : 0,
+        .at_ns = t ? now_ns() : 0,
+    };
+}
+
+void sp__trace_free_done(const sp_trace_mark *m, sp_pool *pool, const void *ptr,
+                         cudaStream_t stream, int rc)
+{
+    struct sp_trace *t = m->trace;
     if (!t || !ptr)
-        return rc;
-    record_at(t, pool, EV_FREE, rc == SP_OK ? OUT_HIT : OUT_FAIL, rc, ptr, 0, stream, at);
-    if (pool_counter(pool, SP_COUNT_trims) != trims) /* the cache limit gave blocks back */
+        return;
+    record_at(t, pool, EV_FREE, rc == SP_OK ? OUT_HIT : OUT_FAIL, rc, ptr, 0, stream, m->at_ns);
+    if (pool_counter(pool, SP_COUNT_trims) != m->trims) /* the cache limit gave blocks back */
         record(t, pool, EV_TRIM, OUT_HIT, SP_OK, NULL, 0, stream);
-    return rc;
 }
 
 void sp__trace_trim(sp_pool *pool)
@@ -288,9 +308,9 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     char *copy = strdup(path);
     if (!copy)
         return SP_ERR_NO_HOST_MEMORY;
-    pthread_mutex_lock(&t->lock);
+    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
     if (atomic_load(&t->on)) {
-        pthread_mutex_unlock(&t->lock);
+        sp_mutex_unlock(&t->lock);
         free(copy);
         return SP_ERR_BUSY;
     }
@@ -306,7 +326,7 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     t->t0_ns = now_ns();
     atomic_store(&t->on, true);
     atomic_fetch_add(&sp__tracing, 1);
-    pthread_mutex_unlock(&t->lock);
+    sp_mutex_unlock(&t->lock);
     return SP_OK;
 }
 
@@ -524,9 +544,9 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     struct sp_trace *t = atomic_load(&rt->trace);
     if (!t)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&t->lock);
+    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
     if (!atomic_load(&t->on)) {
-        pthread_mutex_unlock(&t->lock);
+        sp_mutex_unlock(&t->lock);
         return SP_ERR_INVALID;
     }
     atomic_store(&t->on, false);
@@ -555,7 +575,7 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     if (dropped)
         fprintf(stderr, "streampool: warning: the trace %s dropped %zu events (more than %zu in a "
                         "thread)\n", t->path, dropped, (size_t)SP_TRACE_THREAD_EVENTS);
-    pthread_mutex_unlock(&t->lock);
+    sp_mutex_unlock(&t->lock);
     free(ev);
     free(tids);
     return rc;

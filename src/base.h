@@ -1,0 +1,86 @@
+/* What every layer of the core shares: the error policy, branch hints, rounding, the spin lock
+ * (ranked: witness.h) and the names of the core's structs, each defined in its layer's header:
+ * block.h, cache.h, fence.h, heap.h, pool.h, runtime.h. Public names are sp_*, cross-file
+ * internal ones sp__*, file-local ones static. */
+#ifndef SP_BASE_H
+#define SP_BASE_H
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "streampool.h"
+#include "witness.h"
+
+/* ERROR POLICY (issue 10), followed everywhere:
+ *  - A best-effort step (probing another stream's cache, recording or querying a fence, giving
+ *    cache back) never fails the request: on a CUDA error it is skipped and counted
+ *    (SP_COUNT_skipped_steps), and the ladder goes on to the next step.
+ *  - A step that gives memory back never forgets it: if cudaFreeAsync refuses a segment, the
+ *    segment stays owned and counted as held, to be given back later.
+ *  - Ordering is never skipped: if the wait that orders a free after a stream's pending work
+ *    fails, that stream is synchronized instead; if that fails too, the memory stays cached.
+ *  - sp_pool_trim and sp_pool_destroy return the first CUDA error instead of SP_OK.
+ *  - Graph capture (CUDA-SEMANTICS 24-26): a capturing stream's allocations go straight to the
+ *    driver; a block allocated before the capture and freed during it is kept aside in its
+ *    stream's cache (never cudaFreeAsync inside the capture) and goes back to its slab or
+ *    segment when the capture ends. Nothing queries, records a fence on, waits on or
+ *    synchronizes a capturing stream (declared: its caches' `capturing` flag; ALWAYS: asked of
+ *    cudaStreamIsCapturing first), nor the legacy stream while any capture is declared;
+ *    fences recorded before the capture are still queried. While a capture may be under way,
+ *    event queries and synchronizes run in relaxed capture mode, and cudaMemPool attribute
+ *    reads and writes and trims always do (in global mode they would invalidate the capture:
+ *    cuda.c).
+ *
+ * LOCK ORDER: witness.h, as ranks that debug and test builds check on every lock. */
+
+#define sp_likely(x) __builtin_expect(!!(x), 1)
+#define sp_unlikely(x) __builtin_expect(!!(x), 0)
+
+/* n rounded up to a multiple of `to` */
+static inline size_t sp__round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
+/* ---- a spin lock for the short critical sections of the hot path ---- */
+
+typedef struct {
+    atomic_int held;
+} sp_spin;
+
+/* A spin lock of rank SP_RANK_SPIN, or of `rank` (witness.h) */
+static inline void sp_spin_lock_ranked(sp_spin *l, sp_rank rank)
+{
+    sp__witness_acquire(rank, l);
+    for (unsigned spins = 0;; spins++) {
+        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+            return;
+        while (atomic_load_explicit(&l->held, memory_order_relaxed))
+            if (++spins > 64)
+                sched_yield(); /* the holder may be descheduled: let it run */
+    }
+}
+
+static inline void sp_spin_lock(sp_spin *l)
+{
+    sp_spin_lock_ranked(l, SP_RANK_SPIN);
+}
+
+static inline void sp_spin_unlock(sp_spin *l)
+{
+    atomic_store_explicit(&l->held, 0, memory_order_release);
+    sp__witness_release(l);
+}
+
+/* ---- the core's structs, each defined by its layer (fence.c, cache.h, heap.h) ---- */
+
+typedef struct sp_fence sp_fence;
+typedef struct sp_stream_cache sp_stream_cache;
+typedef struct sp_segment sp_segment;
+typedef struct sp_heap sp_heap;
+
+#endif /* SP_BASE_H */

@@ -1,0 +1,40 @@
+/* cuda.c, the only file of the core that calls CUDA. A leaf. */
+#ifndef SP_CUDA_CALLS_H
+#define SP_CUDA_CALLS_H
+
+#include "base.h"
+
+/* ---- cuda.c: the only file that calls CUDA ---- */
+
+int sp__cuda_check_device(int device);
+int sp__cuda_pool_create(int device, uint64_t max_size, cudaMemPool_t *out);
+int sp__cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total);
+/* The caller's current device (cudaGetDevice). */
+int sp__cuda_current_device(int *device);
+/* cudaGetErrorName and cudaGetErrorString of a cudaError_t. */
+const char *sp__cuda_error_name(int err);
+const char *sp__cuda_error_string(int err);
+int sp__cuda_pool_destroy(cudaMemPool_t pool);
+int sp__cuda_pool_set_threshold(cudaMemPool_t pool, uint64_t bytes);
+int sp__cuda_pool_usage(cudaMemPool_t pool, uint64_t *reserved, uint64_t *used);
+int sp__cuda_pool_trim(cudaMemPool_t pool, size_t keep);
+int sp__cuda_malloc(cudaMemPool_t pool, void **ptr, size_t bytes, cudaStream_t stream);
+int sp__cuda_free(void *ptr, cudaStream_t stream);
+int sp__cuda_event_create(int device, cudaEvent_t *out);
+int sp__cuda_event_destroy(cudaEvent_t event);
+int sp__cuda_event_record(cudaEvent_t event, cudaStream_t stream);
+/* relaxed: a graph capture may be under way (sp__capture_possible); see cuda.c */
+int sp__cuda_event_query(cudaEvent_t event, bool relaxed, bool *done);
+int sp__cuda_event_sync(cudaEvent_t event, bool relaxed);
+int sp__cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event);
+int sp__cuda_stream_create(int device, cudaStream_t *out);
+int sp__cuda_stream_destroy(cudaStream_t stream);
+int sp__cuda_stream_sync(cudaStream_t stream);
+int sp__cuda_stream_query(cudaStream_t stream, bool *idle);
+int sp__cuda_stream_is_capturing(cudaStream_t stream, bool *capturing);
+int sp__cuda_device_sync(int device);
+/* Successful cudaMallocFromPoolAsync and cudaStreamWaitEvent calls made by this thread: how
+ * the trace tells a fresh block and a wait on a fence from a cache hit. */
+extern _Thread_local uint64_t sp__cuda_thread_mallocs, sp__cuda_thread_waits;
+
+#endif /* SP_CUDA_CALLS_H */

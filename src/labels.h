@@ -1,0 +1,17 @@
+/* Stream labels (labels.c): the names users give streams, read by reports, the OOM report and
+ * the trace. */
+#ifndef SP_LABELS_H
+#define SP_LABELS_H
+
+#include "cache.h"
+
+/* ---- labels.c ---- */
+
+/* The label of a stream (exact key), or of any thread's stream with that handle, into out
+ * ("" if none). Takes the label table's mutex: after runtime->lock, before nothing. */
+void sp__stream_label(const sp_runtime *rt, sp_stream_key key, char *out, size_t len);
+void sp__stream_label_any_thread(const sp_runtime *rt, cudaStream_t stream, char *out, size_t len);
+/* Forgets the runtime's label of *stream, or all its labels when stream is NULL. */
+void sp__stream_labels_forget(const sp_runtime *rt, const cudaStream_t *stream);
+
+#endif /* SP_LABELS_H */

@@ -1,0 +1,89 @@
+/* The pool ledger (pool.c): what a pool holds from the device (limit, reservation, cache limit,
+ * give back), its stream table and its two heaps. Above the tiers, below the allocator. */
+#ifndef SP_POOL_H
+#define SP_POOL_H
+
+#include "counters.h"
+#include "heap.h"
+#include "request.h"
+
+/* ---- pools (pool.c) ---- */
+
+struct sp_pool {
+    sp_runtime *rt;
+    char name[SP_POOL_NAME_MAX + 1];
+    uint64_t id;                         /* unique for the process: per-thread memos key on it */
+    cudaMemPool_t cuda_pool;
+    bool owns_cuda_pool, is_default;
+    sp_pool_config cfg;                  /* changed at run time under `lock` */
+    /* cfg.limit at streampool's granularity (SP_LARGE_ALIGN), what held bytes are held to, so
+     * that any request of at most the limit less what is held fits; the cudaMemPool's maxSize
+     * is the limit at the driver's granularity (SP_DRIVER_GRANULARITY). 0: none. */
+    uint64_t limit_bytes;
+    /* held bytes plus the claims of driver allocations in flight: what the limit is judged by
+     * (held_claim). usage.held counts a claim only once the driver granted it */
+    atomic_uint_least64_t limit_used;
+    atomic_uint_least64_t cache_limit;   /* cfg.cache_limit, read on the hot path */
+    uint64_t stats_flush;                /* the runtime's stats_flush_bytes */
+    pthread_mutex_t lock;                /* the stream table and the cache list */
+    sp_stream_cache **buckets;
+    size_t bucket_count, cache_count;
+    sp_stream_cache *caches;             /* live caches */
+    sp_stream_cache *retired;            /* released caches: tombstones, their tags may still be
+                                          * in use; their counters are in retired_* */
+    atomic_uint_least64_t retired_count, retired_hits, retired_frees, retired_freed_bytes,
+        retired_requested_total, retired_active_total;
+    atomic_uint_least64_t stream_gen;    /* bumped when a cache is detached */
+    sp_heap slabs;                       /* small blocks */
+    sp_heap segments;                    /* large ranges */
+    sp_usage usage;
+    atomic_uint_least64_t count[SP_COUNT_N]; /* slow-path counters (hot ones live in caches) */
+    atomic_uint_least64_t miss_allocs, miss_requested_total, miss_active_total;
+    /* the cache limit: one thread gives back at a time, and a pass that left the cache over the
+     * limit (pending frees) is not repeated until the cache grew by a slab or a miss came */
+    atomic_flag limit_busy;
+    /* open requests (request.c), under `lock`: a small table by id (SP_REQ_BUCKETS), and the
+     * next id's sequence number */
+    struct sp_req *requests[SP_REQ_BUCKETS];
+    uint64_t request_seq;
+    atomic_uint_least64_t limit_stuck;
+    sp_pool *next;
+};
+
+int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp_pool_config *cfg,
+                 sp_pool **out);
+/* Gives all the pool's memory back and frees its structures; the caller has checked it has no
+ * live allocation. Returns the first CUDA error. */
+int sp__pool_free(sp_pool *pool);
+/* sp_stream_release for one pool: detaches key's cache, if any, and returns its blocks to their
+ * slabs and segments behind its final fence. */
+int sp__pool_release_stream(sp_pool *pool, sp_stream_key key);
+/* Gives cached memory back to the driver until the pool holds at most `keep` bytes (largest
+ * segments first); with `sync`, orders and synchronizes those frees and trims the cudaMemPool
+ * (never below the reservation). Returns the bytes the pool stopped holding or, with `sync`,
+ * what its cudaMemPool released if more (pages of segments given back earlier); *err (if not
+ * NULL) gets the first CUDA error. */
+uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err);
+/* A fresh slab or segment of heap h for a request of `size` bytes (rounded), allocated on
+ * `stream` whose cache is `me`, and the range carved from it into *out. SP_ERR_LIMIT without
+ * asking the driver if it would pass the pool's limit. The block is counted live (`requested`
+ * bytes asked) in the same step as the fresh bytes are counted held: no read sees the new
+ * memory all cached. */
+int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_stream_cache *me,
+                  cudaStream_t stream, sp_block **out);
+/* A graph-capture bypass: the request's own driver allocation, never cached (rule 24), counted
+ * live and held in one step, like sp__pool_grow's block. */
+int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_block **out);
+/* Gives a bypass block straight back to the driver on `stream`. */
+void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream);
+/* Adds a cache's unflushed byte deltas to the pool and runtime figures (c->lock held). */
+void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c);
+/* The pool's live bytes, every cache flushed first: 0 iff it has no live allocation. */
+uint64_t sp__pool_active_bytes(sp_pool *pool);
+/* Over its cache limit, the pool gives cached memory back. */
+void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit);
+/* Whether reports (stats, summaries, metrics, the OOM report) show the pool: every pool but a
+ * default pool that has not been used. */
+bool sp__pool_reported(sp_pool *pool);
+
+#endif /* SP_POOL_H */

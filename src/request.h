@@ -1,0 +1,48 @@
+/* Request scopes (request.c, the API above the allocator) and the live blocks of a request
+ * (request_list.c, a leaf below it that sp_free and the pool's destroy call down into). */
+#ifndef SP_REQUEST_H
+#define SP_REQUEST_H
+
+#include "block.h"
+
+/* ---- requests (request.c) and their block lists (request_list.c) ---- */
+
+#define SP_REQ_BUCKETS 64
+/* A request id is its pool's id in the high bits and a sequence number below: ids are never
+ * reused, so an id that the pool gave but no longer holds is an ended request. */
+#define SP_REQ_SEQ_BITS 40
+
+typedef struct sp_req {
+    /* its block list and figures: a spin leaf (SP_RANK_SPIN), nothing taken under it. The
+     * owner's allocations and any thread's sp_free of one of its blocks take it, never under
+     * another spin lock. */
+    sp_spin lock;
+    sp_request id;
+    sp_pool *pool;
+    cudaStream_t stream;
+    sp_block *blocks;          /* live allocations, newest first */
+    uint64_t live_requested;
+    sp_request_stats st;
+    char label[SP_POOL_NAME_MAX + 1];
+    struct sp_req *next;       /* in its pool's table */
+} sp_req;
+
+/* Adds live block b (allocated for r) to r's list and figures. */
+void sp__req_link(sp_req *r, sp_block *b);
+/* b is being freed: it leaves its request (b->req, not NULL), counted as a free before the
+ * end; returns that request. */
+sp_req *sp__req_forget(sp_block *b);
+/* Undoes sp__req_forget for a free that failed: b is live again, in r. */
+void sp__req_unforget(sp_req *r, sp_block *b);
+/* Empties r's list onto an array of at most `cap` pointers (each block leaves the request, as
+ * freed at the end); returns how many, with their requested bytes added to *bytes. */
+size_t sp__req_take(sp_req *r, void **ptrs, size_t cap, uint64_t *bytes);
+/* Frees the structures of a pool's open requests (`table`: its SP_REQ_BUCKETS buckets), at the
+ * pool's destroy. */
+void sp__requests_free(sp_req **table);
+
+/* Successful allocations of this thread not served by its stream's own cache (alloc.c): how a
+ * request counts its misses. */
+extern _Thread_local uint64_t sp__thread_misses;
+
+#endif /* SP_REQUEST_H */
