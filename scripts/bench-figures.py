@@ -58,6 +58,14 @@ def per_request(v):
     return "-" if v is None else f"{v:.2f}"
 
 
+# calls_per_request_by_api's keys in sp-bench's order, and the table's headings for them
+API_KEYS = ["driver_alloc", "driver_free", "cudaEventRecord", "cudaEventQuery",
+            "cudaStreamWaitEvent", "cudaEventSynchronize", "cudaStreamQuery",
+            "cudaStreamSynchronize", "other"]
+API_LABELS = ["driver alloc", "driver free", "event record", "event query", "stream wait",
+              "event sync", "stream query", "stream sync", "other"]
+
+
 def render(bench, commit):
     rows = bench.get("serve")
     if not isinstance(rows, list) or not rows:
@@ -81,6 +89,25 @@ def render(bench, commit):
             f"| {per_request(r.get('cuda_calls_per_request'))} "
             f"| {per_request(r.get('driver_allocs_per_request'))} "
             f"| {ratio(r.get('vs_async_threshold_max'))} | {ratio(r.get('vs_cuda_malloc'))} |")
+    calls = [r for r in rows if isinstance(r.get("calls_per_request_by_api"), dict)]
+    if calls:
+        lines += ["", "CUDA calls per request by API (the allocator's own, of the repeat with the "
+                  "median total), their total over `cudaMallocAsync (threshold max)`'s, misses per "
+                  "request and event queries per miss, and requests/s over the `preallocated` "
+                  "ceiling's:", "",
+                  "| allocator | streams | " + " | ".join(API_LABELS) +
+                  " | total | x async max | misses/req | queries/miss | x pre-alloc |",
+                  "|---|---:|" + "---:|" * (len(API_LABELS) + 5)]
+        for r in calls:
+            by = r["calls_per_request_by_api"]
+            lines.append(
+                f"| {r['allocator']} | {r['streams']} | "
+                + " | ".join(per_request(by.get(k)) for k in API_KEYS)
+                + f" | {per_request(r.get('cuda_calls_per_request'))}"
+                f" | {ratio(r.get('calls_vs_async_threshold_max'))}"
+                f" | {per_request(r.get('misses_per_request'))}"
+                f" | {per_request(r.get('fence_queries_per_miss'))}"
+                f" | {ratio(r.get('vs_preallocated'))} |")
     return "\n".join(lines) + "\n"
 
 

@@ -43,7 +43,21 @@ def main():
         check("| cudaMalloc | 4 | 595 (595-595) | 24919 (24919-24919) | 900 | 192 | 16.00 | 8.00 "
               "| 0.09x | 1.00x |" in text, "cudaMalloc's 4-stream row")
         check(text.count("| streampool |") == 2, "one row per allocator and stream count")
+        check("CUDA calls per request by API" not in text, "no calls table without the figures")
         first = text
+
+        # with sp-bench's calls breakdown: a second table, one row per row that has it
+        import json
+        bench = json.load(open(fixture))
+        for r in bench["serve"]:
+            r["calls_per_request_by_api"] = {k: 0.0 for k in bf.API_KEYS}
+            r["calls_per_request_by_api"]["driver_alloc"] = 1.5
+            r["calls_vs_async_threshold_max"], r["misses_per_request"] = 0.25, 2.0
+            r["fence_queries_per_miss"], r["vs_preallocated"] = 0.5, 0.8
+        both = bf.render(bench, "abc1234")
+        check("| streampool | 1 | 1.50 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 "
+              "| 3.50 | 0.25x | 2.00 | 0.50 | 0.80x |" in both, "streampool's calls row")
+        check(both.count("| streampool | ") == 4, "each row in both tables")
         cli(script, "--json", fixture, "--readme", readme, "--commit", "abc1234")
         check(open(readme).read() == first, "a second run with the same input changes nothing")
 
