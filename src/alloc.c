@@ -131,7 +131,9 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         return rc;
     }
     /* an allocation of an open request leaves it, before the block can reach a bin */
-    sp_req *req = sp_unlikely(b->req != NULL) ? sp__req_forget(b) : NULL;
+    sp_req *req = NULL;
+    if (sp_unlikely(atomic_load_explicit(&pool->requests_used, memory_order_relaxed)) && b->req)
+        req = sp__req_forget(b);
     if (sp_unlikely(atomic_load_explicit(&b->state, memory_order_relaxed) == SP_BLOCK_BYPASS))
         return free_bypass(pool, b, stream);
     free_step f = {0};

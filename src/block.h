@@ -26,10 +26,6 @@ typedef struct sp_block {
     /* a free range: the heap's coalesce that settled it by asking (sp_heap.coalesces), so that
      * the take of the same miss counts a cross-stream reuse; 0 if none */
     uint32_t asked_in;
-    /* request.c: the open request that allocated this live block (NULL: none), and its
-     * neighbours in that request's list (request_list.c) */
-    struct sp_req *req;
-    struct sp_block *req_prev, *req_next;
     struct sp_block *prev, *next; /* in a stream bin or a heap's free bin */
     /* introspect.c: who allocated a live block, and who last freed it (set under that cache's
      * lock, read under the ptrmap shard's lock while the block is live) */
@@ -39,6 +35,11 @@ typedef struct sp_block {
         uint64_t alloc_seq;    /* owner set: its allocation count when this was allocated */
         cudaStream_t bypass_stream; /* owner NULL: the capturing stream it was allocated on */
     };
+    /* request.c: the open request that allocated this live block (NULL: none), and its
+     * neighbours in that request's list (request_list.c). Past the two cache lines the hot path
+     * uses: sp_free reads `req` only in a pool that has had a request (requests_used). */
+    struct sp_req *req;
+    struct sp_block *req_prev, *req_next;
 } sp_block;
 
 #endif /* SP_BLOCK_H */

@@ -25,6 +25,9 @@ struct sp_pool {
     atomic_uint_least64_t limit_used;
     atomic_uint_least64_t cache_limit;   /* cfg.cache_limit, read on the hot path */
     uint64_t stats_flush;                /* the runtime's stats_flush_bytes */
+    /* set at the pool's first sp_request_begin, never cleared: until then sp_free need not
+     * look at a block's request (read on the hot path, next to the figures above) */
+    atomic_bool requests_used;
     pthread_mutex_t lock;                /* the stream table and the cache list */
     sp_stream_cache **buckets;
     size_t bucket_count, cache_count;

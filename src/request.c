@@ -62,6 +62,7 @@ int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label, sp_r
     if (len)
         memcpy(r->label, label, len);
     r->st.size = sizeof r->st;
+    atomic_store_explicit(&pool->requests_used, true, memory_order_relaxed);
     sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     if (pool->request_seq + 1 >= 1ull << SP_REQ_SEQ_BITS) {
         sp_mutex_unlock(&pool->lock);
