@@ -21,11 +21,12 @@ typedef enum {
     SP_RANK_RUNTIME,      /* runtime->lock: pools and names, declared captures, OOM report */
     SP_RANK_TRACE,        /* trace.c's lock: thread list, pool names, start and stop
                            * (sp_runtime_destroy stops the trace under runtime->lock) */
-    SP_RANK_POOL,         /* pool->lock: the stream table and the cache list */
+    SP_RANK_POOL,         /* pool->lock: the stream table, the cache list, the open requests */
     SP_RANK_HEAP,         /* heap->lock: the slabs or the segments of a pool, one at a time */
     SP_RANK_FENCE,        /* cache->fence_lock: a stream's fences (event record and query) */
     /* the spin leaves: cache->lock (bins, park, hot counters), ptrmap shard locks, the trace's
-     * per-thread buffer locks, the fence pool's list; never one under another */
+     * per-thread buffer locks, the fence pool's list, a request's block list (request_list.c);
+     * never one under another */
     SP_RANK_SPIN,
     /* innermost, nothing under them and never one under another: the usage figures' lock
      * (sp_usage: a cache's figures are flushed under its cache->lock, a fresh block counted
