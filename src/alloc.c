@@ -481,10 +481,11 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     uint64_t limit = pool->limit_bytes;
     if (small && limit && size > large_size(bytes)) {
         /* near the limit, a small request whose size class would not fit, though the request
-         * does, is carved from the segments at 512-byte rounding instead */
+         * does, is carved from the segments at 512-byte rounding instead (the limit is whole
+         * pages: only a capture's bypass allocations leave such a room) */
         uint64_t held = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
         uint64_t room = held < limit ? limit - held : 0;
-        if (size > room && large_size(bytes) <= limit) {
+        if (size > room && large_size(bytes) <= room) {
             small = false;
             size = large_size(bytes);
         }

@@ -16,9 +16,8 @@ struct sp_pool {
     cudaMemPool_t cuda_pool;
     bool owns_cuda_pool, is_default;
     sp_pool_config cfg;                  /* changed at run time under `lock` */
-    /* cfg.limit at streampool's granularity (SP_LARGE_ALIGN), what held bytes are held to, so
-     * that any request of at most the limit less what is held fits; the cudaMemPool's maxSize
-     * is the limit at the driver's granularity (SP_DRIVER_GRANULARITY). 0: none. */
+    /* cfg.limit rounded down to the driver's granularity (SP_DRIVER_GRANULARITY: what the
+     * device gives), what held bytes are held to and the cudaMemPool's maxSize. 0: none. */
     uint64_t limit_bytes;
     /* held bytes plus the claims of driver allocations in flight: what the limit is judged by
      * (held_claim). usage.held counts a claim only once the driver granted it */
