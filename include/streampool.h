@@ -260,7 +260,10 @@ typedef struct sp_pool_config {
                                           one page is refused at creation (SP_ERR_CONFIG) */
     uint64_t reserve;                  /* bytes obtained at creation and kept for this pool
                                           alone; 0: none */
-    uint64_t cache_limit;              /* most freed bytes its caches keep; UINT64_MAX: no cap */
+    uint64_t cache_limit;              /* most freed bytes its caches keep; UINT64_MAX: no cap.
+                                          A free that leaves more goes back to the driver at
+                                          once, on the freeing stream (cudaFreeAsync, in its
+                                          order), even with that stream's work still queued */
     int priority;                      /* on another pool's out-of-memory, lower priorities give
                                           their cached memory back first */
 } sp_pool_config;

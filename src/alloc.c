@@ -170,7 +170,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     if (f.give_huge)
         sp__heap_give_back_huge(&pool->segments, b, c, stream);
     if (sp_unlikely(cache_limit != UINT64_MAX))
-        sp__pool_enforce_cache_limit(pool, cache_limit);
+        sp__pool_enforce_cache_limit(pool, cache_limit, f.capturing ? NULL : c, stream);
     fence_after_free(c, &f);
     return SP_OK;
 }

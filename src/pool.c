@@ -412,7 +412,19 @@ static void settle_all(sp_pool *pool, int *err)
         settle_by_device_sync(pool, err);
 }
 
+/* sp__pool_give_back, also giving back on `stream`, whose cache is `me` (not NULL), what it
+ * freed and what is settled: cudaFreeAsync there is ordered after the frees' work (rule 3),
+ * so pending work does not keep that memory held. */
+static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_cache *me,
+                             cudaStream_t stream, int *err);
+
 uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
+{
+    return give_back_on(pool, keep, sync, NULL, NULL, err);
+}
+
+static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_cache *me,
+                             cudaStream_t stream, int *err)
 {
     uint64_t held_before = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     if (held_before <= keep && !sync)
@@ -427,7 +439,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     uint64_t held = held_before;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
         if (held > keep)
-            held -= sp__heap_release(h, held - keep, true, NULL, NULL, NULL, err);
+            held -= sp__heap_release(h, held - keep, true, me, stream, NULL, err);
         if (h == &pool->slabs)
             break;
     }
@@ -459,7 +471,8 @@ static uint64_t cached_now(sp_pool *pool)
     return held > active ? held - active : 0;
 }
 
-void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
+void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream_cache *me,
+                                  cudaStream_t stream)
 {
     uint64_t cached = cached_now(pool);
     if (cached <= cache_limit)
@@ -482,7 +495,8 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
     }
     count(pool, SP_COUNT_trims);
     uint64_t active = sp__usage_current(&pool->usage.active.current);
-    uint64_t released = sp__pool_give_back(pool, active + cache_limit, false, NULL);
+    /* what the freeing stream freed goes back on it even with its work still queued */
+    uint64_t released = give_back_on(pool, active + cache_limit, false, me, stream, NULL);
     if (released) {
         /* rule 13: the cudaMemPool releases only frees the host has seen complete */
         if (sp__cuda_stream_sync(pool->rt->service) == SP_OK) {
@@ -613,7 +627,7 @@ int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
     atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
     if (bytes != UINT64_MAX) {
         (void)sp__pool_active_bytes(pool); /* flush every cache: the figures must be current */
-        sp__pool_enforce_cache_limit(pool, bytes);
+        sp__pool_enforce_cache_limit(pool, bytes, NULL, NULL);
     }
     return SP_OK;
 }
