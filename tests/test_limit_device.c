@@ -34,7 +34,7 @@ static uint64_t reserved_of(sp_pool *pool, enum cudaMemPoolAttr attr)
 
 /* ---- 8 threads under a limit ---- */
 
-enum { THREADS = 8, LIVE = 8, ITERATIONS = 4000, RUNS = 16 };
+enum { THREADS = 8, READERS = 3, LIVE = 8, ITERATIONS = 3000, RUNS = 16 };
 
 typedef struct {
     sp_runtime *rt;
@@ -86,7 +86,7 @@ static void *work(void *arg)
 typedef struct {
     sp_pool *pool;
     uint64_t limit;
-    atomic_bool done;
+    atomic_bool *done;
     uint64_t reads, over, max_held, max_peak, max_reserved, failed;
 } reader;
 
@@ -96,7 +96,7 @@ static void *read_figures(void *arg)
 {
     reader *r = arg;
     for (bool last = false; !last;) {
-        last = atomic_load(&r->done);
+        last = atomic_load(r->done);
         sp_stats st = {.size = sizeof st};
         uint64_t reserved = 0;
         if (sp_pool_stats(r->pool, &st) != SP_OK ||
@@ -106,9 +106,8 @@ static void *read_figures(void *arg)
             continue;
         }
         r->reads++;
-        if (st.held.current > r->limit || st.held.peak > r->limit || reserved > r->limit) {
+        if (st.held.current > r->limit || st.held.peak > r->limit || reserved > r->limit)
             r->over++;
-        }
         if (st.held.current > r->max_held)
             r->max_held = st.held.current;
         if (st.held.peak > r->max_peak)
@@ -119,6 +118,10 @@ static void *read_figures(void *arg)
     return NULL;
 }
 
+/* RUNS fresh pools under `limit`, each with THREADS workers and READERS readers (each read
+ * flushes every stream's figures into the pool's, under the lock that a give-back and a growth
+ * take too: the readers keep it busy, so that a give-back waits for it between its two steps).
+ */
 static void stress_under(uint64_t limit, uint64_t max_size)
 {
     uint64_t reads = 0, over = 0, max_peak = 0, max_reserved = 0;
@@ -129,12 +132,17 @@ static void stress_under(uint64_t limit, uint64_t max_size)
         cfg.limit = limit;
         sp_pool *pool;
         SP(sp_pool_create(rt, "capped", &cfg, &pool));
-        reader r = {.pool = pool, .limit = limit};
-        pthread_t rd, th[THREADS];
+        atomic_bool done = false;
+        reader r[READERS];
+        pthread_t rd[READERS], th[THREADS];
         worker w[THREADS];
-        assert_int_equal(pthread_create(&rd, NULL, read_figures, &r), 0);
+        for (int i = 0; i < READERS; i++) {
+            r[i] = (reader){.pool = pool, .limit = limit, .done = &done};
+            assert_int_equal(pthread_create(&rd[i], NULL, read_figures, &r[i]), 0);
+        }
         for (int i = 0; i < THREADS; i++) {
-            w[i] = (worker){.rt = rt, .pool = pool, .max_size = max_size, .seed = 7919u * (unsigned)run + i};
+            w[i] = (worker){.rt = rt, .pool = pool, .max_size = max_size,
+                            .seed = 7919u * (unsigned)run + (unsigned)i};
             assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
         }
         for (int i = 0; i < THREADS; i++) {
@@ -142,17 +150,25 @@ static void stress_under(uint64_t limit, uint64_t max_size)
             assert_int_equal(w[i].errors, 0);
             refusals += w[i].refusals;
         }
-        atomic_store(&r.done, true);
-        assert_int_equal(pthread_join(rd, NULL), 0);
-        assert_int_equal(r.failed, 0);
-        assert_true(r.reads > 0);
-        if (r.over)
+        atomic_store(&done, true);
+        uint64_t run_reads = 0, run_over = 0, held = 0, peak = 0, reserved = 0;
+        for (int i = 0; i < READERS; i++) {
+            assert_int_equal(pthread_join(rd[i], NULL), 0);
+            assert_int_equal(r[i].failed, 0);
+            assert_true(r[i].reads > 0);
+            run_reads += r[i].reads;
+            run_over += r[i].over;
+            held = r[i].max_held > held ? r[i].max_held : held;
+            peak = r[i].max_peak > peak ? r[i].max_peak : peak;
+            reserved = r[i].max_reserved > reserved ? r[i].max_reserved : reserved;
+        }
+        if (run_over)
             print_message("# run %d: %llu of %llu reads over the limit: held up to %llu bytes, "
                           "held.peak up to %llu, reserved up to %llu\n",
-                          run, (unsigned long long)r.over, (unsigned long long)r.reads,
-                          (unsigned long long)r.max_held, (unsigned long long)r.max_peak,
-                          (unsigned long long)r.max_reserved);
-        assert_int_equal(r.over, 0);
+                          run, (unsigned long long)run_over, (unsigned long long)run_reads,
+                          (unsigned long long)held, (unsigned long long)peak,
+                          (unsigned long long)reserved);
+        assert_int_equal(run_over, 0);
         /* after a synchronize, what the driver reserves for the pool is within the limit, and
          * so was its high-water mark */
         CK(cudaDeviceSynchronize());
@@ -161,8 +177,8 @@ static void stress_under(uint64_t limit, uint64_t max_size)
         sp_stats st = stats_of(pool);
         assert_true(st.held.peak <= limit);
         assert_int_equal(st.active.current, 0);
-        reads += r.reads;
-        over += r.over;
+        reads += run_reads;
+        over += run_over;
         if (st.held.peak > max_peak)
             max_peak = st.held.peak;
         if (reserved_of(pool, cudaMemPoolAttrReservedMemHigh) > max_reserved)
@@ -171,10 +187,10 @@ static void stress_under(uint64_t limit, uint64_t max_size)
         destroy_runtime(rt);
         reset_device(NULL);
     }
-    print_message("# limit %llu MiB: %d runs x %d threads x %d operations, %llu reads, %llu over "
-                  "the limit; held.peak at most %llu MiB, driver reserved at most %llu MiB; "
-                  "%d refusals\n",
-                  (unsigned long long)(limit / MiB), RUNS, THREADS, ITERATIONS,
+    print_message("# limit %llu MiB: %d runs x %d threads x %d operations, %d readers, %llu reads, "
+                  "%llu over the limit; held.peak at most %llu MiB, driver reserved at most %llu "
+                  "MiB; %d refusals\n",
+                  (unsigned long long)(limit / MiB), RUNS, THREADS, ITERATIONS, READERS,
                   (unsigned long long)reads, (unsigned long long)over,
                   (unsigned long long)(max_peak / MiB), (unsigned long long)(max_reserved / MiB),
                   refusals);
