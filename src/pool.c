@@ -416,14 +416,6 @@ static void settle_all(sp_pool *pool, int *err)
  * freed and what is settled: cudaFreeAsync there is ordered after the frees' work (rule 3),
  * so pending work does not keep that memory held. */
 static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_cache *me,
-                             cudaStream_t stream, int *err);
-
-uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
-{
-    return give_back_on(pool, keep, sync, NULL, NULL, err);
-}
-
-static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_cache *me,
                              cudaStream_t stream, int *err)
 {
     uint64_t held_before = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
@@ -462,6 +454,11 @@ static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_
         reserved_before > reserved && reserved_before - reserved > released)
         released = reserved_before - reserved;
     return released;
+}
+
+uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
+{
+    return give_back_on(pool, keep, sync, NULL, NULL, err);
 }
 
 static uint64_t cached_now(sp_pool *pool)
