@@ -253,10 +253,17 @@ typedef struct sp_pool_config {
                                           default UINT64_MAX (keep), unlike CUDA's 0 */
     sp_cross_stream_policy cross_stream;
     uint64_t limit;                    /* hard cap on the bytes the pool holds from the device
-                                          (live + cached); 0: none */
+                                          (live + cached); 0: none. Device memory, counted in
+                                          the driver's 2 MiB pages: the cap in force is this
+                                          rounded down to whole pages (3 MiB holds 2 MiB), and
+                                          its cudaMemPool never reserves more; a limit below
+                                          one page is refused at creation (SP_ERR_CONFIG) */
     uint64_t reserve;                  /* bytes obtained at creation and kept for this pool
                                           alone; 0: none */
-    uint64_t cache_limit;              /* most freed bytes its caches keep; UINT64_MAX: no cap */
+    uint64_t cache_limit;              /* most freed bytes its caches keep; UINT64_MAX: no cap.
+                                          A free that leaves more goes back to the driver at
+                                          once, on the freeing stream (cudaFreeAsync, in its
+                                          order), even with that stream's work still queued */
     int priority;                      /* on another pool's out-of-memory, lower priorities give
                                           their cached memory back first */
 } sp_pool_config;

@@ -172,7 +172,7 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     if (f.give_huge)
         sp__heap_give_back_huge(&pool->segments, b, c, stream);
     if (sp_unlikely(cache_limit != UINT64_MAX))
-        sp__pool_enforce_cache_limit(pool, cache_limit);
+        sp__pool_enforce_cache_limit(pool, cache_limit, f.capturing ? NULL : c, stream);
     fence_after_free(c, &f);
     return SP_OK;
 }
@@ -483,10 +483,11 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     uint64_t limit = pool->limit_bytes;
     if (small && limit && size > large_size(bytes)) {
         /* near the limit, a small request whose size class would not fit, though the request
-         * does, is carved from the segments at 512-byte rounding instead */
+         * does, is carved from the segments at 512-byte rounding instead (the limit is whole
+         * pages: only a capture's bypass allocations leave such a room) */
         uint64_t held = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
         uint64_t room = held < limit ? limit - held : 0;
-        if (size > room && large_size(bytes) <= limit) {
+        if (size > room && large_size(bytes) <= room) {
             small = false;
             size = large_size(bytes);
         }

@@ -22,8 +22,9 @@
  * own. A segment is whole driver pages: the driver maps whole pages anyway, and the tail of a
  * page that a segment left out stayed free in the driver's pool, where no streampool
  * allocation fits (none is smaller than a page) and no remap can take it. In a medium segment
- * the tail serves other medium requests. Near a pool's limit a segment is only the request
- * rounded to SP_SEGMENT_ROUND. */
+ * the tail serves other medium requests. Near a pool's limit (whole pages), where a capture's
+ * bypass allocations left part of a page, a segment is only the request rounded to
+ * SP_SEGMENT_ROUND. */
 #define SP_MEDIUM_MAX ((size_t)8 << 20)
 #define SP_SEGMENT_ROUND ((size_t)64 << 10)
 /* A huge request reuses a free huge segment at most 1/SP_HUGE_SLACK larger than itself. The

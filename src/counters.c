@@ -42,16 +42,20 @@ static void locked_raise(atomic_uint_least64_t *peak, uint64_t now)
 }
 
 /* The current figures as a read shows them (u's lock held): a transient negative partial sum
- * as 0, and held never below active. Live memory is part of what is held, but a block's +bytes
- * may be flushed and its -bytes not yet when its memory is given back. */
+ * as 0, and active never above held. Live memory is part of what is held, but a block's +bytes
+ * may be flushed and its -bytes not yet (a small block stolen from another stream's bin, or
+ * given back with its slab, before that stream flushed its free). Held is exact (every change
+ * of it is made at once, under this lock, never kept back in a cache) and is what a limit is
+ * judged by: active, the estimate, gives way, so that held never shows more than the pool
+ * holds. */
 static void currents_locked(const sp_usage *u, uint64_t *requested, uint64_t *active,
                             uint64_t *held)
 {
     *requested = sp__usage_current(&u->requested.current);
     *active = sp__usage_current(&u->active.current);
     *held = sp__usage_current(&u->held.current);
-    if (*held < *active)
-        *held = *active;
+    if (*active > *held)
+        *active = *held;
 }
 
 /* One step: the changes, then every peak raised to what a read of the new state shows, the
@@ -87,9 +91,15 @@ void sp__usage_commit(sp_pool *pool, int64_t requested, int64_t active, int64_t 
 
 void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held)
 {
-    if (held) /* bytes given back leave room under the limit */
+    /* held never passes limit_used, which never passes the limit: bytes given back leave room
+     * under the limit only once held shows them gone. Room let go first, another thread could
+     * claim it and count its fresh bytes while held still showed these, and the figures (the
+     * peak for good) would pass the limit the driver kept. */
+    if (held > 0)
         (void)sp__current_add(&pool->limit_used, held);
     sp__usage_commit(pool, requested, active, held);
+    if (held < 0)
+        (void)sp__current_add(&pool->limit_used, held);
 }
 
 void sp__usage_read(sp_usage *u, sp_usage_view *v)

@@ -40,7 +40,7 @@ uint64_t sp__current_add(atomic_uint_least64_t *cur, int64_t delta);
 void sp__usage_commit(sp_pool *pool, int64_t requested, int64_t active, int64_t held);
 /* The one stat-update helper: signed changes of requested, active (live) and held bytes of a
  * pool and its runtime, keeping peaks (cached = held - active); a held change moves the pool's
- * limit_used too. */
+ * limit_used too: bytes given back leave it only after held, so held never passes it. */
 void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held);
 /* The figures of u as of one moment, as a stats read shows them: held >= active (cached = held
  * - active), every peak at least its current. */

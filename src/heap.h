@@ -71,8 +71,9 @@ void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budg
 void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch);
 /* Gives wholly free, settled segments back to the driver, largest first, until `want` bytes went
  * (or none is left); settled by what is known, or asking the driver with `ask` (and about `me`,
- * the allocating stream, in any case). A miss (`me` not NULL) frees on its own `stream`, which
- * `me`'s thread may use and which is not capturing; anyone else on the service stream. A miss
+ * the allocating stream, in any case). A miss or a free over the cache limit (`me` not NULL)
+ * frees on its own `stream`, which `me`'s thread may use and which is not capturing, ranges it
+ * freed itself included, settled or not; anyone else on the service stream. A miss
  * passes its ask budget `ab`, so that no stream is asked twice in one miss. Returns
  * the bytes given back; *err (if not NULL and still SP_OK) gets the first CUDA error. Takes the
  * lock itself; driver frees happen outside it, and a segment the driver refuses stays the

@@ -68,6 +68,14 @@ static void held_unclaim(sp_pool *pool, uint64_t size)
 
 /* ---- pool lifetime ---- */
 
+/* The limit in force: cfg.limit rounded down to whole driver pages, what the device gives (a
+ * request of one byte takes a page of the cudaMemPool), so that neither the pool's figures nor
+ * its cudaMemPool ever pass what was configured. 0: none. */
+static uint64_t limit_in_pages(const sp_pool_config *cfg)
+{
+    return cfg->limit / SP_DRIVER_GRANULARITY * SP_DRIVER_GRANULARITY;
+}
+
 /* The threshold the cudaMemPool gets: never below the reservation (the pool keeps it), never
  * above the limit (reserved memory must not stay above it past a synchronize). */
 static uint64_t effective_threshold(const sp_pool_config *cfg)
@@ -75,9 +83,30 @@ static uint64_t effective_threshold(const sp_pool_config *cfg)
     uint64_t t = cfg->release_threshold;
     if (t < cfg->reserve)
         t = cfg->reserve;
-    if (cfg->limit && t > cfg->limit)
-        t = cfg->limit;
+    if (cfg->limit && t > limit_in_pages(cfg))
+        t = limit_in_pages(cfg);
     return t;
+}
+
+/* A limit below one driver page could hold nothing the device gives, and a reservation above
+ * the limit in pages would pass it from the start: both refused, with words. */
+static int check_limit(const char *name, const sp_pool_config *cfg)
+{
+    if (cfg->limit && cfg->limit < SP_DRIVER_GRANULARITY)
+        return sp__errorf(SP_ERR_CONFIG,
+                          "pool '%s': its limit of %llu bytes is below the driver's granularity "
+                          "of %llu bytes (the device gives whole pages: the smallest limit is "
+                          "one page)",
+                          name, (unsigned long long)cfg->limit,
+                          (unsigned long long)SP_DRIVER_GRANULARITY);
+    if (cfg->limit && cfg->reserve > limit_in_pages(cfg))
+        return sp__errorf(SP_ERR_CONFIG,
+                          "pool '%s': its reserve of %llu bytes exceeds its limit in whole driver "
+                          "pages (%llu bytes of the %llu configured)",
+                          name, (unsigned long long)cfg->reserve,
+                          (unsigned long long)limit_in_pages(cfg),
+                          (unsigned long long)cfg->limit);
+    return SP_OK;
 }
 
 /* The pool's configuration: the caller's, then the runtime's alloc_conf, then SP_ALLOC_CONF. */
@@ -125,6 +154,8 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         return SP_ERR_INVALID;
     sp_pool_config merged;
     int rc = merge_config(rt, name, cfg, &merged);
+    if (rc == SP_OK)
+        rc = check_limit(name, &merged);
     if (rc != SP_OK)
         return rc;
     sp_pool *pool = calloc(1, sizeof *pool);
@@ -134,7 +165,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     pool->rt = rt;
     pool->cfg = merged;
     atomic_init(&pool->cache_limit, merged.cache_limit);
-    pool->limit_bytes = merged.limit ? sp__round_up(merged.limit, SP_LARGE_ALIGN) : 0;
+    pool->limit_bytes = limit_in_pages(&merged);
     atomic_flag_clear(&pool->limit_busy);
     pool->stats_flush = rt->cfg.stats_flush_bytes;
     pool->id = atomic_fetch_add(&next_pool_id, 1);
@@ -150,11 +181,8 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         if (rc == SP_OK && (cfg || merged.reserve || merged.limit))
             rc = sp__cuda_pool_set_threshold(adopt, effective_threshold(&merged));
     } else {
-        /* the driver holds the pool to whole pages: a maxSize between two would refuse a
-         * request of exactly the limit */
-        rc = sp__cuda_pool_create(rt->device,
-                                  merged.limit ? sp__round_up(merged.limit, SP_DRIVER_GRANULARITY) : 0,
-                                  &pool->cuda_pool);
+        /* the driver holds the pool to the limit in pages as well */
+        rc = sp__cuda_pool_create(rt->device, pool->limit_bytes, &pool->cuda_pool);
         pool->owns_cuda_pool = rc == SP_OK;
         if (rc == SP_OK)
             rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&merged));
@@ -182,8 +210,10 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
 
 
 /* The driver allocation for a request of `size`: a slab for a small block; for a large one a
- * segment of whole driver pages (medium requests share it). Near the limit, only what the
- * request needs. */
+ * segment of whole driver pages (medium requests share it). The limit is whole pages too, so
+ * that room for the request is room for its pages; only a capture's bypass allocations
+ * (256-byte rounded) leave a part of a page: near the limit then, only what the request
+ * needs. */
 static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
 {
     size_t want = h->small ? SP_SLAB_BYTES : sp__round_up(size, SP_DRIVER_GRANULARITY);
@@ -382,7 +412,11 @@ static void settle_all(sp_pool *pool, int *err)
         settle_by_device_sync(pool, err);
 }
 
-uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
+/* sp__pool_give_back, also giving back on `stream`, whose cache is `me` (not NULL), what it
+ * freed and what is settled: cudaFreeAsync there is ordered after the frees' work (rule 3),
+ * so pending work does not keep that memory held. */
+static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_cache *me,
+                             cudaStream_t stream, int *err)
 {
     uint64_t held_before = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     if (held_before <= keep && !sync)
@@ -397,7 +431,7 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     uint64_t held = held_before;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
         if (held > keep)
-            held -= sp__heap_release(h, held - keep, true, NULL, NULL, NULL, err);
+            held -= sp__heap_release(h, held - keep, true, me, stream, NULL, err);
         if (h == &pool->slabs)
             break;
     }
@@ -422,6 +456,11 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
     return released;
 }
 
+uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
+{
+    return give_back_on(pool, keep, sync, NULL, NULL, err);
+}
+
 static uint64_t cached_now(sp_pool *pool)
 {
     uint64_t held = sp__usage_current(&pool->usage.held.current);
@@ -429,7 +468,8 @@ static uint64_t cached_now(sp_pool *pool)
     return held > active ? held - active : 0;
 }
 
-void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
+void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream_cache *me,
+                                  cudaStream_t stream)
 {
     uint64_t cached = cached_now(pool);
     if (cached <= cache_limit)
@@ -452,7 +492,8 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit)
     }
     count(pool, SP_COUNT_trims);
     uint64_t active = sp__usage_current(&pool->usage.active.current);
-    uint64_t released = sp__pool_give_back(pool, active + cache_limit, false, NULL);
+    /* what the freeing stream freed goes back on it even with its work still queued */
+    uint64_t released = give_back_on(pool, active + cache_limit, false, me, stream, NULL);
     if (released) {
         /* rule 13: the cudaMemPool releases only frees the host has seen complete */
         if (sp__cuda_stream_sync(pool->rt->service) == SP_OK) {
@@ -583,7 +624,7 @@ int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
     atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
     if (bytes != UINT64_MAX) {
         (void)sp__pool_active_bytes(pool); /* flush every cache: the figures must be current */
-        sp__pool_enforce_cache_limit(pool, bytes);
+        sp__pool_enforce_cache_limit(pool, bytes, NULL, NULL);
     }
     return SP_OK;
 }

@@ -16,9 +16,8 @@ struct sp_pool {
     cudaMemPool_t cuda_pool;
     bool owns_cuda_pool, is_default;
     sp_pool_config cfg;                  /* changed at run time under `lock` */
-    /* cfg.limit at streampool's granularity (SP_LARGE_ALIGN), what held bytes are held to, so
-     * that any request of at most the limit less what is held fits; the cudaMemPool's maxSize
-     * is the limit at the driver's granularity (SP_DRIVER_GRANULARITY). 0: none. */
+    /* cfg.limit rounded down to the driver's granularity (SP_DRIVER_GRANULARITY: what the
+     * device gives), what held bytes are held to and the cudaMemPool's maxSize. 0: none. */
     uint64_t limit_bytes;
     /* held bytes plus the claims of driver allocations in flight: what the limit is judged by
      * (held_claim). usage.held counts a claim only once the driver granted it */
@@ -83,8 +82,11 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream);
 void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c);
 /* The pool's live bytes, every cache flushed first: 0 iff it has no live allocation. */
 uint64_t sp__pool_active_bytes(sp_pool *pool);
-/* Over its cache limit, the pool gives cached memory back. */
-void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit);
+/* Over its cache limit, the pool gives cached memory back: settled memory, and with `me` (the
+ * cache of a free's `stream`, not capturing) what that stream freed, on it, however much work
+ * it still has queued (rule 3). me NULL: settled memory only, on the service stream. */
+void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream_cache *me,
+                                  cudaStream_t stream);
 /* Whether reports (stats, summaries, metrics, the OOM report) show the pool: every pool but a
  * default pool that has not been used. */
 bool sp__pool_reported(sp_pool *pool);

@@ -325,24 +325,25 @@ static void cache_limit_counts_unflushed_hits(void **state)
 
 /* ---- limits ---- */
 
-/* A request within the limit succeeds even where its size class would not fit (580 KiB rounds
- * to a 608 KiB class; the limit is 600 KiB): it is carved at 512-byte rounding instead. */
-static void small_request_within_the_limit_fits(void **state)
+/* A limit is whole driver pages (issue 20): at a one-page limit, a small block's slab takes the
+ * page, a large request that needs another is refused, and once the small block is freed a
+ * request of exactly the limit succeeds: the idle slab goes back for it. */
+static void request_of_exactly_the_limit_fits(void **state)
 {
     fixture *f = *state;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 600 * KiB;
+    cfg.limit = 2 * MiB;
     sp_pool *pool;
     SP(sp_pool_create(f->rt, "capped", &cfg, &pool));
     cudaStream_t s = new_stream();
     void *p, *q = NULL;
     SP(sp_alloc(pool, &p, 580 * KiB, s));
-    assert_int_equal(sp_alloc(pool, &q, 21 * KiB, s), SP_ERR_LIMIT);
+    assert_int_equal(sp_alloc(pool, &q, 1536 * KiB, s), SP_ERR_LIMIT);
     SP(sp_free(pool, p, s));
-    SP(sp_alloc(pool, &q, 600 * KiB, s)); /* exactly the limit */
+    SP(sp_alloc(pool, &q, 2 * MiB, s)); /* exactly the limit */
     sp_stats st = stats_of(pool);
-    assert_true(st.held.current <= 600 * KiB);
-    assert_int_equal(st.active.current, 600 * KiB);
+    assert_int_equal(st.held.current, 2 * MiB);
+    assert_int_equal(st.active.current, 2 * MiB);
     assert_exact(st);
     SP(sp_free(pool, q, s));
     drop_stream(f->rt, s);
@@ -400,7 +401,7 @@ int main(void)
         T(cache_limit_lowers_reserved_memory),
         T(cache_limit_does_not_rescan_on_every_free),
         T(cache_limit_counts_unflushed_hits),
-        T(small_request_within_the_limit_fits),
+        T(request_of_exactly_the_limit_fits),
         T(released_streams_leave_small_tombstones),
 #undef T
     };

@@ -147,8 +147,9 @@ def tenant(name, code=None):
 
 
 BAD_CONFIGS = [
-    ("a 1M\nb 2X\n", ":2: "),                 # a size streampool's parser refuses
-    ("a 1M\na 2M\n", ":2: tenant 'a'"),        # the same name twice
+    ("a 2M\nb 2X\n", ":2: "),                 # a size streampool's parser refuses
+    ("a 2M\na 4M\n", ":2: tenant 'a'"),        # the same name twice
+    ("a 1M\n", "limit of 1048576 bytes is below the driver's granularity"),  # under a page
     ("a/b 1M\n", ":1: tenant name"),           # a name outside [A-Za-z0-9_.-]
     ("a 1M,priority:3\n", ":1: a size"),        # no smuggled SP_ALLOC_CONF keys
     ("a\n", ":1: expected NAME LIMIT"),

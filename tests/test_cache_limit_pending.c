@@ -1,0 +1,100 @@
+/* The cache limit holds with work pending (issue 20, item 4): a free that leaves the pool over
+ * its cache limit gives the memory back at once with cudaFreeAsync on the freeing stream,
+ * whose own order puts it after the block's work, even while that work is still queued (held
+ * by a host-function gate here). cudasim only: a device of known size. */
+#include <stdlib.h>
+
+#include "support/sp_test_support.h"
+
+static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
+
+static int teardown_pending(void **state)
+{
+    (void)state;
+    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
+    reset_device(NULL);
+    return busy ? -1 : 0;
+}
+
+static sp_runtime *runtime_on_device_of(uint64_t bytes)
+{
+    CK(cudasimSetDeviceMemory(0, bytes));
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.stats_flush_bytes = 0; /* exact figures at every read */
+    return track_runtime(0, &cfg);
+}
+
+/* With cache_limit 0, blocks freed on a stream held by a gate (a huge one, small ones filling
+ * a slab, a medium one in its own segment) leave the pool holding only what is live, before the
+ * gate opens; the live block's data survives the frees, and once the stream gets past them
+ * their memory serves another stream. */
+static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.cache_limit = 0;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "strict", &cfg, &pool));
+    cudaStream_t s = new_stream(), other = new_stream();
+    void *live, *huge, *medium, *small[4];
+    SP(sp_alloc(pool, &live, 4 * MiB, s));
+    CK(cudaMemsetAsync(live, 0x5a, 4 * MiB, s));
+    CK(cudaStreamSynchronize(s));
+    uint64_t held_live = stats_of(pool).held.current;
+    assert_int_equal(held_live, 4 * MiB);
+
+    gate *g = gate_new();
+    gate_hold(g, s); /* everything after this on s waits for the test thread */
+    SP(sp_alloc(pool, &huge, 600 * MiB, s));
+    SP(sp_alloc(pool, &medium, 6 * MiB, s));
+    for (int i = 0; i < 4; i++)
+        SP(sp_alloc(pool, &small[i], 512 * 1024, s));
+    CK(cudaMemsetAsync(huge, 0x11, 600 * MiB, s));
+    CK(cudaMemsetAsync(medium, 0x22, 6 * MiB, s));
+    for (int i = 0; i < 4; i++)
+        CK(cudaMemsetAsync(small[i], 0x33, 512 * 1024, s));
+
+    SP(sp_free(pool, huge, s));
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.active.current, 4 * MiB + 6 * MiB + 4 * 512 * 1024);
+    assert_int_equal(st.held.current, held_live + 6 * MiB + 2 * MiB); /* the 600 MiB went */
+    /* the small blocks' slab stays until the last of them is freed, and a pass that found it
+     * partly live is tried again once the cache grew by a slab: at the medium block's free */
+    for (int i = 0; i < 4; i++)
+        SP(sp_free(pool, small[i], s));
+    SP(sp_free(pool, medium, s));
+    st = stats_of(pool);
+    assert_int_equal(st.active.current, 4 * MiB);
+    assert_int_equal(st.held.current, 4 * MiB); /* what is live, with the gate still closed */
+    assert_int_equal(st.cached.current, 0);
+    assert_true(st.driver_frees >= 3);
+
+    gate_open(g);
+    CK(cudaStreamSynchronize(s));
+    assert_true(device_bytes_are(live, 4 * MiB, 0x5a, s));
+    /* the memory went back to the driver in s's order: another stream gets it */
+    void *again;
+    SP(sp_alloc(pool, &again, 600 * MiB, other));
+    CK(cudaMemsetAsync(again, 0x44, 600 * MiB, other));
+    assert_true(device_bytes_are(again, 1 * MiB, 0x44, other));
+    SP(sp_free(pool, again, other));
+    SP(sp_free(pool, live, s));
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.ooms, 0);
+    drop_stream(rt, s);
+    drop_stream(rt, other);
+    SP(sp_pool_destroy(pool));
+    destroy_runtime(rt);
+}
+
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_pending)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(free_over_the_cache_limit_goes_back_behind_pending_work),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
