@@ -158,7 +158,11 @@ SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtim
  * allocations, or while a capture is declared (sp_stream_capture_begin without its end: the
  * device synchronize that may be needed to settle the pools' memory would break it);
  * sp_config_error() then says which (pool 'chat' still has 2 live allocations (4096 bytes
- * requested)), as it does for sp_pool_destroy's SP_ERR_BUSY. */
+ * requested)), as it does for sp_pool_destroy's SP_ERR_BUSY.
+ * Where the driver refuses to take a pool's memory or its cudaMemPool back (as sp_pool_destroy
+ * below), the error is returned and the runtime stays, with its default pool and the pools that
+ * could not be destroyed (their cache given back; the other pools are gone): call
+ * sp_runtime_destroy again. Only SP_OK destroys the runtime. */
 SP_API int sp_runtime_destroy(sp_runtime *rt);
 
 /* Calls cb for every pool of the runtime, oldest first (the default pool first), with no
@@ -282,7 +286,11 @@ SP_API cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool);
 
 /* Returns the pool's cached memory to the device and destroys it. SP_ERR_BUSY (pool unchanged)
  * while it has live allocations or a capture is declared in its runtime. The default pool is
- * destroyed only with its runtime (SP_ERR_INVALID here). */
+ * destroyed only with its runtime (SP_ERR_INVALID here).
+ * The pool is gone only on SP_OK. Should the driver refuse a cudaFreeAsync of its memory or its
+ * cudaMemPoolDestroy, the CUDA error is returned (sp_last_cuda_error) and the pool stays, found
+ * by name and usable, holding only what the driver refused (its cache went back first, its
+ * cudaMemPool trimmed to its reservation): call sp_pool_destroy again, and no byte is lost. */
 SP_API int sp_pool_destroy(sp_pool *pool);
 
 /* Changes the release threshold of the pool's cudaMemPool at run time. It is kept within
