@@ -12,6 +12,7 @@
 #include "ptrmap.h"
 #include "status.h"
 #include "format.h"
+#include "free_order.h"
 #include "trace.h"
 
 /* ---- the process's runtimes, for threads that exit ---- */
@@ -108,6 +109,11 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         return SP_ERR_NO_HOST_MEMORY;
     }
     rc = sp__fence_pool_init(&rt->fences, device);
+    if (rc == SP_OK && sp__config_check_free_order(rt) &&
+        !(rt->free_order = sp__free_order_new(device))) {
+        sp__fence_pool_destroy(&rt->fences);
+        rc = SP_ERR_NO_HOST_MEMORY;
+    }
     if (rc == SP_OK) {
         rc = sp__cuda_stream_create(device, &rt->service);
         if (rc == SP_OK) {
@@ -122,6 +128,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
             }
             (void)sp__cuda_stream_destroy(rt->service);
         }
+        sp__free_order_destroy(rt->free_order);
         sp__fence_pool_destroy(&rt->fences);
     }
     pthread_mutex_destroy(&rt->lock);
@@ -215,6 +222,7 @@ int sp_runtime_destroy(sp_runtime *rt)
      * which a failed synchronize cannot keep from being destroyed (its work completes first) */
     (void)sp__cuda_stream_sync(rt->service);
     (void)sp__cuda_stream_destroy(rt->service);
+    sp__free_order_destroy(rt->free_order);
     sp__fence_pool_destroy(&rt->fences);
     sp__ptrmap_free(&rt->ptrmap);
     pthread_mutex_destroy(&rt->lock);
