@@ -211,13 +211,13 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     sp__config_warn_unused(rt);
     sp__trace_destroy(rt);
-    sp__stream_labels_forget(rt, NULL);
     int err = free_pools(rt);
     sp_mutex_unlock(&rt->lock);
     if (err != SP_OK) {
         runtime_register(rt); /* whole again: exiting threads release their streams in it */
         return err;
     }
+    sp__stream_labels_forget(rt, NULL);
     /* the pools waited for their own give-backs: nothing of theirs is left on the stream,
      * which a failed synchronize cannot keep from being destroyed (its work completes first) */
     (void)sp__cuda_stream_sync(rt->service);

@@ -111,6 +111,11 @@ static void runtime_destroy_refused_keeps_the_runtime(void **state)
         CK(cudasimInjectFault("cudaMemPoolDestroy", nth, cudaErrorUnknown, 0));
         assert_int_equal(sp_runtime_destroy(rt), SP_ERR_CUDA);
         assert_int_equal(sp_last_cuda_error(), cudaErrorUnknown);
+        /* the pool refused stays, found by name (the newest pool is destroyed first); the
+         * other is gone */
+        sp_pool *found = NULL;
+        assert_int_equal(sp_pool_find(rt, "b", &found), nth == 1 ? SP_OK : SP_ERR_NOT_FOUND);
+        assert_int_equal(sp_pool_find(rt, "a", &found), nth == 2 ? SP_OK : SP_ERR_NOT_FOUND);
         /* the default pool is still the runtime's, and a pool */
         sp_pool *def = NULL;
         SP(sp_runtime_default_pool(rt, &def));
