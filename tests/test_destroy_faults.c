@@ -3,9 +3,9 @@
  *     error and leave what they could not destroy usable, its cached memory given back first; a
  *     later destroy succeeds, and then every byte the device had at the start is free again;
  *  2. every CUDA call failing at 0.5%, 1% and 5%: a workload of a few pools, streams,
- *     allocations, frees and trims, then everything destroyed as a user would (a destroy that
- *     returned an error is called again once the faults are cleared), gives every byte back,
- *     seed after seed.
+ *     allocations, frees and trims, then everything freed and destroyed under the same faults,
+ *     as a user would (a call that returned an error is called again once the faults are
+ *     cleared, and they are armed again for the next), gives every byte back, seed after seed.
  * Each seed starts on a fresh emulated device (cudasimReset) of 512 MiB, so that the workload
  * runs into the device's end and the out-of-memory paths too. */
 #include <inttypes.h>
@@ -264,29 +264,54 @@ static void run_workload(workload *w, uint64_t *rng)
     }
 }
 
-/* Everything freed and destroyed with the faults cleared, each destroy called until it
- * succeeds (at most TRIES times: a destroy refused for good is a failure). */
-static void destroy_all(workload *w)
+/* The faults of one run: armed again (from a new seed) once a refusal had them cleared. */
+typedef struct {
+    unsigned per_million;
+    uint64_t seed;
+    unsigned clears;
+} faults;
+
+static void faults_clear(faults *f)
+{
+    cudasimClearFaults();
+    f->clears++;
+}
+
+static void faults_rearm(faults *f)
+{
+    arm_faults(f->per_million, f->seed * 7919u + f->clears);
+}
+
+/* A teardown call made under the faults; refused, it is called again once they are cleared (at
+ * most TRIES times: a refusal that lasts is a failure), as a user would, and the faults are
+ * armed again for the calls after it. */
+#define UNTIL_OK(f, ok, call)                                                                  \
+    do {                                                                                       \
+        bool done_ = (call) == (ok);                                                           \
+        if (!done_) {                                                                          \
+            faults_clear(f);                                                                   \
+            for (int tries_ = 0; !done_ && tries_ < TRIES; tries_++)                          \
+                done_ = (call) == (ok);                                                        \
+            faults_rearm(f);                                                                   \
+        }                                                                                      \
+        assert_true(done_);                                                                    \
+    } while (0)
+
+/* Everything freed and destroyed, each call first under the faults. */
+static void destroy_all(workload *w, faults *f)
 {
     while (w->n_live) {
         live_block b = w->live[--w->n_live];
-        SP(sp_free(w->pool[b.pool], b.ptr, w->stream[b.stream]));
+        UNTIL_OK(f, SP_OK, sp_free(w->pool[b.pool], b.ptr, w->stream[b.stream]));
     }
     for (int i = 0; i < STREAMS; i++) {
-        SP(sp_stream_release(w->rt, w->stream[i]));
-        CK(cudaStreamDestroy(w->stream[i]));
+        UNTIL_OK(f, SP_OK, sp_stream_release(w->rt, w->stream[i]));
+        UNTIL_OK(f, cudaSuccess, cudaStreamDestroy(w->stream[i]));
     }
-    CK(cudaEventDestroy(w->event));
-    for (int i = 1; i < POOLS; i++) {
-        int rc = SP_ERR_CUDA;
-        for (int tries = 0; rc != SP_OK && tries < TRIES; tries++)
-            rc = sp_pool_destroy(w->pool[i]);
-        SP(rc);
-    }
-    int rc = SP_ERR_CUDA;
-    for (int tries = 0; rc != SP_OK && tries < TRIES; tries++)
-        rc = sp_runtime_destroy(w->rt);
-    SP(rc);
+    UNTIL_OK(f, cudaSuccess, cudaEventDestroy(w->event));
+    for (int i = 1; i < POOLS; i++)
+        UNTIL_OK(f, SP_OK, sp_pool_destroy(w->pool[i]));
+    UNTIL_OK(f, SP_OK, sp_runtime_destroy(w->rt));
 }
 
 /* One seed at one rate: the bytes of device memory the run did not give back. */
@@ -297,12 +322,12 @@ static uint64_t bytes_lost(unsigned per_million, uint64_t seed)
     uint64_t at_start = device_free();
     workload w = {0};
     uint64_t rng = seed;
+    faults f = {per_million, seed, 0};
     arm_faults(per_million, seed);
     run_workload(&w, &rng);
+    destroy_all(&w, &f);
     cudasimClearFaults();
-    /* anything a failed call left on the thread is the workload's, not the destroy's */
-    (void)cudaGetLastError();
-    destroy_all(&w);
+    (void)cudaGetLastError(); /* what a failed call left on the thread */
     CK(cudaDeviceSynchronize());
     uint64_t at_end = device_free();
     return at_start - at_end;
