@@ -291,7 +291,11 @@ SP_API cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool);
  * The pool is gone only on SP_OK. Should the driver refuse a cudaFreeAsync of its memory or its
  * cudaMemPoolDestroy, the CUDA error is returned (sp_last_cuda_error) and the pool stays, found
  * by name and usable, holding only what the driver refused (its cache went back first, its
- * cudaMemPool trimmed to its reservation): call sp_pool_destroy again, and no byte is lost. */
+ * cudaMemPool trimmed to its reservation): call sp_pool_destroy again, and no byte is lost.
+ * A context lost to a device fault (cudaErrorIllegalAddress and the other errors after which
+ * "any further CUDA work will return the same error", or the runtime unloading at exit) took
+ * the memory with it: the destroys then free what they hold and return SP_OK, and
+ * sp_last_cuda_error() gives the error. */
 SP_API int sp_pool_destroy(sp_pool *pool);
 
 /* Changes the release threshold of the pool's cudaMemPool at run time. It is kept within

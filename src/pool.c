@@ -545,7 +545,9 @@ int sp__pool_free(sp_pool *pool)
         (void)sp__cuda_pool_trim(pool->cuda_pool, pool->cfg.reserve);
         rc = sp__cuda_pool_destroy(pool->cuda_pool); /* rule 7: returns at once */
     }
-    if (rc != SP_OK)
+    /* a context lost to a device fault took the memory with it: nothing a later destroy could
+     * give back, and every call would fail alike, so the pool goes (sp_last_cuda_error tells) */
+    if (rc != SP_OK && !sp__cuda_context_lost())
         return rc;
     sp__requests_free(pool->requests); /* open ones without live allocations (live ones make it busy) */
     sp__heap_destroy(&pool->slabs);

@@ -1,7 +1,8 @@
 /* No device memory is lost on a failure path (issue 20, item 5), on cudasim's fault injection:
  *  1. a cudaMemPoolDestroy the driver refuses: sp_pool_destroy and sp_runtime_destroy return the
  *     error and leave what they could not destroy usable, its cached memory given back first; a
- *     later destroy succeeds, and then every byte the device had at the start is free again;
+ *     later destroy succeeds, and then every byte the device had at the start is free again
+ *     (a context lost to a device fault, where no call can succeed again, is destroyed at once);
  *  2. every CUDA call failing at 0.5%, 1% and 5%: a workload of a few pools, streams,
  *     allocations, frees and trims, then everything freed and destroyed under the same faults,
  *     as a user would (a call that returned an error is called again once the faults are
@@ -35,6 +36,13 @@ static uint64_t device_free(void)
 static uint64_t reserved_of(sp_pool *pool)
 {
     return pool_attr(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent);
+}
+
+static sp_pool *default_pool_of(sp_runtime *rt)
+{
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    return pool;
 }
 
 /* Allocates and frees a mix of small, medium and huge blocks on s, so that the pool caches a
@@ -127,6 +135,31 @@ static void runtime_destroy_refused_keeps_the_runtime(void **state)
         CK(cudaDeviceSynchronize());
         assert_int_equal(device_free(), at_start);
     }
+}
+
+/* A device fault ruins the context: every later call fails with it, the memory went with it,
+ * and nothing a later destroy could do would give a byte back. The destroys then free what they
+ * hold and return SP_OK, sp_last_cuda_error() telling what happened. */
+static void a_lost_context_is_destroyed_all_the_same(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool;
+    SP(sp_pool_create(rt, "tenant", NULL, &pool));
+    cudaStream_t s = new_stream();
+    fill_cache(pool, s);
+    fill_cache(default_pool_of(rt), s);
+    SP(sp_stream_release(rt, s));
+    /* a memset of an address nothing allocated: a device fault when it runs */
+    CK(cudaMemsetAsync((void *)(uintptr_t)0x1000, 0, 256, s));
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+    SP(sp_pool_destroy(pool));
+    assert_int_equal(sp_last_cuda_error(), cudaErrorIllegalAddress);
+    sp_pool *found;
+    assert_int_equal(sp_pool_find(rt, "tenant", &found), SP_ERR_NOT_FOUND);
+    destroy_runtime(rt);
+    assert_int_equal(sp_last_cuda_error(), cudaErrorIllegalAddress);
+    (void)cudaStreamDestroy(s);
 }
 
 /* ---- 2. every CUDA call failing at a rate ---- */
@@ -367,6 +400,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(pool_destroy_refused_keeps_the_pool),
         T(runtime_destroy_refused_keeps_the_runtime),
+        T(a_lost_context_is_destroyed_all_the_same),
         T(every_byte_back_under_faults),
     };
     return cmocka_run_group_tests_name("destroy_faults", tests, NULL, NULL);
