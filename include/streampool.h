@@ -63,7 +63,8 @@ SP_API const char *sp_version_string(void);
     X(NO_DEVICE, -15, "no CUDA device with that number")                                       \
     X(IO, -16, "a file could not be written")                                                 \
     X(REQUEST_ENDED, -17, "the request has already ended")                                    \
-    X(NO_REQUEST, -18, "no such request")
+    X(NO_REQUEST, -18, "no such request")                                                     \
+    X(UNORDERED_FREE, -30, "free on another stream not ordered after the allocating stream")
 
 enum {
 #define SP_STATUS_ENUM(name, value, text) SP_ERR_##name = (value),
@@ -158,7 +159,11 @@ SP_API int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtim
  * allocations, or while a capture is declared (sp_stream_capture_begin without its end: the
  * device synchronize that may be needed to settle the pools' memory would break it);
  * sp_config_error() then says which (pool 'chat' still has 2 live allocations (4096 bytes
- * requested)), as it does for sp_pool_destroy's SP_ERR_BUSY. */
+ * requested)), as it does for sp_pool_destroy's SP_ERR_BUSY.
+ * Where the driver refuses to take a pool's memory or its cudaMemPool back (as sp_pool_destroy
+ * below), the error is returned and the runtime stays, with its default pool and the pools that
+ * could not be destroyed (their cache given back; the other pools are gone): call
+ * sp_runtime_destroy again. Only SP_OK destroys the runtime. */
 SP_API int sp_runtime_destroy(sp_runtime *rt);
 
 /* Calls cb for every pool of the runtime, oldest first (the default pool first), with no
@@ -289,7 +294,15 @@ SP_API cudaMemPool_t sp_pool_cuda_pool(const sp_pool *pool);
 
 /* Returns the pool's cached memory to the device and destroys it. SP_ERR_BUSY (pool unchanged)
  * while it has live allocations or a capture is declared in its runtime. The default pool is
- * destroyed only with its runtime (SP_ERR_INVALID here). */
+ * destroyed only with its runtime (SP_ERR_INVALID here).
+ * The pool is gone only on SP_OK. Should the driver refuse a cudaFreeAsync of its memory or its
+ * cudaMemPoolDestroy, the CUDA error is returned (sp_last_cuda_error) and the pool stays, found
+ * by name and usable, holding only what the driver refused (its cache went back first, its
+ * cudaMemPool trimmed to its reservation): call sp_pool_destroy again, and no byte is lost.
+ * A context lost to a device fault (cudaErrorIllegalAddress and the other errors after which
+ * "any further CUDA work will return the same error", or the runtime unloading at exit) took
+ * the memory with it: the destroys then free what they hold and return SP_OK, and
+ * sp_last_cuda_error() gives the error. */
 SP_API int sp_pool_destroy(sp_pool *pool);
 
 /* Changes the release threshold of the pool's cudaMemPool at run time. It is kept within
@@ -318,6 +331,7 @@ SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
  *   limit              size (0: none)     reserve      size
  *   priority           integer            cross_stream balanced | wait | no_wait
  *   trace              FILE: the runtime's allocation trace (below); not per pool
+ *   check_free_order   0 | 1: the runtime checks cross-stream frees (sp_free); not per pool
  * Sizes are bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "KB" too; any
  * case, blanks allowed before the suffix), or a share of the device's total memory ("80%",
  * "12.5%", as PyTorch's set_per_process_memory_fraction states it: of the runtime's device, or of
@@ -413,7 +427,24 @@ SP_API int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream
 
 /* Frees ptr in stream order on `stream`: work enqueued on `stream` before this call may still use
  * it; it must not be used by work enqueued after. The block is reused by `stream` at once, and by
- * other streams only behind a fence. ptr NULL: no-op. */
+ * other streams only behind a fence. ptr NULL: no-op.
+ *
+ * Freed on another stream than the one it was allocated on (s0 allocated, s1 frees), the free
+ * must be ordered after all of s0's work that uses the block, exactly as CUDA requires of a
+ * cudaFreeAsync on s1: record an event on s0 after the last use there, make s1 wait for it
+ * (cudaStreamWaitEvent), then sp_free(pool, ptr, s1); or synchronize s0 first. streampool
+ * cannot do it for you: it hands the block to s1's next allocation at once, and may give it
+ * back to the driver with cudaFreeAsync on s1, which without that order may run before s0's
+ * pending allocation or use of it: a device fault (cudaErrorIllegalAddress, sticky for the
+ * whole context) or another allocation's data overwritten.
+ * The key check_free_order:1 (SP_ALLOC_CONF, or sp_runtime_config.alloc_conf; for the runtime)
+ * turns on a debug check of this order: every allocation records an event on its stream, and a
+ * free on another stream that finds that event pending while the freeing stream has no work
+ * queued (nothing there can be waiting for s0) fails with SP_ERR_UNORDERED_FREE, the block still
+ * live, sp_config_error() naming both streams. It cannot tell a freeing stream that waits for s0
+ * from one that is busy with other work (those frees pass), nor see a later use on s0 the free
+ * is not ordered after; it skips the legacy stream (its implicit order with blocking streams)
+ * and declared captures. Off (the default), sp_alloc and sp_free make no CUDA call for it. */
 SP_API int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream);
 
 /* The size class a request of `bytes` is rounded to (0 for 0 or too large). Requests up to

@@ -14,6 +14,7 @@
 #include "trace.h"
 #include "introspect.h"
 #include "request.h"
+#include "free_order.h"
 
 _Thread_local uint64_t sp__thread_misses;
 
@@ -72,9 +73,16 @@ static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size
 static int traced_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
     __attribute__((noinline));
 static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream) __attribute__((noinline));
+/* check_free_order:1 (free_order.c); never inlined either */
+static int checked_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+    __attribute__((noinline));
+static int checked_free(sp_pool *pool, void *ptr, cudaStream_t stream) __attribute__((noinline));
 
 int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
+    /* check_free_order:1: marked, calling back in once */
+    if (sp_unlikely(pool != NULL && sp__free_order_wanted(pool->rt)))
+        return checked_alloc(pool, ptr, bytes, stream);
     if (sp__trace_wanted()) /* recorded: calls back in once, marked */
         return traced_alloc(pool, ptr, bytes, stream);
     sp__cuda_error_clear();
@@ -117,6 +125,9 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 
 int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
+    /* check_free_order:1: checked, calling back in once */
+    if (sp_unlikely(pool != NULL && sp__free_order_wanted(pool->rt)))
+        return checked_free(pool, ptr, stream);
     if (sp__trace_wanted()) /* recorded: calls back in once, marked */
         return traced_free(pool, ptr, stream);
     sp__cuda_error_clear();
@@ -378,6 +389,35 @@ static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     int rc = sp_free(pool, ptr, stream);
     sp__trace_inside = false;
     sp__trace_free_done(&m, pool, ptr, stream, rc);
+    return rc;
+}
+
+/* ---- check_free_order:1 ----
+ * sp_alloc and sp_free called again, marked, outside the trace's wrappers (which record the
+ * inner call); the allocation gets its mark, the free is checked before anything is freed. */
+
+static int checked_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+{
+    sp__free_order_inside = true;
+    int rc = sp_alloc(pool, ptr, bytes, stream);
+    if (rc == SP_OK)
+        sp__free_order_note(pool->rt, *ptr, stream);
+    return rc;
+}
+
+static int checked_free(sp_pool *pool, void *ptr, cudaStream_t stream)
+{
+    sp__cuda_error_clear();
+    sp_free_mark *m = NULL;
+    int rc = ptr ? sp__free_order_check(pool->rt, ptr, stream, &m) : SP_OK;
+    if (rc != SP_OK) /* the block stays live: nothing was freed */
+        return rc;
+    sp__free_order_inside = true;
+    rc = sp_free(pool, ptr, stream);
+    if (rc == SP_OK)
+        sp__free_order_drop(pool->rt, m);
+    else
+        sp__free_order_put_back(pool->rt, m);
     return rc;
 }
 

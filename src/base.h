@@ -23,7 +23,9 @@
  *    segment stays owned and counted as held, to be given back later.
  *  - Ordering is never skipped: if the wait that orders a free after a stream's pending work
  *    fails, that stream is synchronized instead; if that fails too, the memory stays cached.
- *  - sp_pool_trim and sp_pool_destroy return the first CUDA error instead of SP_OK.
+ *  - sp_pool_trim returns the first CUDA error instead of SP_OK. sp_pool_destroy and
+ *    sp_runtime_destroy destroy only once the driver took every byte back (SP_OK); otherwise
+ *    they return its error and what they could not destroy stays usable, to be destroyed again.
  *  - Graph capture (CUDA-SEMANTICS 24-26): a capturing stream's allocations go straight to the
  *    driver; a block allocated before the capture and freed during it is kept aside in its
  *    stream's cache (never cudaFreeAsync inside the capture) and goes back to its slab or

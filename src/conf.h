@@ -32,5 +32,8 @@ void sp__config_warn_unused(sp_runtime *rt);
 /* The value of the runtime key trace:FILE (SP_ALLOC_CONF wins over alloc_conf), copied into
  * out; false if neither string has it. */
 bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len);
+/* The runtime key check_free_order:1 (SP_ALLOC_CONF wins over alloc_conf): sp_free checks that
+ * a free on another stream than the allocation's is ordered after it (free_order.c). */
+bool sp__config_check_free_order(const sp_runtime *rt);
 
 #endif /* SP_CONF_H */

@@ -369,6 +369,15 @@ static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, in
                 return fail(err, errlen, "SP_ALLOC_CONF: trace needs a file name (trace:FILE)");
             continue;
         }
+        if (equals(key, "check_free_order")) { /* the runtime's: sp__config_check_free_order */
+            if (pool.p)
+                return fail(err, errlen, "SP_ALLOC_CONF: check_free_order is set for the "
+                                         "runtime, not for pool '%.*s'", (int)pool.n, pool.p);
+            if (!equals(value, "0") && !equals(value, "1"))
+                return fail(err, errlen, "SP_ALLOC_CONF: check_free_order is 0 or 1, not '%.*s'",
+                            (int)value.n, value.p);
+            continue;
+        }
         sp_pool_config scratch = *cfg;
         bool mine = pass == 0 ? pool.p == NULL : pool.p && pool_name && equals(pool, pool_name);
         if (mine && pass == 0 && equals(key, "reserve") && pool_name &&
@@ -542,9 +551,9 @@ void sp__config_warn_unused(sp_runtime *rt)
     }
 }
 
-/* ---- the runtime key trace:FILE ---- */
+/* ---- the runtime keys trace:FILE and check_free_order:0|1 ---- */
 
-static bool trace_value(const char *conf, slice *out)
+static bool runtime_value(const char *conf, const char *name, slice *out)
 {
     bool found = false;
     for (const char *p = conf; p && *p;) {
@@ -552,7 +561,7 @@ static bool trace_value(const char *conf, slice *out)
         slice entry = trim((slice){p, comma ? (size_t)(comma - p) : strlen(p)});
         p = comma ? comma + 1 : p + strlen(p);
         const char *colon = entry.n ? memchr(entry.p, ':', entry.n) : NULL;
-        if (colon && equals(trim((slice){entry.p, (size_t)(colon - entry.p)}), "trace")) {
+        if (colon && equals(trim((slice){entry.p, (size_t)(colon - entry.p)}), name)) {
             *out = trim((slice){colon + 1, entry.n - (size_t)(colon - entry.p) - 1});
             found = true; /* the last one wins, as for every key */
         }
@@ -563,11 +572,19 @@ static bool trace_value(const char *conf, slice *out)
 bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len)
 {
     slice v;
-    if (!trace_value(rt->env_conf, &v) && !trace_value(rt->alloc_conf, &v))
+    if (!runtime_value(rt->env_conf, "trace", &v) && !runtime_value(rt->alloc_conf, "trace", &v))
         return false;
     if (len == 0 || v.n >= len)
         return false;
     memcpy(out, v.p, v.n);
     out[v.n] = '\0';
     return true;
+}
+
+bool sp__config_check_free_order(const sp_runtime *rt)
+{
+    slice v;
+    return (runtime_value(rt->env_conf, "check_free_order", &v) ||
+            runtime_value(rt->alloc_conf, "check_free_order", &v)) &&
+           equals(v, "1");
 }

@@ -59,6 +59,29 @@ int sp__cuda_check_device(int device)
     return rc;
 }
 
+bool sp__cuda_context_lost(void)
+{
+    switch ((cudaError_t)sp__cuda_error) {
+    /* "the process is left in an inconsistent state and any further CUDA work will return the
+     * same error" (the Runtime API on each): every allocation went with the context */
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    /* the runtime unloading at the process's exit: nothing can be given back any more */
+    case cudaErrorCudartUnloading:
+        return true;
+    default:
+        return false;
+    }
+}
+
 int sp__cuda_current_device(int *device)
 {
     return check(cudaGetDevice(device));

@@ -9,6 +9,10 @@
 int sp__cuda_check_device(int device);
 int sp__cuda_pool_create(int device, uint64_t max_size, cudaMemPool_t *out);
 int sp__cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total);
+/* The thread's last CUDA error (sp_last_cuda_error) is one that ruins the context for good (a
+ * device fault: "any further CUDA work will return the same error"), or the runtime unloading
+ * at exit: what streampool holds went with the context, and nothing can be given back. */
+bool sp__cuda_context_lost(void);
 /* The caller's current device (cudaGetDevice). */
 int sp__cuda_current_device(int *device);
 /* cudaGetErrorName and cudaGetErrorString of a cudaError_t. */

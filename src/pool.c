@@ -133,17 +133,38 @@ static int merge_config(const sp_runtime *rt, const char *name, const sp_pool_co
 
 /* Obtains the reservation from the device once, and frees it at once into the cudaMemPool,
  * which keeps it (threshold >= reserve) for this pool alone. The synchronize makes the free
- * known complete, so any stream of the pool may reuse it (CUDA-SEMANTICS 11c). */
-static int take_reservation(sp_pool *pool)
+ * known complete, so any stream of the pool may reuse it (CUDA-SEMANTICS 11c). *held is the
+ * allocation if the driver refused its free. */
+static int take_reservation(sp_pool *pool, void **held)
 {
     void *p;
     sp_runtime *rt = pool->rt;
+    *held = NULL;
     int rc = sp__cuda_malloc(pool->cuda_pool, &p, pool->cfg.reserve, rt->service);
-    if (rc == SP_OK)
-        rc = sp__cuda_free(p, rt->service);
-    if (rc == SP_OK)
-        rc = sp__cuda_stream_sync(rt->service);
-    return rc;
+    if (rc != SP_OK)
+        return rc;
+    if ((rc = sp__cuda_free(p, rt->service)) != SP_OK) {
+        *held = p;
+        return rc;
+    }
+    return sp__cuda_stream_sync(rt->service);
+}
+
+/* How often the cleanup of a failed creation asks the driver again: it has no handle to return
+ * a refusal with, and what it cannot give back (a reservation, a cudaMemPool keeping its release
+ * threshold) would stay reserved for the life of the process. */
+#define CLEANUP_TRIES 4
+
+/* A failed creation's cudaMemPool: the reservation still `held` goes back, and the cudaMemPool
+ * is destroyed if the pool made it. */
+static void discard_cuda_pool(sp_pool *pool, void *held)
+{
+    for (int tries = 0; tries < CLEANUP_TRIES; tries++) {
+        if (held && sp__cuda_free(held, pool->rt->service) == SP_OK)
+            held = NULL;
+        if (!held && (!pool->owns_cuda_pool || sp__cuda_pool_destroy(pool->cuda_pool) == SP_OK))
+            return;
+    }
 }
 
 int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp_pool_config *cfg,
@@ -187,7 +208,8 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         if (rc == SP_OK)
             rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&merged));
     }
-    if (rc == SP_OK && merged.reserve && (rc = take_reservation(pool)) != SP_OK)
+    void *held = NULL;
+    if (rc == SP_OK && merged.reserve && (rc = take_reservation(pool, &held)) != SP_OK)
         (void)sp__errorf(rc,
                          "pool '%s': its reserve of %llu bytes could not be taken from the "
                          "device: %s",
@@ -195,8 +217,8 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     if (rc == SP_OK && pthread_mutex_init(&pool->lock, NULL) != 0)
         rc = SP_ERR_NO_HOST_MEMORY;
     if (rc != SP_OK) {
-        if (pool->owns_cuda_pool)
-            (void)sp__cuda_pool_destroy(pool->cuda_pool);
+        if (pool->cuda_pool)
+            discard_cuda_pool(pool, held);
         sp__heap_destroy(&pool->slabs);
         sp__heap_destroy(&pool->segments);
         free(pool);
@@ -510,10 +532,12 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream
     atomic_flag_clear_explicit(&pool->limit_busy, memory_order_release);
 }
 
-int sp__pool_free(sp_pool *pool)
+/* Gives back every byte the pool holds, first settling what was freed on every stream: a trim
+ * to nothing. Returns SP_OK once no slab or segment is left, else the first error (a segment
+ * the driver refused back, or one whose frees could not be settled, stays the pool's). */
+static int give_back_everything(sp_pool *pool)
 {
     int err = SP_OK;
-    sp__requests_free(pool->requests); /* open ones without live allocations (live ones make it busy) */
     /* blocks kept aside by a capture that was never declared over */
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
@@ -538,21 +562,42 @@ int sp__pool_free(sp_pool *pool)
                 break;
         }
     }
+    /* what went back on the service stream: a failed synchronize loses nothing (a destroyed
+     * cudaMemPool releases its memory once its frees are done, rule 7) */
     int rc = sp__cuda_stream_sync(pool->rt->service);
     if (err == SP_OK)
         err = rc;
+    if (!pool->segments.segments && !pool->slabs.segments)
+        return SP_OK;
+    return err != SP_OK ? err : SP_ERR_CUDA;
+}
+
+int sp__pool_free(sp_pool *pool)
+{
+    /* Nothing is forgotten before the driver has taken everything back: a segment left, or a
+     * cudaMemPoolDestroy the driver refuses, leaves the pool as it was, less what went back
+     * (its cache), for the caller to destroy again. Forgotten, a segment or a cudaMemPool that
+     * keeps its release threshold would stay reserved for the life of the process. */
+    int rc = give_back_everything(pool);
+    if (rc == SP_OK && pool->owns_cuda_pool) {
+        /* the pages the cudaMemPool keeps under its release threshold go back first, so that
+         * a refused destroy leaves it its reservation only (a trim failing loses nothing: the
+         * destroy releases them too) */
+        (void)sp__cuda_pool_trim(pool->cuda_pool, pool->cfg.reserve);
+        rc = sp__cuda_pool_destroy(pool->cuda_pool); /* rule 7: returns at once */
+    }
+    /* a context lost to a device fault took the memory with it: nothing a later destroy could
+     * give back, and every call would fail alike, so the pool goes (sp_last_cuda_error tells) */
+    if (rc != SP_OK && !sp__cuda_context_lost())
+        return rc;
+    sp__requests_free(pool->requests); /* open ones without live allocations (live ones make it busy) */
     sp__heap_destroy(&pool->slabs);
     sp__heap_destroy(&pool->segments);
     sp__pool_drop_fences(pool);
     sp__cache_table_free(pool);
-    if (pool->owns_cuda_pool) {
-        rc = sp__cuda_pool_destroy(pool->cuda_pool); /* rule 7: returns at once */
-        if (err == SP_OK)
-            err = rc;
-    }
     pthread_mutex_destroy(&pool->lock);
     free(pool);
-    return err;
+    return SP_OK;
 }
 
 int sp__pool_release_stream(sp_pool *pool, sp_stream_key key)

@@ -54,8 +54,11 @@ struct sp_pool {
 
 int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp_pool_config *cfg,
                  sp_pool **out);
-/* Gives all the pool's memory back and frees its structures; the caller has checked it has no
- * live allocation. Returns the first CUDA error. */
+/* Gives all the pool's memory back, destroys its cudaMemPool (if its own) and frees its
+ * structures; the caller has checked it has no live allocation. On an error (a segment the
+ * driver refused back or whose frees could not be settled, a refused cudaMemPoolDestroy) the
+ * pool stays whole and usable, less the memory that did go back, and may be freed again;
+ * unless the context is lost (sp__cuda_context_lost), which took the memory: then it goes. */
 int sp__pool_free(sp_pool *pool);
 /* sp_stream_release for one pool: detaches key's cache, if any, and returns its blocks to their
  * slabs and segments behind its final fence. */

@@ -12,6 +12,7 @@
 #include "ptrmap.h"
 #include "status.h"
 #include "format.h"
+#include "free_order.h"
 #include "trace.h"
 
 /* ---- the process's runtimes, for threads that exit ---- */
@@ -108,6 +109,11 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         return SP_ERR_NO_HOST_MEMORY;
     }
     rc = sp__fence_pool_init(&rt->fences, device);
+    if (rc == SP_OK && sp__config_check_free_order(rt) &&
+        !(rt->free_order = sp__free_order_new(device))) {
+        sp__fence_pool_destroy(&rt->fences);
+        rc = SP_ERR_NO_HOST_MEMORY;
+    }
     if (rc == SP_OK) {
         rc = sp__cuda_stream_create(device, &rt->service);
         if (rc == SP_OK) {
@@ -122,6 +128,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
             }
             (void)sp__cuda_stream_destroy(rt->service);
         }
+        sp__free_order_destroy(rt->free_order);
         sp__fence_pool_destroy(&rt->fences);
     }
     pthread_mutex_destroy(&rt->lock);
@@ -151,6 +158,34 @@ static int busy_message(const char *call, sp_pool *pool)
                       (unsigned long long)st.requested.current);
 }
 
+/* Frees every pool (rt->lock held), the default pool last and only once every other pool is
+ * gone, so that a runtime a refused destroy leaves (sp__pool_free) is whole: its default pool
+ * and the pools that stay, their cache given back. Returns the first error. */
+static int free_pools(sp_runtime *rt)
+{
+    int err = SP_OK;
+    for (sp_pool **p = &rt->pools; *p;) {
+        sp_pool *pool = *p, *next = pool->next;
+        int rc = pool->is_default ? SP_ERR_BUSY : sp__pool_free(pool);
+        if (rc == SP_OK) {
+            *p = next;
+            continue;
+        }
+        if (!pool->is_default && err == SP_OK)
+            err = rc;
+        p = &pool->next;
+    }
+    if (err != SP_OK) {
+        /* what can go back does: a trim, never below the reservation */
+        (void)sp__pool_give_back(rt->default_pool, 0, true, NULL);
+        return err;
+    }
+    err = sp__pool_free(rt->default_pool);
+    if (err == SP_OK)
+        rt->pools = rt->default_pool = NULL;
+    return err;
+}
+
 int sp_runtime_destroy(sp_runtime *rt)
 {
     sp__cuda_error_clear();
@@ -176,20 +211,18 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     sp__config_warn_unused(rt);
     sp__trace_destroy(rt);
-    sp__stream_labels_forget(rt, NULL);
-    int err = SP_OK;
-    while (rt->pools) {
-        sp_pool *p = rt->pools;
-        rt->pools = p->next;
-        int rc = sp__pool_free(p);
-        if (err == SP_OK)
-            err = rc;
-    }
+    int err = free_pools(rt);
     sp_mutex_unlock(&rt->lock);
-    int rc = sp__cuda_stream_sync(rt->service);
-    if (err == SP_OK)
-        err = rc;
+    if (err != SP_OK) {
+        runtime_register(rt); /* whole again: exiting threads release their streams in it */
+        return err;
+    }
+    sp__stream_labels_forget(rt, NULL);
+    /* the pools waited for their own give-backs: nothing of theirs is left on the stream,
+     * which a failed synchronize cannot keep from being destroyed (its work completes first) */
+    (void)sp__cuda_stream_sync(rt->service);
     (void)sp__cuda_stream_destroy(rt->service);
+    sp__free_order_destroy(rt->free_order);
     sp__fence_pool_destroy(&rt->fences);
     sp__ptrmap_free(&rt->ptrmap);
     pthread_mutex_destroy(&rt->lock);
@@ -198,7 +231,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     free(rt->alloc_conf);
     free(rt->env_conf);
     free(rt);
-    return err;
+    return SP_OK;
 }
 
 int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out)
@@ -297,11 +330,14 @@ int sp_pool_destroy(sp_pool *pool)
     sp_pool **p = &rt->pools;
     while (*p != pool)
         p = &(*p)->next;
-    *p = pool->next;
+    sp_pool *next = pool->next;
     /* freed under the lock, as sp_runtime_destroy frees its pools: the free may synchronize the
      * device (frees it cannot order one by one), which a capture declared meanwhile forbids
-     * (rule 25); declaring one takes this lock, so it waits for the free */
+     * (rule 25); declaring one takes this lock, so it waits for the free. Refused, the pool
+     * stays the runtime's, whole. */
     int rc = sp__pool_free(pool);
+    if (rc == SP_OK)
+        *p = next;
     sp_mutex_unlock(&rt->lock);
     return rc;
 }

@@ -33,6 +33,7 @@ struct sp_runtime {
                                             by the i-th pool-prefixed conf key has existed (a
                                             bit per such key; NULL if none) */
     sp_runtime *next_runtime;            /* in the process's list, for threads that exit */
+    struct sp_free_order *free_order;    /* free_order.c: check_free_order:1's marks; NULL off */
 };
 
 /* A graph capture may be under way in the process: one is declared, or SP_CAPTURE_ALWAYS, under

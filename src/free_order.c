@@ -1,0 +1,204 @@
+/* check_free_order:1, the debug check of the cross-stream free contract (streampool.h, sp_free):
+ * a block freed on another stream than its allocation's must be freed in an order that puts the
+ * free after the allocating stream's work, as CUDA requires of cudaFreeAsync's callers. Without
+ * that order streampool may hand the block to the freeing stream's next allocation, or give it
+ * back with cudaFreeAsync on that stream, while the allocating stream has not got to the
+ * allocation yet: a device fault (cudaErrorIllegalAddress, sticky) or corrupted data, far from
+ * the free that caused it. With the check on, such a free fails at once instead.
+ *
+ * What it can see: each allocation gets a mark, an event recorded on its stream as sp_alloc
+ * returns it. A free on another stream whose mark has not completed while the freeing stream has
+ * no work queued cannot be ordered after the allocation (nothing on the freeing stream waits for
+ * anything): SP_ERR_UNORDERED_FREE, the block still live. A freeing stream with work queued may
+ * be waiting for the allocating stream (cudaStreamWaitEvent), which CUDA gives no way to ask
+ * about: that free passes. So does one ordered after the allocation but not after a later use
+ * of the block on the allocating stream (the mark is the allocation's). */
+#include <stdlib.h>
+
+#include "free_order.h"
+#include "conf.h"
+#include "cuda_calls.h"
+#include "status.h"
+
+#define BUCKETS 1024 /* live marks are chained per bucket: a debug mode, not a hot path */
+
+struct sp_free_mark {
+    void *ptr;
+    sp_stream_key key;         /* the allocating stream */
+    cudaEvent_t event;         /* recorded there as sp_alloc returned ptr */
+    struct sp_free_mark *next;
+};
+
+struct sp_free_order {
+    pthread_mutex_t lock;      /* the buckets and the spares; no CUDA call under it */
+    int device;
+    sp_free_mark *buckets[BUCKETS];
+    sp_free_mark *spares;      /* dropped marks, their events kept for the next allocation */
+};
+
+_Thread_local bool sp__free_order_inside __attribute__((tls_model("initial-exec")));
+
+sp_free_order *sp__free_order_new(int device)
+{
+    sp_free_order *fo = calloc(1, sizeof *fo);
+    if (fo && pthread_mutex_init(&fo->lock, NULL) != 0) {
+        free(fo);
+        return NULL;
+    }
+    if (fo)
+        fo->device = device;
+    return fo;
+}
+
+static void marks_free(sp_free_mark *m)
+{
+    for (sp_free_mark *next; m; m = next) {
+        next = m->next;
+        (void)sp__cuda_event_destroy(m->event);
+        free(m);
+    }
+}
+
+void sp__free_order_destroy(sp_free_order *fo)
+{
+    if (!fo)
+        return;
+    for (size_t i = 0; i < BUCKETS; i++)
+        marks_free(fo->buckets[i]);
+    marks_free(fo->spares);
+    pthread_mutex_destroy(&fo->lock);
+    free(fo);
+}
+
+static sp_free_mark **bucket_of(sp_free_order *fo, const void *ptr)
+{
+    uint64_t x = (uint64_t)(uintptr_t)ptr >> 8; /* blocks are 256-byte aligned */
+    x *= 0x9E3779B97F4A7C15ull;
+    return &fo->buckets[(x >> 32) % BUCKETS];
+}
+
+/* Takes ptr's mark out of its bucket (fo->lock held); NULL if it has none. */
+static sp_free_mark *take_locked(sp_free_order *fo, const void *ptr)
+{
+    for (sp_free_mark **l = bucket_of(fo, ptr); *l; l = &(*l)->next)
+        if ((*l)->ptr == ptr) {
+            sp_free_mark *m = *l;
+            *l = m->next;
+            return m;
+        }
+    return NULL;
+}
+
+static void spare_locked(sp_free_order *fo, sp_free_mark *m)
+{
+    m->next = fo->spares;
+    fo->spares = m;
+}
+
+/* Puts m in its bucket (fo->lock held); a mark ptr still had (a block freed some way that did
+ * not drop it) goes to the spares. */
+static void insert_locked(sp_free_order *fo, sp_free_mark *m)
+{
+    sp_free_mark *old = take_locked(fo, m->ptr);
+    if (old)
+        spare_locked(fo, old);
+    sp_free_mark **b = bucket_of(fo, m->ptr);
+    m->next = *b;
+    *b = m;
+}
+
+void sp__free_order_note(sp_runtime *rt, void *ptr, cudaStream_t stream)
+{
+    sp_free_order *fo = rt->free_order;
+    /* an event recorded on a capturing stream would join the capture (rule 25) */
+    if (!ptr || sp__capture_possible(rt))
+        return;
+    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    sp_free_mark *m = fo->spares;
+    if (m)
+        fo->spares = m->next;
+    sp_mutex_unlock(&fo->lock);
+    if (!m) {
+        m = calloc(1, sizeof *m);
+        if (!m)
+            return;
+        if (sp__cuda_event_create(fo->device, &m->event) != SP_OK) {
+            free(m);
+            return;
+        }
+    }
+    int rc = sp__cuda_event_record(m->event, stream);
+    m->ptr = ptr;
+    m->key = sp__stream_key(stream);
+    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    if (rc == SP_OK)
+        insert_locked(fo, m);
+    else
+        spare_locked(fo, m);
+    sp_mutex_unlock(&fo->lock);
+}
+
+static bool is_legacy(cudaStream_t s)
+{
+    return s == NULL || s == cudaStreamLegacy;
+}
+
+/* Is a free of m's block on `stream` (key) certainly not ordered after the allocation? */
+static bool unordered(sp_runtime *rt, const sp_free_mark *m, cudaStream_t stream,
+                      sp_stream_key key)
+{
+    if (m->key.stream == key.stream && m->key.thread == key.thread)
+        return false; /* the allocating stream itself: its own order */
+    /* the legacy stream orders itself with blocking streams, which streampool cannot tell
+     * from non-blocking ones; and no stream is asked about while a capture may be under way */
+    if (is_legacy(m->key.stream) || is_legacy(stream) || sp__capture_possible(rt))
+        return false;
+    bool done = false, idle = false;
+    if (sp__cuda_event_query(m->event, false, &done) != SP_OK || done)
+        return false; /* the common case: the allocation is long done */
+    if (sp__cuda_stream_query(stream, &idle) != SP_OK || !idle)
+        return false;
+    /* asked again after the freeing stream was seen idle: still pending, it was then too */
+    return sp__cuda_event_query(m->event, false, &done) == SP_OK && !done;
+}
+
+int sp__free_order_check(sp_runtime *rt, void *ptr, cudaStream_t stream, sp_free_mark **taken)
+{
+    sp_free_order *fo = rt->free_order;
+    *taken = NULL;
+    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    sp_free_mark *m = take_locked(fo, ptr);
+    sp_mutex_unlock(&fo->lock);
+    if (!m)
+        return SP_OK;
+    if (!unordered(rt, m, stream, sp__stream_key(stream))) {
+        *taken = m;
+        return SP_OK;
+    }
+    cudaStream_t allocating = m->key.stream;
+    sp__free_order_put_back(rt, m);
+    /* (sp_config_error's 255 bytes) */
+    return sp__errorf(SP_ERR_UNORDERED_FREE,
+                      "sp_free(%p) on stream %p is not ordered after stream %p, which has not "
+                      "reached the allocation: record an event on %p after the last use, "
+                      "cudaStreamWaitEvent(%p, event), then sp_free",
+                      ptr, (void *)stream, (void *)allocating, (void *)allocating, (void *)stream);
+}
+
+void sp__free_order_put_back(sp_runtime *rt, sp_free_mark *m)
+{
+    if (!m)
+        return;
+    sp_mutex_lock(&rt->free_order->lock, SP_RANK_LEAF);
+    insert_locked(rt->free_order, m);
+    sp_mutex_unlock(&rt->free_order->lock);
+}
+
+void sp__free_order_drop(sp_runtime *rt, sp_free_mark *m)
+{
+    if (!m)
+        return;
+    sp_mutex_lock(&rt->free_order->lock, SP_RANK_LEAF);
+    spare_locked(rt->free_order, m);
+    sp_mutex_unlock(&rt->free_order->lock);
+}

@@ -1,0 +1,47 @@
+/* The runtime key check_free_order:1 (free_order.c): sp_free of a block on another stream than
+ * the one that allocated it checks that nothing lets the free run before the allocation. Above
+ * the stream caches and cuda.c, below alloc.c, which calls it only while the key is on. */
+#ifndef SP_FREE_ORDER_H
+#define SP_FREE_ORDER_H
+
+#include "runtime.h"
+
+/* The marks of one runtime: for each live block allocated while the check was on, an event
+ * recorded on its stream right after sp_alloc returned it. */
+typedef struct sp_free_order sp_free_order;
+
+/* A runtime's marks, or NULL without host memory. */
+sp_free_order *sp__free_order_new(int device);
+void sp__free_order_destroy(sp_free_order *fo);
+
+/* sp_alloc and sp_free run the checked path (once: the public call again, marked) when the
+ * runtime checks free order and this call is not the checked path's own. */
+extern _Thread_local bool sp__free_order_inside __attribute__((tls_model("initial-exec")));
+
+static inline bool sp__free_order_wanted(const sp_runtime *rt)
+{
+    if (sp_likely(!rt->free_order))
+        return false;
+    if (sp__free_order_inside) { /* the checked path's own call: consume the mark */
+        sp__free_order_inside = false;
+        return false;
+    }
+    return true;
+}
+
+/* Records the mark of ptr, just allocated on `stream` (best effort: a block without one is not
+ * checked). */
+void sp__free_order_note(sp_runtime *rt, void *ptr, cudaStream_t stream);
+
+/* Before sp_free(ptr) on `stream`: SP_ERR_UNORDERED_FREE (with sp_config_error's message) if
+ * ptr was allocated on another stream that has not reached the allocation yet while `stream`
+ * has no work queued, so that nothing can order the free after it; the mark stays. Otherwise
+ * SP_OK and the mark is taken out into *taken (to put back with sp__free_order_put_back should
+ * the free fail). */
+typedef struct sp_free_mark sp_free_mark;
+int sp__free_order_check(sp_runtime *rt, void *ptr, cudaStream_t stream, sp_free_mark **taken);
+void sp__free_order_put_back(sp_runtime *rt, sp_free_mark *m);
+/* The mark of a free that went through. */
+void sp__free_order_drop(sp_runtime *rt, sp_free_mark *m);
+
+#endif /* SP_FREE_ORDER_H */

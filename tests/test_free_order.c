@@ -1,0 +1,235 @@
+/* The cross-stream free contract (issue 20, item 7; streampool.h at sp_free): a block allocated
+ * on s0 and freed on s1 must be freed after s0's work, as CUDA requires of cudaFreeAsync. The
+ * correct pattern (an event between the streams) keeps the data and makes no fault, with the
+ * debug check on or off; check_free_order:1 turns the missing order into SP_ERR_UNORDERED_FREE
+ * with the block still live; off, sp_alloc and sp_free make no CUDA call for it. Streams are held
+ * by host-function gates that the test thread opens (cudasim: call counts and its stream-order
+ * checks, which fault where a GPU would race). */
+#include <stdlib.h>
+
+#include "support/sp_test_support.h"
+
+static const uint64_t KiB = 1024;
+
+static int teardown(void **state)
+{
+    (void)state;
+    int busy = destroy_tracked_runtimes();
+    reset_device(NULL);
+    return busy ? -1 : 0;
+}
+
+static sp_runtime *runtime_with(const char *alloc_conf)
+{
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.stats_flush_bytes = 0; /* exact figures at every read */
+    cfg.alloc_conf = alloc_conf;
+    return track_runtime(0, &cfg);
+}
+
+static sp_pool *default_pool(sp_runtime *rt)
+{
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    return pool;
+}
+
+static sp_pointer_state state_of(sp_runtime *rt, void *p)
+{
+    sp_ptr_info info = {.size = sizeof info};
+    SP(sp_pointer_info(rt, p, &info));
+    return info.state;
+}
+
+/* The device and every stream had no fault: a synchronize succeeds. */
+static void no_fault(void)
+{
+    CK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
+}
+
+/* s0 writes and reads the block behind a gate; the free on s1 waits for an event recorded after
+ * that read; s1 then reuses the block at once (its own bin) and overwrites it. The read saw s0's
+ * bytes, the reuse holds s1's, and nothing faulted. */
+static void event_between_streams(const char *alloc_conf, size_t n)
+{
+    sp_runtime *rt = runtime_with(alloc_conf);
+    sp_pool *pool = default_pool(rt);
+    cudaStream_t s0 = new_stream(), s1 = new_stream();
+    cudaEvent_t used;
+    CK(cudaEventCreateWithFlags(&used, cudaEventDisableTiming));
+    unsigned char *host;
+    CK(cudaMallocHost((void **)&host, n));
+    memset(host, 0, n);
+    gate *g = gate_new();
+    gate_hold(g, s0);
+    void *p;
+    SP(sp_alloc(pool, &p, n, s0));
+    CK(cudaMemsetAsync(p, 0xab, n, s0));
+    CK(cudaMemcpyAsync(host, p, n, cudaMemcpyDeviceToHost, s0));
+    CK(cudaEventRecord(used, s0));
+    CK(cudaStreamWaitEvent(s1, used, 0));
+    SP(sp_free(pool, p, s1));
+    void *q;
+    SP(sp_alloc(pool, &q, n, s1));
+    assert_ptr_equal(q, p); /* reused on s1 without a driver call: the contract is what orders it */
+    CK(cudaMemsetAsync(q, 0xcd, n, s1));
+    gate_open(g);
+    CK(cudaStreamSynchronize(s0));
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(host[i], 0xab);
+    assert_true(device_bytes_are(q, n, 0xcd, s1));
+    SP(sp_free(pool, q, s1));
+    no_fault();
+    CK(cudaFreeHost(host));
+    CK(cudaEventDestroy(used));
+    drop_stream(rt, s0);
+    drop_stream(rt, s1);
+    destroy_runtime(rt);
+}
+
+static void event_between_streams_keeps_the_data(void **state)
+{
+    (void)state;
+    event_between_streams(NULL, 64 * KiB);               /* a small block */
+    event_between_streams(NULL, 3 * 1024 * KiB);         /* a large one */
+    event_between_streams("check_free_order:1", 64 * KiB);
+    event_between_streams("check_free_order:1", 3 * 1024 * KiB);
+}
+
+/* With the check on: the free on s1 without an event, while s0 is held before the allocation,
+ * is refused and changes nothing; with the event it passes. */
+static void missing_order_is_an_error(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_with("check_free_order:1");
+    sp_pool *pool = default_pool(rt);
+    cudaStream_t s0 = new_stream(), s1 = new_stream();
+    cudaEvent_t used;
+    CK(cudaEventCreateWithFlags(&used, cudaEventDisableTiming));
+    for (int large = 0; large < 2; large++) {
+        size_t n = large ? 3 * 1024 * KiB : 64 * KiB;
+        gate *g = gate_new();
+        gate_hold(g, s0);
+        void *p;
+        SP(sp_alloc(pool, &p, n, s0));
+        CK(cudaMemsetAsync(p, 1, n, s0));
+        sp_stats before = stats_of(pool);
+        assert_int_equal(sp_free(pool, p, s1), SP_ERR_UNORDERED_FREE);
+        assert_non_null(strstr(sp_config_error(), "cudaStreamWaitEvent"));
+        assert_int_equal(state_of(rt, p), SP_POINTER_LIVE);
+        sp_stats after = stats_of(pool);
+        assert_int_equal(after.active.current, before.active.current);
+        assert_int_equal(after.frees, before.frees);
+        assert_int_equal(after.bad_frees, before.bad_frees);
+        /* the same free, ordered */
+        CK(cudaEventRecord(used, s0));
+        CK(cudaStreamWaitEvent(s1, used, 0));
+        SP(sp_free(pool, p, s1));
+        assert_int_equal(state_of(rt, p), SP_POINTER_CACHED);
+        gate_open(g);
+        no_fault();
+    }
+    /* s0 done with the allocation (synchronized): nothing left to order after */
+    void *p;
+    SP(sp_alloc(pool, &p, 64 * KiB, s0));
+    CK(cudaStreamSynchronize(s0));
+    SP(sp_free(pool, p, s1));
+    /* and on its own stream, held: its own order */
+    gate *g = gate_new();
+    gate_hold(g, s0);
+    SP(sp_alloc(pool, &p, 64 * KiB, s0));
+    SP(sp_free(pool, p, s0));
+    gate_open(g);
+    no_fault();
+    CK(cudaEventDestroy(used));
+    drop_stream(rt, s0);
+    drop_stream(rt, s1);
+    destroy_runtime(rt);
+}
+
+static void status_and_config(void **state)
+{
+    (void)state;
+    assert_int_equal(SP_ERR_UNORDERED_FREE, -30);
+    assert_string_equal(sp_status_name(SP_ERR_UNORDERED_FREE), "SP_ERR_UNORDERED_FREE");
+    assert_string_equal(sp_strerror(SP_ERR_UNORDERED_FREE),
+                        "free on another stream not ordered after the allocating stream");
+    sp_runtime *rt = NULL;
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.alloc_conf = "check_free_order:yes";
+    assert_int_equal(sp_runtime_create(0, &cfg, &rt), SP_ERR_CONFIG);
+    assert_non_null(strstr(sp_config_error(), "check_free_order is 0 or 1"));
+    cfg.alloc_conf = "chat.check_free_order:1";
+    assert_int_equal(sp_runtime_create(0, &cfg, &rt), SP_ERR_CONFIG);
+    assert_non_null(strstr(sp_config_error(), "for the runtime"));
+    assert_null(rt);
+    /* check_free_order:0 is off: the unordered free goes through, unchecked */
+    rt = runtime_with("check_free_order:0");
+    sp_pool *pool = default_pool(rt);
+    cudaStream_t s0 = new_stream(), s1 = new_stream();
+    gate *g = gate_new();
+    gate_hold(g, s0);
+    void *p;
+    SP(sp_alloc(pool, &p, 64 * KiB, s0));
+    SP(sp_free(pool, p, s1)); /* the bug, not caught; nothing used the block, so no fault */
+    gate_open(g);
+    no_fault();
+    drop_stream(rt, s0);
+    drop_stream(rt, s1);
+    destroy_runtime(rt);
+}
+
+static unsigned long long calls(void)
+{
+    return cudasimCallCount(NULL);
+}
+
+/* Off, a bin hit and a free on another stream make no CUDA call at all, as before the check
+ * existed; on, the allocation records its mark and the cross-stream free asks about it. */
+static void off_the_hot_path_makes_no_call(void **state)
+{
+    (void)state;
+    for (int on = 0; on < 2; on++) {
+        sp_runtime *rt = runtime_with(on ? "check_free_order:1" : NULL);
+        sp_pool *pool = default_pool(rt);
+        cudaStream_t s0 = new_stream(), s1 = new_stream();
+        void *p;
+        SP(sp_alloc(pool, &p, 64 * KiB, s0)); /* the slab, once */
+        SP(sp_free(pool, p, s0));
+        CK(cudaStreamSynchronize(s0));
+        cudasimResetCallCounts();
+        SP(sp_alloc(pool, &p, 64 * KiB, s0)); /* a hit in s0's bin */
+        unsigned long long alloc_calls = calls();
+        unsigned long long records = cudasimCallCount("cudaEventRecord");
+        CK(cudaStreamSynchronize(s0)); /* the free below is ordered after the allocation */
+        unsigned long long before_free = calls();
+        SP(sp_free(pool, p, s1));
+        unsigned long long free_calls = calls() - before_free;
+        if (!on) {
+            assert_int_equal(alloc_calls, 0);
+            assert_int_equal(free_calls, 0);
+        } else { /* the mark, and one query that finds it complete */
+            assert_int_equal(records, 1);
+            assert_int_equal(free_calls, 1);
+            assert_int_equal(cudasimCallCount("cudaEventQuery"), 1);
+        }
+        CK(cudaStreamSynchronize(s1));
+        drop_stream(rt, s0);
+        drop_stream(rt, s1);
+        destroy_runtime(rt);
+    }
+}
+
+#define T(fn) cmocka_unit_test_teardown(fn, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(event_between_streams_keeps_the_data),
+        T(missing_order_is_an_error),
+        T(status_and_config),
+        T(off_the_hot_path_makes_no_call),
+    };
+    return cmocka_run_group_tests_name("free_order", tests, NULL, NULL);
+}
