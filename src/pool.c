@@ -665,6 +665,16 @@ int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
     if (limit && fresh > limit)
         fresh = limit; /* near the limit a fresh allocation takes only what it needs */
     uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+    if (limit && cur > limit - fresh && cur + fresh - limit <= cached_now(pool)) {
+        /* the pool's own cache makes the room: it goes back first, its streams' frees settled
+         * as a trim settles them (the pool's driver calls, none of the request's). Where even
+         * all of it would not, the refusal below comes from the figures alone, with no CUDA
+         * call */
+        uint64_t held = sp__usage_current(&pool->usage.held.current);
+        uint64_t need = cur + fresh - limit;
+        (void)sp__pool_give_back(pool, held > need ? held - need : 0, true, NULL);
+        cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+    }
     do {
         if (limit && cur > limit - fresh) {
             count(pool, SP_COUNT_admission_refusals);
