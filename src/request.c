@@ -177,10 +177,8 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
     if (c && !capturing) {
         if (flags & SP_REQUEST_SYNCHRONIZED)
             sp__cache_settle_synchronized(c);
-        else if (sp__cache_fence_frees(c)) {
-            r->st.fences_recorded = 1;
-            sp__pool_count(pool, SP_COUNT_fences_recorded, 1);
-        }
+        else if (sp__cache_fence_frees(c))
+            r->st.fences_recorded = 1; /* the pool counted it where it was recorded */
     }
     /* what the request's allocations did not draw of its claim is the pool's headroom again */
     sp__pool_admit_release(pool, atomic_exchange_explicit(&r->claim, 0, memory_order_relaxed));
