@@ -242,7 +242,9 @@ SP_API int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *labe
  * sp_request_begin_with claims that headroom under the pool's limit at once, counted as the
  * limit counts what a fresh allocation of expected_bytes would take from the driver (a 2 MiB
  * slab for a request of at most 1 MiB, whole 2 MiB driver pages above; never more than the
- * limit), or refuses at once, before the request makes any CUDA call:
+ * limit), or refuses at once, before the request makes any CUDA call (when only the pool's own
+ * cached memory stands in the way, that memory goes back to the device first, as a trim would;
+ * a refusal is decided from the pool's figures alone, with no CUDA call):
  *   SP_ERR_NEVER_FITS  expected_bytes is larger than the limit itself: reject the request;
  *   SP_ERR_LIMIT       the limit has no room now: queue it and retry after frees.
  * The request's allocations draw on the claim first whenever they need memory from the
