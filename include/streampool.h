@@ -63,7 +63,7 @@ SP_API const char *sp_version_string(void);
     X(NO_DEVICE, -15, "no CUDA device with that number")                                       \
     X(IO, -16, "a file could not be written")                                                 \
     X(REQUEST_ENDED, -17, "the request has already ended")                                    \
-    X(NO_REQUEST, -18, "no such request")                                                    \
+    X(NO_REQUEST, -18, "no such request")                                                       \
     X(NEVER_FITS, -19, "larger than the pool's limit can ever hold")
 
 enum {
@@ -458,7 +458,7 @@ typedef struct {
  * (SP_STATS_COUNTERS_4, at the struct's end, so that older, shorter structs keep working). */
 #define SP_STATS_COUNTERS(X) SP_STATS_COUNTERS_1(X) SP_STATS_COUNTERS_4(X)
 
-#define SP_STATS_COUNTERS_1(X)                                                                 \
+#define SP_STATS_COUNTERS_1(X)                                                                  \
     X(allocs, "successful sp_alloc calls (size > 0)")                                          \
     X(frees, "successful sp_free calls (ptr != NULL)")                                         \
     X(same_stream_hits, "allocations served from the stream's own cache")                      \
@@ -469,23 +469,23 @@ typedef struct {
     X(driver_frees, "cudaFreeAsync calls for cached or bypassed blocks")                       \
     X(bad_frees, "frees rejected: unknown pointer, double free or wrong pool")                 \
     X(capture_bypasses, "allocations passed straight to the driver during graph capture")      \
-    X(oom_retries, "driver allocations retried after the driver ran out of memory")            \
+    X(oom_retries, "driver allocations retried after the driver ran out of memory")             \
     X(ooms, "allocations that failed with SP_ERR_OUT_OF_MEMORY")                               \
-    X(limit_rejections, "allocations that failed with SP_ERR_LIMIT or SP_ERR_NEVER_FITS")     \
-    X(reclaims, "times this pool gave cached memory back for another pool's out-of-memory")   \
-    X(reclaimed_bytes, "bytes this pool gave back for another pool's out-of-memory")           \
-    X(trims, "sp_pool_trim calls (sp_runtime_trim: one per pool)")                           \
+    X(limit_rejections, "allocations that failed with SP_ERR_LIMIT or SP_ERR_NEVER_FITS")       \
+    X(reclaims, "times this pool gave cached memory back for another pool's out-of-memory")     \
+    X(reclaimed_bytes, "bytes this pool gave back for another pool's out-of-memory")            \
+    X(trims, "sp_pool_trim calls (sp_runtime_trim: one per pool)")                              \
     X(skipped_steps, "best-effort steps skipped after a CUDA error (probe, fence, give-back)") \
     X(give_back_failures, "segments the driver refused to take back (kept, counted as held)")
 
 /* Counters of stats version 4. */
 #define SP_STATS_COUNTERS_4(X)                                                                 \
-    X(limit_retries, "driver allocations retried after the pool's limit refused them")         \
-    X(trimmed_bytes, "bytes sp_pool_trim gave back to the device")                             \
+    X(limit_retries, "driver allocations retried after the pool's limit refused them")          \
+    X(trimmed_bytes, "bytes sp_pool_trim gave back to the device")                              \
     X(cache_limit_releases, "times freed memory over the cache limit went back to the driver") \
-    X(cache_released_bytes, "bytes given back over the cache limit")                     \
+    X(cache_released_bytes, "bytes given back over the cache limit")                            \
     X(admissions, "requests admitted with an expected footprint (sp_request_begin_with)")       \
-    X(admitted_bytes, "bytes claimed under the limit by admitted requests")                    \
+    X(admitted_bytes, "bytes claimed under the limit by admitted requests")                     \
     X(admission_refusals, "requests refused at their begin: SP_ERR_LIMIT or SP_ERR_NEVER_FITS")
 
 /* Byte figures, each {current, peak, total}: name, what current counts, what total counts.
@@ -532,8 +532,8 @@ typedef struct {
  * of its pools'). A pool's device use, pool_reserved, is then held + reserve_idle + what its
  * cudaMemPool keeps beyond both (pages under the release threshold): after sp_pool_trim of a
  * pool with a 256 MiB reserve, held 0, reserve_idle 256 MiB, pool_reserved 256 MiB. */
-#define SP_STATS_RESERVE(X)                                                                    \
-    X(reserve, "bytes", "the pools' reservations: device memory kept for them alone")         \
+#define SP_STATS_RESERVE(X)                                                                     \
+    X(reserve, "bytes", "the pools' reservations: device memory kept for them alone")           \
     X(reserve_idle, "bytes", "reserved but not held: max(reserve - held, 0) per pool")
 
 typedef struct sp_stats {
