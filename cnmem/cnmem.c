@@ -79,7 +79,7 @@ static cnmemStatus_t from_sp(int rc)
 {
     switch (rc) {
     case SP_OK: return CNMEM_STATUS_SUCCESS;
-    case SP_ERR_OUT_OF_MEMORY: case SP_ERR_LIMIT: case SP_ERR_TOO_LARGE:
+    case SP_ERR_OUT_OF_MEMORY: case SP_ERR_LIMIT: case SP_ERR_NEVER_FITS: case SP_ERR_TOO_LARGE:
     case SP_ERR_NO_HOST_MEMORY: return CNMEM_STATUS_OUT_OF_MEMORY;
     case SP_ERR_INVALID: case SP_ERR_CONFIG: return CNMEM_STATUS_INVALID_ARGUMENT;
     case SP_ERR_CUDA: case SP_ERR_NO_DEVICE: case SP_ERR_NOT_SUPPORTED:

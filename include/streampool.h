@@ -49,7 +49,7 @@ SP_API const char *sp_version_string(void);
     X(INVALID, -1, "invalid argument")                                                          \
     X(TOO_LARGE, -2, "size too large to allocate")                                              \
     X(OUT_OF_MEMORY, -3, "out of device memory")                                                \
-    X(LIMIT, -4, "the pool's limit would be exceeded")                                          \
+    X(LIMIT, -4, "the pool's limit would be exceeded now (retry after frees)")                  \
     X(BAD_POINTER, -5, "pointer was not allocated by streampool")                               \
     X(DOUBLE_FREE, -6, "pointer is already free")                                               \
     X(WRONG_POOL, -7, "pointer belongs to another pool")                                        \
@@ -63,7 +63,8 @@ SP_API const char *sp_version_string(void);
     X(NO_DEVICE, -15, "no CUDA device with that number")                                       \
     X(IO, -16, "a file could not be written")                                                 \
     X(REQUEST_ENDED, -17, "the request has already ended")                                    \
-    X(NO_REQUEST, -18, "no such request")                                                     \
+    X(NO_REQUEST, -18, "no such request")                                                       \
+    X(NEVER_FITS, -19, "larger than the pool's limit can ever hold")                            \
     X(UNORDERED_FREE, -30, "free on another stream not ordered after the allocating stream")
 
 enum {
@@ -242,6 +243,32 @@ typedef struct sp_request_stats {
  * bytes, for the trace. */
 SP_API int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label,
                             sp_request *out);
+/* Admission before work: a request that states its expected footprint when it begins.
+ * sp_request_begin_with claims that headroom under the pool's limit at once, counted as the
+ * limit counts what a fresh allocation of expected_bytes would take from the driver (a 2 MiB
+ * slab for a request of at most 1 MiB, whole 2 MiB driver pages above; never more than the
+ * limit), or refuses at once, before the request makes any CUDA call (when only the pool's own
+ * cached memory stands in the way, that memory goes back to the device first, as a trim would;
+ * a refusal is decided from the pool's figures alone, with no CUDA call):
+ *   SP_ERR_NEVER_FITS  expected_bytes is larger than the limit itself: reject the request;
+ *   SP_ERR_LIMIT       the limit has no room now: queue it and retry after frees.
+ * The request's allocations draw on the claim first whenever they need memory from the
+ * driver, so that an admitted request never fails on its pool's limit while its driver
+ * allocations fit the claim: one allocation of up to expected_bytes, or several whose fresh
+ * allocations (each as rounded above) add up to at most the claim; memory its allocations find
+ * in the pool's caches leaves the claim untouched. Its end gives what is left of the claim back
+ * to the pool. A pool without a limit admits every request (its claim is still counted).
+ * Counted in the stats: admissions, admitted_bytes, admission_refusals. */
+typedef struct sp_request_config {
+    size_t size;                          /* sizeof(sp_request_config) */
+    const char *label;                    /* as sp_request_begin's label; NULL: none */
+    uint64_t expected_bytes;              /* the footprint to admit; 0: no admission */
+} sp_request_config;
+
+#define SP_REQUEST_CONFIG_INIT {sizeof(sp_request_config), NULL, 0}
+
+SP_API int sp_request_begin_with(sp_pool *pool, cudaStream_t stream,
+                                 const sp_request_config *cfg, sp_request *out);
 /* sp_alloc on the request's pool and stream, the allocation counted in the request. */
 SP_API int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes);
 /* Ends the request: frees what it left live, settles its frees (flags: 0 or
@@ -377,7 +404,7 @@ SP_API int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len);
  * Also called when the pool's own limit refuses a request (SP_ERR_LIMIT), after the pool's own
  * cache went back: then no other pool is reclaimed, before or after, and only memory the
  * callback frees in this pool can make the retry succeed. A request larger than the limit on
- * its own, or than the device, fails without the callback. */
+ * its own (SP_ERR_NEVER_FITS), or than the device, fails without the callback. */
 typedef int (*sp_oom_callback)(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user);
 
 SP_API int sp_runtime_set_oom_callback(sp_runtime *rt, sp_oom_callback cb, void *user);
@@ -392,8 +419,10 @@ typedef struct {
     int priority;
 } sp_oom_pool;
 
-/* What the runtime looked like when an allocation last failed with SP_ERR_OUT_OF_MEMORY or
- * SP_ERR_LIMIT (`status` tells which; `failures` counts both). */
+/* What the runtime looked like when an allocation last failed with SP_ERR_OUT_OF_MEMORY,
+ * SP_ERR_LIMIT (over the limit now: retry after frees) or SP_ERR_NEVER_FITS (larger than the
+ * limit can ever hold): `status` tells which, and the JSON's "reason" says it in words;
+ * `failures` counts all three. */
 typedef struct sp_oom_report {
     uint32_t size;                        /* set by the caller: sizeof(sp_oom_report) */
     uint32_t failures;                    /* out-of-memory failures so far; 0: no report */
@@ -403,7 +432,8 @@ typedef struct sp_oom_report {
     uint64_t device_free, device_total;   /* cudaMemGetInfo at the failure */
     uint32_t npools, pools_omitted;
     sp_oom_pool pools[SP_OOM_REPORT_POOLS];
-    int32_t status;                       /* SP_ERR_OUT_OF_MEMORY or SP_ERR_LIMIT */
+    int32_t status;                       /* SP_ERR_OUT_OF_MEMORY, SP_ERR_LIMIT or
+                                             SP_ERR_NEVER_FITS */
     uint32_t reserved_;                   /* 0 */
     uint64_t rounded;                     /* the request as the pool would hold it (its size
                                            * class, or rounded to 512 bytes) */
@@ -453,14 +483,20 @@ SP_API size_t sp_size_class(size_t bytes);
 
 /* ---- stats ---- */
 
-#define SP_STATS_VERSION 3
+#define SP_STATS_VERSION 4
 
 typedef struct {
     uint64_t current, peak, total;
 } sp_stat_bytes;
 
-/* Counters, each once: name and meaning. Rendered by sp_stats_json. */
-#define SP_STATS_COUNTERS(X)                                                                   \
+/* Counters, each once: name and the event that moves it (README's "What moves each counter"
+ * says which call or event that is). Rendered by sp_stats_json, the summaries and the
+ * Prometheus text. SP_STATS_COUNTERS lists all of them: those of stats version 1
+ * (SP_STATS_COUNTERS_1, in the struct after the gauges) and those added since
+ * (SP_STATS_COUNTERS_4, at the struct's end, so that older, shorter structs keep working). */
+#define SP_STATS_COUNTERS(X) SP_STATS_COUNTERS_1(X) SP_STATS_COUNTERS_4(X)
+
+#define SP_STATS_COUNTERS_1(X)                                                                  \
     X(allocs, "successful sp_alloc calls (size > 0)")                                          \
     X(frees, "successful sp_free calls (ptr != NULL)")                                         \
     X(same_stream_hits, "allocations served from the stream's own cache")                      \
@@ -471,14 +507,24 @@ typedef struct {
     X(driver_frees, "cudaFreeAsync calls for cached or bypassed blocks")                       \
     X(bad_frees, "frees rejected: unknown pointer, double free or wrong pool")                 \
     X(capture_bypasses, "allocations passed straight to the driver during graph capture")      \
-    X(oom_retries, "driver allocations retried after a reclaim step")                          \
+    X(oom_retries, "driver allocations retried after the driver ran out of memory")             \
     X(ooms, "allocations that failed with SP_ERR_OUT_OF_MEMORY")                               \
-    X(limit_rejections, "allocations that failed with SP_ERR_LIMIT")                          \
-    X(reclaims, "times this pool gave cached memory back for an out-of-memory")               \
-    X(reclaimed_bytes, "cached bytes given back to the driver: trim, limits, out-of-memory")      \
-    X(trims, "sp_pool_trim calls and cache-limit releases")                                  \
+    X(limit_rejections, "allocations that failed with SP_ERR_LIMIT or SP_ERR_NEVER_FITS")       \
+    X(reclaims, "times this pool gave cached memory back for another pool's out-of-memory")     \
+    X(reclaimed_bytes, "bytes this pool gave back for another pool's out-of-memory")            \
+    X(trims, "sp_pool_trim calls (sp_runtime_trim: one per pool)")                              \
     X(skipped_steps, "best-effort steps skipped after a CUDA error (probe, fence, give-back)") \
     X(give_back_failures, "segments the driver refused to take back (kept, counted as held)")
+
+/* Counters of stats version 4. */
+#define SP_STATS_COUNTERS_4(X)                                                                 \
+    X(limit_retries, "driver allocations retried after the pool's limit refused them")          \
+    X(trimmed_bytes, "bytes sp_pool_trim gave back to the device")                              \
+    X(cache_limit_releases, "times freed memory over the cache limit went back to the driver") \
+    X(cache_released_bytes, "bytes given back over the cache limit")                            \
+    X(admissions, "requests admitted with an expected footprint (sp_request_begin_with)")       \
+    X(admitted_bytes, "bytes claimed under the limit by admitted requests")                     \
+    X(admission_refusals, "requests refused at their begin: SP_ERR_LIMIT or SP_ERR_NEVER_FITS")
 
 /* Byte figures, each {current, peak, total}: name, what current counts, what total counts.
  * Rendered by sp_stats_json, sp_runtime_metrics_prometheus and sp_pool_summary. */
@@ -517,6 +563,17 @@ typedef struct {
     G(streams, "", "stream caches in use (a stream per pool it was used with)")                \
     C(released_streams, "", "stream caches released (sp_stream_release, thread exits)")
 
+/* Reservations (stats version 4), point-in-time, in SP_STATS_GAUGES' form. A pool's reserve
+ * is device memory kept for it alone whether it holds any or not; `held` counts only what it
+ * took from the driver. So that the figures add up, the part of the reservation no block holds
+ * is its own figure, per pool: reserve_idle = max(reserve - held, 0) (the runtime's is the sum
+ * of its pools'). A pool's device use, pool_reserved, is then held + reserve_idle + what its
+ * cudaMemPool keeps beyond both (pages under the release threshold): after sp_pool_trim of a
+ * pool with a 256 MiB reserve, held 0, reserve_idle 256 MiB, pool_reserved 256 MiB. */
+#define SP_STATS_RESERVE(X)                                                                     \
+    X(reserve, "bytes", "the pools' reservations: device memory kept for them alone")           \
+    X(reserve_idle, "bytes", "reserved but not held: max(reserve - held, 0) per pool")
+
 typedef struct sp_stats {
     uint32_t size;      /* set by the caller: sizeof(sp_stats) */
     uint32_t version;   /* set by the library: SP_STATS_VERSION */
@@ -527,7 +584,7 @@ typedef struct sp_stats {
     SP_STATS_GAUGES(SP_STATS_GAUGE_FIELD)  /* pool_reserved, pool_used, pools */
 #undef SP_STATS_GAUGE_FIELD
 #define SP_STATS_FIELD(name, text) uint64_t name;
-    SP_STATS_COUNTERS(SP_STATS_FIELD)
+    SP_STATS_COUNTERS_1(SP_STATS_FIELD)
 #undef SP_STATS_FIELD
     /* version 2: memory layout (SP_STATS_LAYOUT). */
 #define SP_STATS_GAUGE_FIELD(name, unit, text) uint64_t name;
@@ -539,6 +596,13 @@ typedef struct sp_stats {
 #define SP_STATS_GAUGE_FIELD(name, unit, text) uint64_t name;
     SP_STATS_STREAMS(SP_STATS_GAUGE_FIELD, SP_STATS_GAUGE_FIELD)
 #undef SP_STATS_GAUGE_FIELD
+    /* version 4: reservations (SP_STATS_RESERVE) and the counters of SP_STATS_COUNTERS_4 */
+#define SP_STATS_GAUGE_FIELD(name, unit, text) uint64_t name;
+    SP_STATS_RESERVE(SP_STATS_GAUGE_FIELD)
+#undef SP_STATS_GAUGE_FIELD
+#define SP_STATS_FIELD(name, text) uint64_t name;
+    SP_STATS_COUNTERS_4(SP_STATS_FIELD)
+#undef SP_STATS_FIELD
 } sp_stats;
 
 /* Fills *out (out->size must be set) for one pool, or for all pools of a runtime. */

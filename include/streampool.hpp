@@ -72,6 +72,7 @@ public:
             return std::errc::value_too_large;
         case SP_ERR_OUT_OF_MEMORY:
         case SP_ERR_LIMIT:
+        case SP_ERR_NEVER_FITS:
         case SP_ERR_NO_HOST_MEMORY:
             return std::errc::not_enough_memory;
         case SP_ERR_BAD_POINTER:

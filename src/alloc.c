@@ -535,10 +535,10 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     sp_heap *h = small ? &pool->slabs : &pool->segments;
     if (!small) /* every stream's parked ranges: this miss may reuse, merge or give them back */
         sp__park_flush_all(pool);
-    if (limit && size > limit) { /* over the limit on its own: nothing can help */
+    if (limit && size > limit) { /* over the limit on its own: nothing can help, ever */
         sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
-        sp__oom_record(pool, bytes, size, stream, SP_ERR_LIMIT);
-        return SP_ERR_LIMIT;
+        sp__oom_record(pool, bytes, size, stream, SP_ERR_NEVER_FITS);
+        return SP_ERR_NEVER_FITS;
     }
     sp_ask_budget asks = {0}, waits = {0};
     /* pending frees may have settled since the cache limit last gave up on them */
@@ -560,6 +560,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     int rc = b ? SP_OK : grow(pool, h, size, bytes, c, stream, &b, &fresh);
     if (rc == SP_ERR_LIMIT && size <= limit) {
         (void)sp__pool_give_back(pool, limit - size, false, NULL);
+        sp__pool_count(pool, SP_COUNT_limit_retries, 1);
         rc = grow(pool, h, size, bytes, c, stream, &b, &fresh);
     }
     /* more than the whole device: no rung below can help, and none may disturb other pools */
@@ -575,7 +576,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
     if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || (rc == SP_ERR_LIMIT && size <= limit)) {
         (void)sp__pool_give_back(pool, limit && rc == SP_ERR_LIMIT ? limit - size : 0, true,
                                  NULL);
-        sp__pool_count(pool, SP_COUNT_oom_retries, 1);
+        sp__pool_count(pool, rc == SP_ERR_LIMIT ? SP_COUNT_limit_retries : SP_COUNT_oom_retries, 1);
         rc = retry_settled(pool, h, c, stream, bytes, size, small, &b, &fresh);
     }
     if (rc == SP_ERR_OUT_OF_MEMORY && limit) {
@@ -604,7 +605,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         /* a limit rejection: only what the callback freed in this pool can help; no other
          * pool is touched */
         (void)sp__pool_give_back(pool, limit - size, true, NULL);
-        sp__pool_count(pool, SP_COUNT_oom_retries, 1);
+        sp__pool_count(pool, SP_COUNT_limit_retries, 1);
         rc = retry_settled(pool, h, c, stream, bytes, size, small, &b, &fresh);
     }
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) {
@@ -623,12 +624,14 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
 {
     sp_block *b = NULL;
     int rc = sp__pool_bypass_alloc(pool, bytes, stream, &b);
-    if (rc == SP_ERR_LIMIT)
+    if (rc == SP_ERR_LIMIT && sp__round_up(bytes, 256) > pool->limit_bytes)
+        rc = SP_ERR_NEVER_FITS; /* larger than the limit itself */
+    if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS)
         sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
     else if (rc == SP_ERR_OUT_OF_MEMORY)
         sp__pool_count(pool, SP_COUNT_ooms, 1);
-    if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) /* reported like the ladder's failures;
-                                                            * no driver call a capture forbids */
+    if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS || rc == SP_ERR_OUT_OF_MEMORY)
+        /* reported like the ladder's failures; no driver call a capture forbids */
         sp__oom_record(pool, bytes, sp__round_up(bytes, 256), stream, rc);
     if (rc != SP_OK)
         return rc;

@@ -61,6 +61,7 @@ static void render(out *o, size_t npools_total)
 #define SP_METRIC_STREAM_COUNTER(f, unit, text)                                               \
     family(o, "streampool_" #f "_total", "counter", text, offsetof(sp_stats, f));
     SP_STATS_STREAMS(SP_METRIC_GAUGE, SP_METRIC_STREAM_COUNTER)
+    SP_STATS_RESERVE(SP_METRIC_GAUGE)
 #undef SP_METRIC_STREAM_COUNTER
 #undef SP_METRIC_GAUGE
 #define SP_METRIC_COUNTER(f, text)                                                            \

@@ -48,13 +48,46 @@ static void count(sp_pool *pool, int counter)
  * their peaks and totals follow when the driver said yes, with the block carved from them
  * (sp__usage_commit), so that a refused request changes nothing, not even for a stats read made
  * while the driver is asked. */
+static _Thread_local uint64_t drawn; /* of the latest held_claim, from a request's claim */
+
+/* Takes up to `size` bytes of the claim of the request this thread allocates for, if it is the
+ * pool's: they are in limit_used already. */
+static uint64_t draw_request_claim(sp_pool *pool, uint64_t size)
+{
+    sp_req *r = sp__thread_request;
+    if (!r || r->pool != pool)
+        return 0;
+    uint64_t left = atomic_load_explicit(&r->claim, memory_order_relaxed), take;
+    do
+        take = left < size ? left : size;
+    while (take && !atomic_compare_exchange_weak_explicit(&r->claim, &left, left - take,
+                                                          memory_order_relaxed,
+                                                          memory_order_relaxed));
+    return take;
+}
+
+/* Returns bytes drawn from this thread's request claim to it. */
+static void return_request_claim(uint64_t bytes)
+{
+    if (bytes)
+        atomic_fetch_add_explicit(&sp__thread_request->claim, bytes, memory_order_relaxed);
+}
+
 static bool held_claim(sp_pool *pool, uint64_t size)
 {
+    /* an admitted request's allocation draws on its claim first: what it was admitted for
+     * never meets the limit again */
+    drawn = sp_unlikely(sp__thread_request != NULL) ? draw_request_claim(pool, size) : 0;
+    if (drawn == size)
+        return true;
+    size -= drawn;
     uint64_t limit = pool->limit_bytes;
     uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
     do {
-        if (limit && (size > limit || cur > limit - size))
+        if (limit && (size > limit || cur > limit - size)) {
+            return_request_claim(drawn);
             return false;
+        }
     } while (!atomic_compare_exchange_weak_explicit(&pool->limit_used, &cur, cur + size,
                                                     memory_order_relaxed, memory_order_relaxed));
     return true;
@@ -63,7 +96,9 @@ static bool held_claim(sp_pool *pool, uint64_t size)
 /* Undoes a claim the driver refused. */
 static void held_unclaim(sp_pool *pool, uint64_t size)
 {
-    (void)sp__current_add(&pool->limit_used, -(int64_t)size);
+    return_request_claim(drawn); /* a request's bytes go back to its claim */
+    (void)sp__current_add(&pool->limit_used, -(int64_t)(size - drawn));
+    drawn = 0;
 }
 
 /* ---- pool lifetime ---- */
@@ -512,11 +547,12 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream
         atomic_flag_clear_explicit(&pool->limit_busy, memory_order_release);
         return;
     }
-    count(pool, SP_COUNT_trims);
     uint64_t active = sp__usage_current(&pool->usage.active.current);
     /* what the freeing stream freed goes back on it even with its work still queued */
     uint64_t released = give_back_on(pool, active + cache_limit, false, me, stream, NULL);
     if (released) {
+        count(pool, SP_COUNT_cache_limit_releases);
+        sp__pool_count(pool, SP_COUNT_cache_released_bytes, released);
         /* rule 13: the cudaMemPool releases only frees the host has seen complete */
         if (sp__cuda_stream_sync(pool->rt->service) == SP_OK) {
             uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
@@ -695,9 +731,53 @@ int sp_pool_trim(sp_pool *pool, size_t keep_bytes)
         return SP_ERR_INVALID;
     count(pool, SP_COUNT_trims);
     int err = SP_OK;
-    (void)sp__pool_give_back(pool, keep_bytes, true, &err);
+    sp__pool_count(pool, SP_COUNT_trimmed_bytes, sp__pool_give_back(pool, keep_bytes, true, &err));
     sp__trace_trim(pool);
     return err;
+}
+
+/* ---- admission ---- */
+
+int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
+{
+    uint64_t limit = pool->limit_bytes;
+    /* as sp_alloc judges a request that the limit can never hold: at 512-byte rounding */
+    if (limit && sp__round_up(expected, SP_LARGE_ALIGN) > limit) {
+        count(pool, SP_COUNT_admission_refusals);
+        return SP_ERR_NEVER_FITS;
+    }
+    uint64_t fresh = expected <= SP_SMALL_MAX ? SP_SLAB_BYTES
+                                              : sp__round_up(expected, SP_DRIVER_GRANULARITY);
+    if (limit && fresh > limit)
+        fresh = limit; /* near the limit a fresh allocation takes only what it needs */
+    uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+    if (limit && cur > limit - fresh && cur + fresh - limit <= cached_now(pool)) {
+        /* the pool's own cache makes the room: it goes back first, its streams' frees settled
+         * as a trim settles them (the pool's driver calls, none of the request's). Where even
+         * all of it would not, the refusal below comes from the figures alone, with no CUDA
+         * call */
+        uint64_t held = sp__usage_current(&pool->usage.held.current);
+        uint64_t need = cur + fresh - limit;
+        (void)sp__pool_give_back(pool, held > need ? held - need : 0, true, NULL);
+        cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+    }
+    do {
+        if (limit && cur > limit - fresh) {
+            count(pool, SP_COUNT_admission_refusals);
+            return SP_ERR_LIMIT;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&pool->limit_used, &cur, cur + fresh,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    count(pool, SP_COUNT_admissions);
+    sp__pool_count(pool, SP_COUNT_admitted_bytes, fresh);
+    *claim = fresh;
+    return SP_OK;
+}
+
+void sp__pool_admit_release(sp_pool *pool, uint64_t claim)
+{
+    if (claim)
+        (void)sp__current_add(&pool->limit_used, -(int64_t)claim);
 }
 
 bool sp__pool_reported(sp_pool *pool)

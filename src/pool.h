@@ -90,6 +90,14 @@ uint64_t sp__pool_active_bytes(sp_pool *pool);
  * it still has queued (rule 3). me NULL: settled memory only, on the service stream. */
 void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream_cache *me,
                                   cudaStream_t stream);
+/* Admission (sp_request_begin_with): claims under the limit what a fresh allocation of
+ * `expected` bytes takes from the driver (a slab for a small request, whole driver pages for a
+ * large one; at most the limit), before any CUDA call. SP_OK with the bytes in *claim;
+ * SP_ERR_NEVER_FITS if the request is larger than the limit itself, SP_ERR_LIMIT if the limit
+ * has no room for it now. Counted either way. */
+int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim);
+/* Gives back what is left of an admitted request's claim, at its end. */
+void sp__pool_admit_release(sp_pool *pool, uint64_t claim);
 /* Whether reports (stats, summaries, metrics, the OOM report) show the pool: every pool but a
  * default pool that has not been used. */
 bool sp__pool_reported(sp_pool *pool);

@@ -59,6 +59,7 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
             if (released == 0)
                 continue; /* nothing reached the device */
             sp__pool_count(victim, SP_COUNT_reclaims, 1);
+            sp__pool_count(victim, SP_COUNT_reclaimed_bytes, released);
             freed += released;
         }
         free(order);
@@ -180,8 +181,11 @@ size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len)
     }
     sp__appendf(buf, len, &used, "],\"pools_omitted\":%u", r->pools_omitted);
     if (r->size >= offsetof(sp_oom_report, rounded) + sizeof r->rounded)
-        sp__appendf(buf, len, &used, ",\"status\":\"%s\",\"rounded\":%llu",
-                    sp_status_name(r->status), (unsigned long long)r->rounded);
+        /* the reason in words: "over the limit now" and "larger than the limit can ever
+         * hold" call for different answers (queue and retry, or reject) */
+        sp__appendf(buf, len, &used, ",\"status\":\"%s\",\"reason\":\"%s\",\"rounded\":%llu",
+                    sp_status_name(r->status), sp_strerror(r->status),
+                    (unsigned long long)r->rounded);
     if (r->size >= offsetof(sp_oom_report, stream_name) + sizeof r->stream_name) {
         char name[sizeof r->stream_name + 1]; /* a caller's struct may lack the NUL */
         memcpy(name, r->stream_name, sizeof r->stream_name);

@@ -3,10 +3,12 @@
  * constant cost there (one fence, or none when the server says it synchronized the stream).
  * A request is an id in its pool's table (under pool->lock, taken only to begin and end),
  * never reused, so that misuse of an ended one is told apart and changes nothing. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pool.h"
+#include "conf.h"
 #include "cache.h"
 #include "fence.h"
 #include "heap.h"
@@ -47,16 +49,18 @@ static int find_locked(sp_pool *pool, sp_request id, bool detach, sp_req **out)
     return seq >= 1 && seq <= pool->request_seq ? SP_ERR_REQUEST_ENDED : SP_ERR_NO_REQUEST;
 }
 
-int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label, sp_request *out)
+/* Opens a request holding `claim` bytes of its pool's limit (0: none); on failure the claim
+ * goes back. */
+static int open_request(sp_pool *pool, cudaStream_t stream, const char *label, uint64_t claim,
+                        sp_request *out)
 {
-    if (!pool || !out)
-        return SP_ERR_INVALID;
     size_t len = label ? strnlen(label, SP_POOL_NAME_MAX + 1) : 0;
-    if (len > SP_POOL_NAME_MAX || (len && sp__pool_name_check(label) != SP_OK))
-        return SP_ERR_INVALID;
     sp_req *r = calloc(1, sizeof *r);
-    if (!r)
+    if (!r) {
+        sp__pool_admit_release(pool, claim);
         return SP_ERR_NO_HOST_MEMORY;
+    }
+    atomic_init(&r->claim, claim);
     r->pool = pool;
     r->stream = stream;
     if (len)
@@ -66,6 +70,7 @@ int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label, sp_r
     sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     if (pool->request_seq + 1 >= 1ull << SP_REQ_SEQ_BITS) {
         sp_mutex_unlock(&pool->lock);
+        sp__pool_admit_release(pool, claim);
         free(r);
         return SP_ERR_NO_REQUEST; /* 2^40 requests in one pool: no id is left to give */
     }
@@ -77,6 +82,40 @@ int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label, sp_r
     sp_mutex_unlock(&pool->lock);
     *out = r->id;
     return SP_OK;
+}
+
+static bool label_ok(const char *label)
+{
+    size_t len = label ? strnlen(label, SP_POOL_NAME_MAX + 1) : 0;
+    return len <= SP_POOL_NAME_MAX && (!len || sp__pool_name_check(label) == SP_OK);
+}
+
+int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label, sp_request *out)
+{
+    if (!pool || !out || !label_ok(label))
+        return SP_ERR_INVALID;
+    return open_request(pool, stream, label, 0, out);
+}
+
+int sp_request_begin_with(sp_pool *pool, cudaStream_t stream, const sp_request_config *cfg,
+                          sp_request *out)
+{
+    if (!pool || !out || !cfg)
+        return SP_ERR_INVALID;
+    if (cfg->size < offsetof(sp_request_config, expected_bytes) + sizeof cfg->expected_bytes)
+        return sp__bad_size("sp_request_begin_with", "sp_request_config", cfg->size);
+    if (!label_ok(cfg->label))
+        return SP_ERR_INVALID;
+    /* admission: the claim is taken, or refused, before the request makes any CUDA call */
+    uint64_t claim = 0;
+    if (cfg->expected_bytes) {
+        if (cfg->expected_bytes > SP_MAX_ALLOC)
+            return SP_ERR_TOO_LARGE;
+        int rc = sp__pool_admit(pool, cfg->expected_bytes, &claim);
+        if (rc != SP_OK)
+            return rc;
+    }
+    return open_request(pool, stream, cfg->label, claim, out);
 }
 
 int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
@@ -92,7 +131,10 @@ int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
     if (rc != SP_OK)
         return rc;
     uint64_t misses = sp__thread_misses;
+    sp_req *outer = sp__thread_request; /* an OOM callback's request, if any, comes back after */
+    sp__thread_request = r; /* its driver allocations draw on its claim first (pool.c) */
     rc = sp_alloc(pool, ptr, bytes, r->stream);
+    sp__thread_request = outer;
     if (rc != SP_OK || !*ptr)
         return rc;
     sp_block *b = sp__ptrmap_find(&pool->rt->ptrmap, *ptr);
@@ -136,11 +178,11 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
     if (c && !capturing) {
         if (flags & SP_REQUEST_SYNCHRONIZED)
             sp__cache_settle_synchronized(c);
-        else if (sp__cache_fence_frees(c)) {
-            r->st.fences_recorded = 1;
-            sp__pool_count(pool, SP_COUNT_fences_recorded, 1);
-        }
+        else if (sp__cache_fence_frees(c))
+            r->st.fences_recorded = 1; /* the pool counted it where it was recorded */
     }
+    /* what the request's allocations did not draw of its claim is the pool's headroom again */
+    sp__pool_admit_release(pool, atomic_exchange_explicit(&r->claim, 0, memory_order_relaxed));
     sp__trace_request(pool, r->id, r->stream, r->st.requested_peak);
     if (out) {
         size_t size = out->size;

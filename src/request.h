@@ -23,6 +23,9 @@ typedef struct sp_req {
     sp_block *blocks;          /* live allocations, newest first */
     uint64_t live_requested;
     sp_request_stats st;
+    /* what is left of its admission claim (sp_request_begin_with): bytes counted in its pool's
+     * limit_used that its allocations' driver allocations draw on first (pool.c) */
+    atomic_uint_least64_t claim;
     char label[SP_POOL_NAME_MAX + 1];
     struct sp_req *next;       /* in its pool's table */
 } sp_req;
@@ -40,6 +43,10 @@ size_t sp__req_take(sp_req *r, void **ptrs, size_t cap, uint64_t *bytes);
 /* Frees the structures of a pool's open requests (`table`: its SP_REQ_BUCKETS buckets), at the
  * pool's destroy. */
 void sp__requests_free(sp_req **table);
+
+/* The request this thread allocates for (set by sp_request_alloc around its sp_alloc): its
+ * pool's driver allocations draw on the request's claim first. NULL otherwise. */
+extern _Thread_local sp_req *sp__thread_request;
 
 /* Successful allocations of this thread not served by its stream's own cache (alloc.c): how a
  * request counts its misses. */

@@ -442,14 +442,15 @@ static int by_size_desc(const void *a, const void *b)
     return (x->size < y->size) - (x->size > y->size);
 }
 
-/* Gives unlinked segment s to the driver with cudaFreeAsync on `on`, counted (as reclaimed
- * too if `reclaim`), and frees s. A segment the driver refuses stays the pool's, back in the
+/* Gives unlinked segment s to the driver with cudaFreeAsync on `on`, counted as a driver free
+ * (what the give-back was for, a trim, a reclaim, the cache limit, is counted by its caller),
+ * and frees s. A segment the driver refuses stays the pool's, back in the
  * heap as one range, with the structures it had: tagged with everything `tag`'s stream freed so
  * far if it may hold ranges freed there and not yet settled (stricter), else settled; unmapped
  * if the ptrmap cannot take it again. Returns the bytes given; *err (if not NULL and still
  * SP_OK) gets a CUDA error. Caller holds no lock. */
 static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stream_cache *tag,
-                             bool reclaim, int *err)
+                             int *err)
 {
     sp_pool *pool = h->pool;
     size_t size = s->size;
@@ -459,8 +460,6 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
             sp__cache_gave_back(tag, on);
         sp__pool_count(pool, SP_COUNT_driver_frees, 1);
         sp__usage_add(pool, 0, 0, -(int64_t)size);
-        if (reclaim)
-            sp__pool_count(pool, SP_COUNT_reclaimed_bytes, size);
     } else {
         if (err && *err == SP_OK)
             *err = rc;
@@ -520,7 +519,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
         sync = false;
     /* driver calls outside the lock; a segment the driver refuses stays the pool's */
     for (size_t i = 0; i < taken; i++)
-        released += give_segment(h, cand[i], on, own ? me : NULL, true, err);
+        released += give_segment(h, cand[i], on, own ? me : NULL, err);
     free(cand);
     if (sync && released && sp__cuda_stream_sync(on) != SP_OK)
         sp__pool_count(pool, SP_COUNT_skipped_steps, 1);
@@ -642,7 +641,7 @@ void sp__heap_give_back_huge(sp_heap *h, sp_block *b, sp_stream_cache *c, cudaSt
         segment_unlink(h, s); /* b goes with it */
     sp_mutex_unlock(&h->lock);
     if (whole)
-        (void)give_segment(h, s, stream, c, false, NULL);
+        (void)give_segment(h, s, stream, c, NULL);
 }
 
 void sp__heap_stats(sp_heap *h, sp_stats *st)

@@ -31,6 +31,16 @@ static void merge_cache(sp_pool *pool, sp_stream_cache *c, sp_stats *st,
     sp_spin_unlock(&c->lock);
 }
 
+/* The pool's reservation and the part of it no block holds (reserve_idle): with held, the
+ * pool's share of what the device has reserved for it. */
+static void add_reserve(sp_pool *pool, sp_stats *st)
+{
+    uint64_t reserve = pool->cfg.reserve; /* set at creation, never changed */
+    uint64_t held = sp__usage_current(&pool->usage.held.current);
+    st->reserve += reserve;
+    st->reserve_idle += reserve > held ? reserve - held : 0;
+}
+
 /* Adds one pool's counters to st (current/peak bytes are filled by the caller). */
 static int add_pool(sp_pool *pool, sp_stats *st)
 {
@@ -64,6 +74,7 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     st->pool_reserved += reserved;
     st->pool_used += used;
     st->pools++;
+    add_reserve(pool, st);
     return rc;
 }
 
@@ -171,6 +182,7 @@ size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)
     SP_STATS_COUNTERS(SP_EMIT_FIELD)
     SP_STATS_LAYOUT(SP_EMIT_FIELD)
     SP_STATS_STREAMS(SP_EMIT_FIELD, SP_EMIT_FIELD)
+    SP_STATS_RESERVE(SP_EMIT_FIELD)
 #undef SP_EMIT_FIELD
 #undef SP_HAS
     SP_EMIT("}");

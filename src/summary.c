@@ -50,6 +50,9 @@ static void stats_block(text *t, const sp_stats *st)
     sp__appendf(t->buf, t->len, &t->used,
                 "driver: %s reserved, %s used by %llu pool%s\n", human(st->pool_reserved, a),
                 human(st->pool_used, b), (unsigned long long)st->pools, st->pools == 1 ? "" : "s");
+    /* held + reserve_idle + what the cudaMemPool keeps beyond both = reserved */
+    sp__appendf(t->buf, t->len, &t->used, "reservation: %s, %s of it idle (reserved, not held)\n",
+                human(st->reserve, a), human(st->reserve_idle, b));
     uint64_t reused = st->same_stream_hits + st->cross_stream_reuses + st->cross_stream_waits;
     sp__appendf(t->buf, t->len, &t->used,
                 "allocations: %llu, %.1f%% from a cache (%.1f%% same stream), %llu from the driver\n",

@@ -217,6 +217,13 @@ static uint64_t pool_counter(const sp_pool *pool, int counter)
     return atomic_load_explicit(&pool->count[counter], memory_order_relaxed);
 }
 
+/* Retries after other memory was given back, whatever refused the first try (the driver or
+ * the limit): the trace's reclaim instant. */
+static uint64_t retries(const sp_pool *pool)
+{
+    return pool_counter(pool, SP_COUNT_oom_retries) + pool_counter(pool, SP_COUNT_limit_retries);
+}
+
 sp_trace_mark sp__trace_alloc_mark(sp_pool *pool)
 {
     struct sp_trace *t = active(pool);
@@ -225,7 +232,7 @@ sp_trace_mark sp__trace_alloc_mark(sp_pool *pool)
         .mallocs = sp__cuda_thread_mallocs,
         .waits = sp__cuda_thread_waits,
         .steals = t ? pool_counter(pool, SP_COUNT_cross_stream_reuses) : 0,
-        .retries = t ? pool_counter(pool, SP_COUNT_oom_retries) : 0,
+        .retries = t ? retries(pool) : 0,
     };
 }
 
@@ -240,10 +247,11 @@ void sp__trace_alloc_done(const sp_trace_mark *m, sp_pool *pool, void *const *pt
                   : sp__cuda_thread_waits != m->waits           ? OUT_WAIT
                   : pool_counter(pool, SP_COUNT_cross_stream_reuses) != m->steals ? OUT_STEAL
                                                                 : OUT_HIT;
-    if (pool_counter(pool, SP_COUNT_oom_retries) != m->retries)
+    if (retries(pool) != m->retries)
         record(t, pool, EV_RECLAIM, outcome, rc, NULL, bytes, stream);
-    if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT)
-        record(t, pool, rc == SP_ERR_LIMIT ? EV_LIMIT : EV_OOM, outcome, rc, NULL, bytes, stream);
+    if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS)
+        record(t, pool, rc == SP_ERR_OUT_OF_MEMORY ? EV_OOM : EV_LIMIT, outcome, rc, NULL, bytes,
+               stream);
     record(t, pool, EV_ALLOC, outcome, rc, rc == SP_OK ? *ptr : NULL, bytes, stream);
 }
 

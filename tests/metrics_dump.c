@@ -35,7 +35,7 @@ int main(int argc, char **argv)
             CHECK(sp_alloc(pools[p], &live[p][i], (size_t)(p + 1) * 1000 * (size_t)(i + 1), s[i % 2]));
     }
     void *too_big;
-    if (sp_alloc(pools[1], &too_big, (size_t)128 << 20, s[0]) != SP_ERR_LIMIT)
+    if (sp_alloc(pools[1], &too_big, (size_t)128 << 20, s[0]) != SP_ERR_NEVER_FITS)
         return 1;
     CHECK(cudaDeviceSynchronize());
     size_t needed = 0;

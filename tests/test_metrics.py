@@ -59,7 +59,8 @@ def main():
         layout = {"inactive_split": "inactive_split_bytes", "largest_free": "largest_free_bytes",
                   "segments": "segments", "segment_bytes": "segment_bytes", "slabs": "slabs",
                   "slab_bytes": "slab_bytes",  # SP_STATS_LAYOUT: gauges
-                  "streams": "streams"}  # SP_STATS_STREAMS' gauge; released_streams is a _total
+                  "streams": "streams",  # SP_STATS_STREAMS' gauge; released_streams is a _total
+                  "reserve": "reserve_bytes", "reserve_idle": "reserve_idle_bytes"}  # SP_STATS_RESERVE
         for k, name in layout.items():
             expect[(f"streampool_{name}", pool)] = st[k]
         for k, v in st.items():

@@ -62,7 +62,7 @@ static void oom_report_json_escapes_every_byte(void **state)
         "\"bytes\":1000,\"stream\":\"(nil)\",\"device_free\":0,\"device_total\":0,\"pools\":["
         "{\"name\":\"x\\ry\\u0008\",\"requested\":0,\"active\":0,\"cached\":0,\"reserved\":0,"
         "\"limit\":0,\"reservation\":0,\"priority\":0}],\"pools_omitted\":0,"
-        "\"status\":\"SP_ERR_OK\",\"rounded\":0,\"stream_name\":\"\"}");
+        "\"status\":\"SP_ERR_OK\",\"reason\":\"success\",\"rounded\":0,\"stream_name\":\"\"}");
     assert_int_equal(sp_oom_report_json(&r, json, 10), n); /* truncated: the full length */
     assert_int_equal(strlen(json), 9);
 }
@@ -174,7 +174,7 @@ static void stats_json_reads_only_the_callers_struct(void **state)
     char json[4096];
     size_t n = sp_stats_json(&st, json, sizeof json);
     assert_int_equal(n, strlen(json));
-    assert_string_equal(json, "{\"version\":3,"
+    assert_string_equal(json, "{\"version\":4,"
                               "\"requested\":{\"current\":0,\"peak\":0,\"total\":0},"
                               "\"active\":{\"current\":0,\"peak\":0,\"total\":0},"
                               "\"cached\":{\"current\":0,\"peak\":0,\"total\":0},"

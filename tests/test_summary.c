@@ -25,7 +25,7 @@ static void summaries_show_the_stats(void **state)
     SP(sp_free(llama, p[1], s));
     SP(sp_alloc(llama, &p[1], 900, s)); /* a same-stream hit */
     SP(sp_alloc(def, &p[2], 100 * KiB, s));
-    assert_int_equal(sp_alloc(llama, &p[3], 65 * MiB, s), SP_ERR_LIMIT);
+    assert_int_equal(sp_alloc(llama, &p[3], 65 * MiB, s), SP_ERR_NEVER_FITS);
     CK(cudaStreamSynchronize(s));
     SP(sp_stream_set_name(rt, s, "decode"));
 
@@ -48,6 +48,7 @@ static void summaries_show_the_stats(void **state)
         "cached          3.0 MiB      3.0 MiB      1.0 KiB\n" /* free in the slab and segment */
         "held            6.0 MiB      6.0 MiB      6.0 MiB\n" /* a 2 MiB slab, a 4 MiB segment */
         "driver: 6.0 MiB reserved, 6.0 MiB used by 1 pool\n"   /* in 2 MiB pages */
+        "reservation: 0 B, 0 B of it idle (reserved, not held)\n"
         "allocations: 3, 33.3%% from a cache (33.3%% same stream), 2 from the driver\n"
         "layout: 1 slab (2.0 MiB), 1 segment (4.0 MiB), 3.0 MiB free inside them, largest free "
         "range 2.0 MiB\n"
@@ -62,14 +63,21 @@ static void summaries_show_the_stats(void **state)
         "  driver_frees                    0  cudaFreeAsync calls for cached or bypassed blocks\n"
         "  bad_frees                       0  frees rejected: unknown pointer, double free or wrong pool\n"
         "  capture_bypasses                0  allocations passed straight to the driver during graph capture\n"
-        "  oom_retries                     0  driver allocations retried after a reclaim step\n"
+        "  oom_retries                     0  driver allocations retried after the driver ran out of memory\n"
         "  ooms                            0  allocations that failed with SP_ERR_OUT_OF_MEMORY\n"
-        "  limit_rejections                1  allocations that failed with SP_ERR_LIMIT\n"
-        "  reclaims                        0  times this pool gave cached memory back for an out-of-memory\n"
-        "  reclaimed_bytes                 0  cached bytes given back to the driver: trim, limits, out-of-memory\n"
-        "  trims                           0  sp_pool_trim calls and cache-limit releases\n"
+        "  limit_rejections                1  allocations that failed with SP_ERR_LIMIT or SP_ERR_NEVER_FITS\n"
+        "  reclaims                        0  times this pool gave cached memory back for another pool's out-of-memory\n"
+        "  reclaimed_bytes                 0  bytes this pool gave back for another pool's out-of-memory\n"
+        "  trims                           0  sp_pool_trim calls (sp_runtime_trim: one per pool)\n"
         "  skipped_steps                   0  best-effort steps skipped after a CUDA error (probe, fence, give-back)\n"
         "  give_back_failures              0  segments the driver refused to take back (kept, counted as held)\n"
+        "  limit_retries                   0  driver allocations retried after the pool's limit refused them\n"
+        "  trimmed_bytes                   0  bytes sp_pool_trim gave back to the device\n"
+        "  cache_limit_releases            0  times freed memory over the cache limit went back to the driver\n"
+        "  cache_released_bytes            0  bytes given back over the cache limit\n"
+        "  admissions                      0  requests admitted with an expected footprint (sp_request_begin_with)\n"
+        "  admitted_bytes                  0  bytes claimed under the limit by admitted requests\n"
+        "  admission_refusals              0  requests refused at their begin: SP_ERR_LIMIT or SP_ERR_NEVER_FITS\n"
         "%s", streams);
     assert_string_equal(buf, expect);
     assert_int_equal(sp_pool_summary(llama, buf, 20, &needed), SP_OK); /* truncated */

@@ -64,7 +64,7 @@ static void trace_records_outcomes(void **state)
     CK(cudaStreamSynchronize(s1));
     SP(sp_alloc(pool, &c, 5000, s2));       /* steal: s1's block behind a completed fence */
     assert_ptr_equal(c, a);
-    assert_int_equal(sp_alloc(pool, &big, 16 << 20, s2), SP_ERR_LIMIT); /* fail */
+    assert_int_equal(sp_alloc(pool, &big, 16 << 20, s2), SP_ERR_NEVER_FITS); /* fail */
     SP(sp_free(pool, c, s2));
     SP(sp_pool_trim(pool, 0));
     SP(sp_runtime_trace_stop(rt));
@@ -92,7 +92,7 @@ static void trace_records_outcomes(void **state)
     char *json = slurp(jpath);
     assert_non_null(strstr(json, "{\"name\":\"limit\",\"ph\":\"i\",\"s\":\"p\""));
     assert_non_null(strstr(json, "{\"name\":\"alloc failed\",\"ph\":\"i\",\"s\":\"t\""));
-    assert_non_null(strstr(json, "\"status\":\"SP_ERR_LIMIT\""));
+    assert_non_null(strstr(json, "\"status\":\"SP_ERR_NEVER_FITS\""));
     assert_non_null(strstr(json, "{\"name\":\"trim\",\"ph\":\"i\",\"s\":\"p\""));
     assert_non_null(strstr(json, "{\"name\":\"pool p,1\",\"ph\":\"C\""));
     free(json);

@@ -109,6 +109,10 @@ static void answer_alloc_error(job *j, int rc)
         atomic_fetch_add_explicit(&t->rejected_too_large, 1, memory_order_relaxed);
         answer_error(j, 413, "larger than the device can allocate", sp_status_name(rc));
         break;
+    case SP_ERR_NEVER_FITS:
+        atomic_fetch_add_explicit(&t->rejected_too_large, 1, memory_order_relaxed);
+        answer_error(j, 413, "larger than the tenant's limit can ever hold", sp_status_name(rc));
+        break;
     case SP_ERR_OUT_OF_MEMORY:
         answer_error(j, 503, "device out of memory", sp_status_name(rc));
         break;

@@ -1,0 +1,116 @@
+/* The reservation as its own figure (issue 20, item 2): a pool that reserves memory shows it in
+ * sp_stats (reserve, reserve_idle), the JSON, the summary and the Prometheus text, so that held
+ * + reserve_idle adds up to what the device has reserved for the pool, after a trim too (held
+ * 0, the reservation still in use). A caller built against stats version 3 still reads its
+ * shorter struct. Emulator-only: reads the cudaMemPool's reserved bytes as cudasim keeps them. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/sp_test_support.h"
+
+static const size_t MiB = (size_t)1 << 20;
+
+static int teardown_sim(void **state)
+{
+    (void)state;
+    int busy = destroy_tracked_runtimes();
+    reset_device(NULL);
+    return busy ? -1 : 0;
+}
+
+static sp_pool *reserving_pool(sp_runtime *rt, const char *name, uint64_t reserve)
+{
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.reserve = reserve;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, name, &cfg, &pool));
+    return pool;
+}
+
+/* held + reserve_idle == the cudaMemPool's reserved bytes, whatever part of the reservation is
+ * in use; above the reservation the idle part is 0. */
+static void held_and_idle_reservation_add_up(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool = reserving_pool(rt, "kv", 256 * MiB);
+    cudaStream_t s = new_stream();
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.version, 4);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.reserve, 256 * MiB);
+    assert_int_equal(st.reserve_idle, 256 * MiB);
+    assert_int_equal(st.pool_reserved, 256 * MiB);
+    void *p;
+    SP(sp_alloc(pool, &p, 100 * MiB, s));
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 100 * MiB);
+    assert_int_equal(st.reserve_idle, 156 * MiB);
+    assert_int_equal(st.held.current + st.reserve_idle, st.pool_reserved);
+    SP(sp_free(pool, p, s));
+    SP(sp_pool_trim(pool, 0)); /* the issue's case: held 0, the reservation still reserved */
+    st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.reserve_idle, 256 * MiB);
+    assert_int_equal(st.pool_reserved, 256 * MiB);
+    void *big;
+    SP(sp_alloc(pool, &big, 300 * MiB, s)); /* past the reservation: none of it idle */
+    st = stats_of(pool);
+    assert_int_equal(st.reserve_idle, 0);
+    assert_int_equal(st.held.current, 300 * MiB);
+    assert_int_equal(st.pool_reserved, 300 * MiB);
+    /* the runtime's figures sum the pools' */
+    sp_pool *other = reserving_pool(rt, "other", 64 * MiB);
+    (void)other;
+    sp_stats rst = {.size = sizeof rst};
+    SP(sp_runtime_stats(rt, &rst));
+    assert_int_equal(rst.reserve, 320 * MiB);
+    assert_int_equal(rst.reserve_idle, 64 * MiB);
+    SP(sp_free(pool, big, s));
+    drop_stream(rt, s);
+}
+
+/* The JSON, the summary and the Prometheus text show both figures; a version-3 struct (without
+ * them) is filled and rendered as far as it goes. */
+static void every_output_shows_the_reservation(void **state)
+{
+    (void)state;
+    sp_runtime *rt = track_runtime(0, NULL);
+    sp_pool *pool = reserving_pool(rt, "kv", 256 * MiB);
+    SP(sp_pool_trim(pool, 0));
+    sp_stats st = stats_of(pool);
+    char buf[16384];
+    assert_true(sp_stats_json(&st, buf, sizeof buf) < sizeof buf);
+    assert_non_null(strstr(buf, ",\"reserve\":268435456,\"reserve_idle\":268435456"));
+    assert_true(sp_stats_summary(&st, buf, sizeof buf) < sizeof buf);
+    assert_non_null(strstr(buf, "reservation: 256.0 MiB, 256.0 MiB of it idle (reserved, not "
+                                "held)\n"));
+    size_t needed;
+    SP(sp_runtime_metrics_prometheus(rt, buf, sizeof buf, &needed));
+    assert_true(needed < sizeof buf);
+    assert_non_null(strstr(buf, "# TYPE streampool_reserve_idle_bytes gauge\n"
+                                "streampool_reserve_idle_bytes{device=\"0\",pool=\"kv\"} 268435456\n"));
+    assert_non_null(strstr(buf, "streampool_reserve_bytes{device=\"0\",pool=\"kv\"} 268435456\n"));
+    /* a caller built against stats version 3 */
+    sp_stats old;
+    memset(&old, 0xab, sizeof old);
+    old.size = offsetof(sp_stats, reserve);
+    SP(sp_pool_stats(pool, &old));
+    assert_int_equal(old.size, offsetof(sp_stats, reserve));
+    assert_int_equal(old.reserve, 0xabababababababab); /* past its end: untouched */
+    assert_int_equal(old.pool_reserved, 256 * MiB);
+    assert_true(sp_stats_json(&old, buf, sizeof buf) < sizeof buf);
+    assert_null(strstr(buf, "reserve\""));
+    assert_non_null(strstr(buf, "\"released_streams\":0}"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(held_and_idle_reservation_add_up, teardown_sim),
+        cmocka_unit_test_teardown(every_output_shows_the_reservation, teardown_sim),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
