@@ -264,7 +264,7 @@ static void limit_between_pages_rounds_down(void **state)
     assert_int_equal(sp_alloc(pool, &b, 512 * KiB, s), SP_ERR_LIMIT);
     assert_ptr_equal(b, (void *)0x9);
     SP(sp_free(pool, a, s));
-    assert_int_equal(sp_alloc(pool, &c, 3 * MiB, s), SP_ERR_LIMIT); /* larger than 2 MiB */
+    assert_int_equal(sp_alloc(pool, &c, 3 * MiB, s), SP_ERR_NEVER_FITS); /* larger than the 2 MiB in force */
     assert_ptr_equal(c, (void *)0x9);
     SP(sp_alloc(pool, &a, 1 * MiB, s));                            /* small blocks: one slab */
     SP(sp_alloc(pool, &b, 900 * KiB, s));

@@ -597,7 +597,7 @@ static void limit_between_driver_pages(void **state)
     void *big, *p, *q = (void *)0x7;
     SP(sp_alloc(bystander, &big, 1000 * MiB, s)); /* the device is nearly B's */
     SP(sp_free(bystander, big, s));
-    assert_int_equal(sp_alloc(a, &q, 10 * MiB + 12345, s), SP_ERR_LIMIT); /* past 10 MiB */
+    assert_int_equal(sp_alloc(a, &q, 10 * MiB + 12345, s), SP_ERR_NEVER_FITS); /* past 10 MiB, the limit in force: never */
     SP(sp_alloc(a, &p, 10 * MiB, s));
     assert_int_equal(sp_alloc(a, &q, 1, s), SP_ERR_LIMIT);
     assert_ptr_equal(q, (void *)0x7);
