@@ -382,11 +382,11 @@ static void every_byte_back_under_faults(void **state)
                 leaky++;
                 if (lost > worst)
                     worst = lost;
-                print_message("rate %u ppm, seed %u: %" PRIu64 " bytes not given back\n",
+                print_message("# rate %u ppm, seed %u: %" PRIu64 " bytes not given back\n",
                               rates[r], seed, lost);
             }
         }
-        print_message("rate %u ppm: %u seeds, %u with bytes not given back (at most %" PRIu64
+        print_message("# rate %u ppm: %u seeds, %u with bytes not given back (at most %" PRIu64
                       ")\n", rates[r], seeds, leaky, worst);
         failed += leaky;
     }
