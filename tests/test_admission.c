@@ -14,14 +14,6 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static int teardown_sim(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes();
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 static sp_pool *limited_pool(sp_runtime *rt, const char *name, uint64_t limit)
 {
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
@@ -282,11 +274,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(codes_say_now_or_never),
-        cmocka_unit_test_teardown(refusal_makes_no_cuda_call, teardown_sim),
-        cmocka_unit_test_teardown(claim_released_exactly_at_end, teardown_sim),
-        cmocka_unit_test_teardown(alloc_larger_than_limit_never_fits, teardown_sim),
-        cmocka_unit_test_teardown(bad_configs_are_refused, teardown_sim),
-        cmocka_unit_test_teardown(admitted_request_never_meets_the_limit, teardown_sim),
+        cmocka_unit_test_teardown(refusal_makes_no_cuda_call, teardown_runtimes),
+        cmocka_unit_test_teardown(claim_released_exactly_at_end, teardown_runtimes),
+        cmocka_unit_test_teardown(alloc_larger_than_limit_never_fits, teardown_runtimes),
+        cmocka_unit_test_teardown(bad_configs_are_refused, teardown_runtimes),
+        cmocka_unit_test_teardown(admitted_request_never_meets_the_limit, teardown_runtimes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,22 +8,6 @@
 
 static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
-static int teardown_pending(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
-static sp_runtime *runtime_on_device_of(uint64_t bytes)
-{
-    CK(cudasimSetDeviceMemory(0, bytes));
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0; /* exact figures at every read */
-    return track_runtime(0, &cfg);
-}
-
 /* With cache_limit 0, blocks freed on a stream held by a gate (a huge one, small ones filling
  * a slab, a medium one in its own segment) leave the pool holding only what is live, before the
  * gate opens; the live block's data survives the frees, and once the stream gets past them
@@ -31,7 +15,7 @@ static sp_runtime *runtime_on_device_of(uint64_t bytes)
 static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_runtime *rt = exact_runtime_on_device_of(1 * GiB);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.cache_limit = 0;
     sp_pool *pool;
@@ -89,7 +73,7 @@ static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state
     destroy_runtime(rt);
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_pending)
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
 
 int main(void)
 {

@@ -10,14 +10,6 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static int teardown_sim(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes();
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 enum {
 #define COUNTER_INDEX(name, text) C_##name,
     SP_STATS_COUNTERS(COUNTER_INDEX)
@@ -294,15 +286,15 @@ static void refused_give_back_moves_give_back_failures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(calls_move_their_counters, teardown_sim),
-        cmocka_unit_test_teardown(trim_moves_trims, teardown_sim),
-        cmocka_unit_test_teardown(cache_limit_release_moves_its_counters, teardown_sim),
-        cmocka_unit_test_teardown(oom_retry_moves_oom_retries, teardown_sim),
-        cmocka_unit_test_teardown(reclaim_moves_the_victims_counters, teardown_sim),
-        cmocka_unit_test_teardown(limit_moves_limit_counters, teardown_sim),
-        cmocka_unit_test_teardown(requests_move_admission_and_fence_counters, teardown_sim),
-        cmocka_unit_test_teardown(capture_moves_capture_bypasses, teardown_sim),
-        cmocka_unit_test_teardown(refused_give_back_moves_give_back_failures, teardown_sim),
+        cmocka_unit_test_teardown(calls_move_their_counters, teardown_runtimes),
+        cmocka_unit_test_teardown(trim_moves_trims, teardown_runtimes),
+        cmocka_unit_test_teardown(cache_limit_release_moves_its_counters, teardown_runtimes),
+        cmocka_unit_test_teardown(oom_retry_moves_oom_retries, teardown_runtimes),
+        cmocka_unit_test_teardown(reclaim_moves_the_victims_counters, teardown_runtimes),
+        cmocka_unit_test_teardown(limit_moves_limit_counters, teardown_runtimes),
+        cmocka_unit_test_teardown(requests_move_admission_and_fence_counters, teardown_runtimes),
+        cmocka_unit_test_teardown(capture_moves_capture_bypasses, teardown_runtimes),
+        cmocka_unit_test_teardown(refused_give_back_moves_give_back_failures, teardown_runtimes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

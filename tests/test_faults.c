@@ -22,14 +22,6 @@ static int teardown_faults(void **state)
     return busy ? -1 : 0;
 }
 
-static sp_runtime *runtime_on_device_of(uint64_t bytes)
-{
-    CK(cudasimSetDeviceMemory(0, bytes));
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0; /* exact counters at every read */
-    return track_runtime(0, &cfg);
-}
-
 static sp_pool *default_pool(sp_runtime *rt)
 {
     sp_pool *pool;
@@ -86,7 +78,7 @@ enum { FAIL_WAIT, FAIL_RECORD, FAIL_RECORD_AND_SYNC };
  * a's, b's use began after a's copy. */
 static void reuse_after_failed_ordering(size_t n, uint64_t device, int fault)
 {
-    sp_runtime *rt = runtime_on_device_of(device);
+    sp_runtime *rt = exact_runtime_on_device_of(device);
     sp_pool *pool = default_pool(rt);
     cudaStream_t a = new_stream(), b = new_stream();
     gate *g = gate_new();
@@ -182,7 +174,7 @@ static void reuse_after_failed_record_and_sync(void **state)
  * of b's before the fault records it. */
 static void fresh_memory_despite(const char *api, size_t n)
 {
-    sp_runtime *rt = runtime_on_device_of(256 * MiB);
+    sp_runtime *rt = exact_runtime_on_device_of(256 * MiB);
     sp_pool *pool = default_pool(rt);
     cudaStream_t a = new_stream(), b = new_stream();
     gate *g = gate_new();
@@ -252,7 +244,7 @@ static void fresh_memory_despite_fence_failures(void **state)
  * have the dead stream's memory. */
 static void dead_stream_does_not_fail_misses(size_t n, uint64_t device)
 {
-    sp_runtime *rt = runtime_on_device_of(device);
+    sp_runtime *rt = exact_runtime_on_device_of(device);
     sp_pool *pool = default_pool(rt);
     cudaStream_t dead = new_stream();
     void *p;

@@ -11,14 +11,6 @@
 
 static const uint64_t KiB = 1024;
 
-static int teardown(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes();
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 static sp_runtime *runtime_with(const char *alloc_conf)
 {
     sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
@@ -221,7 +213,7 @@ static void off_the_hot_path_makes_no_call(void **state)
     }
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown)
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
 
 int main(void)
 {

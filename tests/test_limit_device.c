@@ -11,22 +11,6 @@
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
-static int teardown_limits(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
-static sp_runtime *runtime_on_device_of(uint64_t bytes)
-{
-    CK(cudasimSetDeviceMemory(0, bytes));
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0; /* every hit reaches the shared figures: their lock is busy */
-    return track_runtime(0, &cfg);
-}
-
 static uint64_t reserved_of(sp_pool *pool, enum cudaMemPoolAttr attr)
 {
     return pool_attr(sp_pool_cuda_pool(pool), attr);
@@ -127,7 +111,7 @@ static void stress_under(uint64_t limit, uint64_t max_size)
     uint64_t reads = 0, over = 0, max_peak = 0, max_reserved = 0;
     int refusals = 0;
     for (int run = 0; run < RUNS; run++) {
-        sp_runtime *rt = runtime_on_device_of(4 * GiB);
+        sp_runtime *rt = exact_runtime_on_device_of(4 * GiB);
         sp_pool_config cfg = SP_POOL_CONFIG_INIT;
         cfg.limit = limit;
         sp_pool *pool;
@@ -216,7 +200,7 @@ static void threads_never_pass_a_96_mib_limit(void **state)
 static void limit_below_a_page_is_refused(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_runtime *rt = exact_runtime_on_device_of(1 * GiB);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     sp_pool *pool = (sp_pool *)0x1;
     cfg.limit = 1;
@@ -250,7 +234,7 @@ static void limit_below_a_page_is_refused(void **state)
 static void limit_between_pages_rounds_down(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_runtime *rt = exact_runtime_on_device_of(1 * GiB);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT, got = {.size = sizeof got};
     cfg.limit = 3 * MiB;
     sp_pool *pool;
@@ -281,7 +265,7 @@ static void limit_between_pages_rounds_down(void **state)
     destroy_runtime(rt);
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_limits)
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
 
 int main(void)
 {

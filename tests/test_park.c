@@ -18,14 +18,6 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static int teardown_sim(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 static sp_runtime *exact_runtime(void)
 {
     sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
@@ -333,7 +325,6 @@ static void release_during_large_pairs_counts_every_byte(void **state)
     destroy_runtime(rt);
 }
 
-
 /* ---- a stream released while its thread's miss takes a fresh segment ---- */
 
 /* While `stream` is set, the next cudaMallocFromPoolAsync on it waits, inside the call, until
@@ -536,7 +527,7 @@ static void huge_give_back_asks_no_cuda_under_the_spin_lock(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_sim)
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
         T(two_streams_reuse_their_parks_without_cuda),
         T(parked_range_serves_another_streams_miss_and_trim),
         T(parked_huge_range_goes_back_for_another_streams_miss),

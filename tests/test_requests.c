@@ -12,14 +12,6 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static int teardown_sim(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes();
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 static sp_runtime *exact_runtime(void)
 {
     sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
@@ -329,14 +321,14 @@ static void request_end_is_traced(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(end_frees_what_is_left, teardown_sim),
-        cmocka_unit_test_teardown(end_of_a_clean_request_frees_nothing, teardown_sim),
-        cmocka_unit_test_teardown(synchronized_end_settles_with_no_cuda_call, teardown_sim),
-        cmocka_unit_test_teardown(one_fence_covers_a_request_and_holds_back_others, teardown_sim),
-        cmocka_unit_test_teardown(a_block_freed_elsewhere_leaves_its_request, teardown_sim),
-        cmocka_unit_test_teardown(misuse_gets_its_error_and_changes_nothing, teardown_sim),
-        cmocka_unit_test_teardown(pool_destroy_with_open_requests, teardown_sim),
-        cmocka_unit_test_teardown(request_end_is_traced, teardown_sim),
+        cmocka_unit_test_teardown(end_frees_what_is_left, teardown_runtimes),
+        cmocka_unit_test_teardown(end_of_a_clean_request_frees_nothing, teardown_runtimes),
+        cmocka_unit_test_teardown(synchronized_end_settles_with_no_cuda_call, teardown_runtimes),
+        cmocka_unit_test_teardown(one_fence_covers_a_request_and_holds_back_others, teardown_runtimes),
+        cmocka_unit_test_teardown(a_block_freed_elsewhere_leaves_its_request, teardown_runtimes),
+        cmocka_unit_test_teardown(misuse_gets_its_error_and_changes_nothing, teardown_runtimes),
+        cmocka_unit_test_teardown(pool_destroy_with_open_requests, teardown_runtimes),
+        cmocka_unit_test_teardown(request_end_is_traced, teardown_runtimes),
     };
     return cmocka_run_group_tests_name("requests", tests, NULL, NULL);
 }

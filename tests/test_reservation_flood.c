@@ -11,14 +11,6 @@ static const uint64_t MiB = 1024 * 1024;
 
 enum { LOOPS = 150, BLOCKS = 16, FLOODERS = 2, FLOOD_LIVE = 12, FLOOD_STEP = 16 };
 
-static int teardown_flood(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 typedef struct {
     sp_runtime *rt;
     sp_pool *pool;
@@ -142,7 +134,7 @@ static void reservation_holds_under_a_flood(void **state)
     destroy_runtime(rt);
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_flood)
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
 
 int main(void)
 {

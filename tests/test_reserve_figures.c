@@ -12,14 +12,6 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static int teardown_sim(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes();
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 static sp_pool *reserving_pool(sp_runtime *rt, const char *name, uint64_t reserve)
 {
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
@@ -109,8 +101,8 @@ static void every_output_shows_the_reservation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(held_and_idle_reservation_add_up, teardown_sim),
-        cmocka_unit_test_teardown(every_output_shows_the_reservation, teardown_sim),
+        cmocka_unit_test_teardown(held_and_idle_reservation_add_up, teardown_runtimes),
+        cmocka_unit_test_teardown(every_output_shows_the_reservation, teardown_runtimes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

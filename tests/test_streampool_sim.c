@@ -7,14 +7,6 @@
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
-static int teardown_sim(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 static void steady_state_same_stream_makes_no_cuda_calls(void **state)
 {
     (void)state;
@@ -587,7 +579,7 @@ static void released_streams_give_backs_are_trimmed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_sim)
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
         T(steady_state_same_stream_makes_no_cuda_calls),
         T(known_complete_steals_make_no_cuda_calls),
         T(capture_check_always_asks_cuda),

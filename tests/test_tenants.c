@@ -15,14 +15,6 @@
 
 static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
-static int teardown_tenants(void **state)
-{
-    (void)state;
-    int busy = destroy_tracked_runtimes(); /* a failed test's runtime, before the reset */
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 static sp_runtime *runtime_on_device_of(uint64_t bytes)
 {
     CK(cudasimSetDeviceMemory(0, bytes));
@@ -744,7 +736,7 @@ static void let_malloc_go(void)
 static int teardown_held_malloc(void **state)
 {
     let_malloc_go(); /* a failed assertion left the allocating thread held */
-    return teardown_tenants(state);
+    return teardown_runtimes(state);
 }
 
 typedef struct {
@@ -1124,7 +1116,7 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_tenants)
+#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
         T(noisy_neighbour),
         T(reclaim_across_pools),
         T(reclaim_observes_segments_given_back_on_a_stream),

@@ -65,4 +65,26 @@ static inline int destroy_tracked_runtimes(void)
     return busy;
 }
 
+/* A cmocka teardown for the streampool suites: the runtimes a failed test left (destroyed before
+ * the reset, which would pull their memory away), then a fresh device. */
+static inline int teardown_runtimes(void **state)
+{
+    (void)state;
+    int busy = destroy_tracked_runtimes();
+    reset_device(NULL);
+    return busy ? -1 : 0;
+}
+
+#ifdef SP_CUDASIM
+/* A tracked runtime with exact figures at every read (stats_flush_bytes 0) on a device of
+ * `bytes` (emulator only: cudasimSetDeviceMemory). */
+static inline sp_runtime *exact_runtime_on_device_of(uint64_t bytes)
+{
+    CK(cudasimSetDeviceMemory(0, bytes));
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.stats_flush_bytes = 0;
+    return track_runtime(0, &cfg);
+}
+#endif
+
 #endif
