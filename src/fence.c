@@ -429,12 +429,11 @@ bool sp__cache_fence_frees(sp_stream_cache *c)
 {
     sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-    uint64_t before = c->fence_count;
     sp_fence *newest = c->fences;
-    bool recorded = false;
-    if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now &&
-        !(newest && newest->epoch >= now) && may_touch_stream(c))
-        recorded = covering_fence(c, now, true) != NULL && c->fence_count > before;
+    /* no fence covers `now` (the newest is older): covering_fence records one, if it may */
+    bool recorded = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now &&
+                    !(newest && newest->epoch >= now) && may_touch_stream(c) &&
+                    covering_fence(c, now, true) != NULL;
     sp_mutex_unlock(&c->fence_lock);
     return recorded;
 }

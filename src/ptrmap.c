@@ -176,17 +176,6 @@ void sp__ptrmap_each(sp_ptrmap *m, void (*fn)(sp_block *, void *), void *arg)
     }
 }
 
-sp_block *sp__ptrmap_find(sp_ptrmap *m, const void *ptr)
-{
-    uint64_t h = hash_ptr(ptr);
-    sp_ptrmap_shard *s = shard_of(m, h);
-    sp_spin_lock(&s->lock);
-    size_t i = s->cap ? find_slot(s, ptr, h) : 0;
-    sp_block *b = s->cap && s->slots[i].key ? s->slots[i].block : NULL;
-    sp_spin_unlock(&s->lock);
-    return b;
-}
-
 /* ---- what a pointer is: sp_pointer_info and sp_free_any ---- */
 
 /* Under the shard's lock: a live block cannot be freed meanwhile (the free marks it under this

@@ -32,9 +32,6 @@ void sp__ptrmap_remove(sp_ptrmap *m, const void *ptr);
  * removed from the map). */
 int sp__ptrmap_take_for_free(sp_ptrmap *m, const void *ptr, const sp_pool *pool, sp_block **out);
 void sp__ptrmap_free(sp_ptrmap *m);
-/* The block ptr names (NULL if none): for a caller that owns it, such as the allocator that
- * just handed it out, so that it cannot go away meanwhile. */
-sp_block *sp__ptrmap_find(sp_ptrmap *m, const void *ptr);
 /* Calls fn with ptr's block (NULL if unknown), or with every block, under the shard's lock:
  * fn takes no lock and allocates nothing (introspect.c). */
 void sp__ptrmap_visit(sp_ptrmap *m, const void *ptr, void (*fn)(sp_block *, void *), void *arg);

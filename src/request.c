@@ -118,6 +118,11 @@ int sp_request_begin_with(sp_pool *pool, cudaStream_t stream, const sp_request_c
     return open_request(pool, stream, cfg->label, claim, out);
 }
 
+static void found_block(sp_block *b, void *out)
+{
+    *(sp_block **)out = b;
+}
+
 int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
 {
     if (!pool || !ptr)
@@ -137,13 +142,9 @@ int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
     sp__thread_request = outer;
     if (rc != SP_OK || !*ptr)
         return rc;
-    sp_block *b = sp__ptrmap_find(&pool->rt->ptrmap, *ptr);
-    sp__req_link(r, b);
-    if (sp__thread_misses != misses) {
-        sp_spin_lock(&r->lock);
-        r->st.misses++;
-        sp_spin_unlock(&r->lock);
-    }
+    sp_block *b = NULL; /* this thread's own live block: it cannot go away meanwhile */
+    sp__ptrmap_visit(&pool->rt->ptrmap, *ptr, found_block, &b);
+    sp__req_link(r, b, sp__thread_misses != misses);
     return SP_OK;
 }
 

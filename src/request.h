@@ -30,8 +30,9 @@ typedef struct sp_req {
     struct sp_req *next;       /* in its pool's table */
 } sp_req;
 
-/* Adds live block b (allocated for r) to r's list and figures. */
-void sp__req_link(sp_req *r, sp_block *b);
+/* Adds live block b (allocated for r, `missed`: not by a hit on its stream's cache) to r's list
+ * and figures. */
+void sp__req_link(sp_req *r, sp_block *b, bool missed);
 /* b is being freed: it leaves its request (b->req, not NULL), counted as a free before the
  * end; returns that request. */
 sp_req *sp__req_forget(sp_block *b);

@@ -21,11 +21,12 @@ static void link_locked(sp_req *r, sp_block *b)
         r->st.requested_peak = r->live_requested;
 }
 
-void sp__req_link(sp_req *r, sp_block *b)
+void sp__req_link(sp_req *r, sp_block *b, bool missed)
 {
     sp_spin_lock(&r->lock);
     link_locked(r, b);
     r->st.allocs++;
+    r->st.misses += missed;
     r->st.requested_total += b->requested;
     sp_spin_unlock(&r->lock);
 }
