@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,22 +165,25 @@ static uint64_t load(_Atomic uint64_t *v)
     return atomic_load_explicit(v, memory_order_relaxed);
 }
 
+/* One metric family: its HELP and TYPE lines, then a sample per tenant of the counter at
+ * `field` (an offsetof in tenant). */
+static size_t family(const tenant_table *t, char *buf, size_t len, size_t at, const char *name,
+                     const char *type, const char *help, size_t field)
+{
+    at = text_put(buf, len, at, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (size_t i = 0; i < t->n; i++)
+        at = text_put(buf, len, at, "%s{tenant=\"%s\"} %" PRIu64 "\n", name, t->v[i].name,
+                      load((_Atomic uint64_t *)((char *)&t->v[i] + field)));
+    return at;
+}
+
 size_t tenants_metrics(const tenant_table *t, char *buf, size_t len)
 {
     size_t at = 0;
-    at = text_put(buf, len, at,
-                  "# HELP spserver_served_requests_total Inference requests served (HTTP 200).\n"
-                  "# TYPE spserver_served_requests_total counter\n");
-    for (size_t i = 0; i < t->n; i++)
-        at = text_put(buf, len, at, "spserver_served_requests_total{tenant=\"%s\"} %" PRIu64 "\n",
-                      t->v[i].name, load(&t->v[i].served_requests));
-    at = text_put(buf, len, at,
-                  "# HELP spserver_served_bytes_total Bytes the buffers of served requests asked "
-                  "for.\n"
-                  "# TYPE spserver_served_bytes_total counter\n");
-    for (size_t i = 0; i < t->n; i++)
-        at = text_put(buf, len, at, "spserver_served_bytes_total{tenant=\"%s\"} %" PRIu64 "\n",
-                      t->v[i].name, load(&t->v[i].served_bytes));
+    at = family(t, buf, len, at, "spserver_served_requests_total", "counter",
+                "Inference requests served (HTTP 200).", offsetof(tenant, served_requests));
+    at = family(t, buf, len, at, "spserver_served_bytes_total", "counter",
+                "Bytes the buffers of served requests asked for.", offsetof(tenant, served_bytes));
     at = text_put(buf, len, at,
                   "# HELP spserver_rejected_requests_total Inference requests refused: 429 over "
                   "the tenant's limit now, 413 larger than its limit.\n"
@@ -192,21 +196,14 @@ size_t tenants_metrics(const tenant_table *t, char *buf, size_t len)
                       "spserver_rejected_requests_total{tenant=\"%s\",code=\"413\"} %" PRIu64 "\n",
                       t->v[i].name, load(&t->v[i].rejected_too_large));
     }
-    at = text_put(buf, len, at,
-                  "# HELP spserver_request_peak_bytes The most bytes one request had allocated at "
-                  "once (sp_request_stats.requested_peak), over the requests ended.\n"
-                  "# TYPE spserver_request_peak_bytes gauge\n");
-    for (size_t i = 0; i < t->n; i++)
-        at = text_put(buf, len, at, "spserver_request_peak_bytes{tenant=\"%s\"} %" PRIu64 "\n",
-                      t->v[i].name, load(&t->v[i].request_peak_bytes));
-    at = text_put(buf, len, at,
-                  "# HELP spserver_request_freed_at_end_bytes_total Bytes of buffers freed by "
-                  "their request's end (sp_request_stats.freed_at_end_bytes).\n"
-                  "# TYPE spserver_request_freed_at_end_bytes_total counter\n");
-    for (size_t i = 0; i < t->n; i++)
-        at = text_put(buf, len, at,
-                      "spserver_request_freed_at_end_bytes_total{tenant=\"%s\"} %" PRIu64 "\n",
-                      t->v[i].name, load(&t->v[i].request_freed_at_end_bytes));
+    at = family(t, buf, len, at, "spserver_request_peak_bytes", "gauge",
+                "The most bytes one request had allocated at once "
+                "(sp_request_stats.requested_peak), over the requests ended.",
+                offsetof(tenant, request_peak_bytes));
+    at = family(t, buf, len, at, "spserver_request_freed_at_end_bytes_total", "counter",
+                "Bytes of buffers freed by their request's end "
+                "(sp_request_stats.freed_at_end_bytes).",
+                offsetof(tenant, request_freed_at_end_bytes));
     return at;
 }
 
