@@ -134,6 +134,8 @@ typedef struct {
     /* CUDA calls per request, of the repeat with the median total (the mean of the two middle
      * ones for an even count), so the groups add up to the total; < 0: not available. */
     double cuda_calls_per_request;
+    /* calls per request of each repeat: median, min, max (min < 0: not available) */
+    spread calls_per_request_spread;
     double driver_allocs_per_request; /* calls_per_api[API_DRIVER_ALLOC] */
     double calls_per_api[API_COUNT];
     /* streampool rows, of the same repeats; < 0: not available (another allocator, no call

@@ -94,14 +94,17 @@ static void serve_table(const bench_results *r)
             printf("%s %ld at %d stream%s", i ? "," : "", r->serve[i].warmup / r->serve[i].streams,
                    r->serve[i].streams, r->serve[i].streams > 1 ? "s" : "");
     printf("), %d repeats: median (min-max)\n", f->repeats);
-    printf("%-31s %3s %21s %23s %7s %8s %6s %7s %7s %7s\n", "allocator", "str", "requests/s",
-           "p99 us", "p50 us", "peak MiB", "calls", "x async", "x cuda", "x pre-");
-    printf("%-31s %3s %21s %23s %7s %8s %6s %7s %7s %7s\n", "", "", "", "", "", "", "/req", "max",
-           "Malloc", "alloc");
+    printf("%-31s %3s %21s %23s %7s %8s %18s %7s %7s %7s\n", "allocator", "str", "requests/s",
+           "p99 us", "p50 us", "peak MiB", "calls /req", "x async", "x cuda", "x pre-");
+    printf("%-31s %3s %21s %23s %7s %8s %18s %7s %7s %7s\n", "", "", "", "", "", "", "(min-max)",
+           "max", "Malloc", "alloc");
     for (int i = 0; i < r->n_serve; i++) {
         const serve_row *s = &r->serve[i];
-        char calls[16] = "-", vmax[16] = "", vmalloc[16] = "", vpre[16] = "", rps[40], p99[40];
-        if (s->cuda_calls_per_request >= 0)
+        char calls[48] = "-", vmax[16] = "", vmalloc[16] = "", vpre[16] = "", rps[40], p99[40];
+        if (s->cuda_calls_per_request >= 0 && s->calls_per_request_spread.min >= 0)
+            snprintf(calls, sizeof calls, "%.2f (%.2f-%.2f)", s->cuda_calls_per_request,
+                     s->calls_per_request_spread.min, s->calls_per_request_spread.max);
+        else if (s->cuda_calls_per_request >= 0)
             snprintf(calls, sizeof calls, "%.2f", s->cuda_calls_per_request);
         double m = multiple(r, s, RAW_MAX), c = multiple(r, s, "cudaMalloc");
         double pre = multiple(r, s, SERVE_PREALLOCATED);
@@ -115,7 +118,7 @@ static void serve_table(const bench_results *r)
                  s->requests_per_s.min, s->requests_per_s.max);
         snprintf(p99, sizeof p99, "%.0f (%.0f-%.0f)", s->p99_us.median, s->p99_us.min,
                  s->p99_us.max);
-        printf("%-31s %3d %21s %23s %7.0f %8.0f %6s %7s %7s %7s", s->allocator, s->streams, rps,
+        printf("%-31s %3d %21s %23s %7.0f %8.0f %18s %7s %7s %7s", s->allocator, s->streams, rps,
                p99, s->p50_us, (double)s->peak_reserved_bytes / 1048576.0, calls, vmax, vmalloc,
                vpre);
         if (s->failures)
@@ -289,6 +292,11 @@ int report_json(const bench_results *r, const bench_env *env, const char *path)
                    "\"cuda_calls_per_request\": ",
                 s->p50_us, s->peak_reserved_bytes, s->failures);
         json_number(f, s->cuda_calls_per_request);
+        if (s->calls_per_request_spread.min >= 0)
+            fprintf(f, ", \"cuda_calls_per_request_range\": {\"median\": %.4f, \"min\": %.4f, "
+                       "\"max\": %.4f}",
+                    s->calls_per_request_spread.median, s->calls_per_request_spread.min,
+                    s->calls_per_request_spread.max);
         fprintf(f, ", \"driver_allocs_per_request\": ");
         json_number(f, s->driver_allocs_per_request);
         fprintf(f, ", \"calls_per_request_by_api\": ");
@@ -409,9 +417,20 @@ static void svg_text(FILE *f, double x, double y, int size, const char *anchor, 
     fputs("</text>\n", f);
 }
 
-/* Lines on log-log axes (x base 2), one per series, with whiskers for the spread. */
+/* Lines on log-log axes (x base 2), one per series, with whiskers for the spread; with
+ * `linear`, the y axis is linear from the smallest to the largest value, with five ticks: for
+ * ratios near 1, where a log axis of tens of percent shows nothing. */
+static void svg_plot(FILE *f, double ox, double oy, const char *title, const char *xlabel,
+                     const series *s, int ns, bool linear);
+
 static void svg_lines(FILE *f, double ox, double oy, const char *title, const char *xlabel,
                       const series *s, int ns)
+{
+    svg_plot(f, ox, oy, title, xlabel, s, ns, false);
+}
+
+static void svg_plot(FILE *f, double ox, double oy, const char *title, const char *xlabel,
+                     const series *s, int ns, bool linear)
 {
     double xmin = INFINITY, xmax = 0, ymin = INFINITY, ymax = 0;
     for (int k = 0; k < ns; k++)
@@ -425,16 +444,27 @@ static void svg_lines(FILE *f, double ox, double oy, const char *title, const ch
     if (xmax <= 0)
         return;
     double lo = floor(log10(ymin)), hi = ceil(log10(ymax));
+    if (linear) { /* a margin of a twentieth of the range, and never a flat range */
+        double m = (ymax - ymin) / 20;
+        lo = ymin - (m > 0 ? m : 0.05);
+        hi = ymax + (m > 0 ? m : 0.05);
+    }
     if (hi <= lo)
         hi = lo + 1;
     double sx = xmax > xmin ? log2(xmax / xmin) : 1;
     double L = ox + PLOT_LEFT, T = oy + PLOT_TOP;
 #define X(v) (L + (xmax > xmin ? log2((v) / xmin) / sx : 0.5) * PLOT_W)
-#define Y(v) (T + PLOT_H - (log10(v) - lo) / (hi - lo) * PLOT_H)
+#define Y(v) (T + PLOT_H - ((linear ? (v) : log10(v)) - lo) / (hi - lo) * PLOT_H)
     svg_text(f, L, oy + 30, 14, "start", "#000", title);
     fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n",
             L, T, PLOT_W, PLOT_H);
-    for (double d = lo; d <= hi; d++) {
+    for (int t = 0; linear && t <= 4; t++) {
+        char label[16];
+        double v = lo + (hi - lo) * t / 4;
+        snprintf(label, sizeof label, "%.2fx", v);
+        svg_text(f, L - 4, Y(v) + 4, 11, "end", "#000", label);
+    }
+    for (double d = lo; !linear && d <= hi; d++) {
         char label[16];
         snprintf(label, sizeof label, "1e%.0f", d);
         svg_text(f, L - 4, Y(pow(10, d)) + 4, 11, "end", "#000", label);
@@ -568,8 +598,20 @@ int report_svg(const bench_results *r, const bench_env *env, const char *path)
         svg_lines(f, ORIGIN_X, ORIGIN_Y, "serve: p99 latency, us (lower is better)", "streams",
                   p99, nv);
         slot++;
-        svg_lines(f, ORIGIN_X, ORIGIN_Y, "serve: peak reserved MiB, largest of the repeats",
-                  "streams", peak, nv);
+        /* as a multiple of raw cudaMallocAsync (threshold max)'s at the same stream count */
+        for (int k = 0; k < nv; k++)
+            for (int i = 0; i < peak[k].n; i++) {
+                double raw = 0;
+                for (int j = 0; j < r->n_serve; j++)
+                    if (strcmp(r->serve[j].allocator, RAW_MAX) == 0 &&
+                        r->serve[j].streams == (int)peak[k].p[i].x)
+                        raw = (double)r->serve[j].peak_reserved_bytes / 1048576.0;
+                double x = raw > 0 ? peak[k].p[i].y / raw : 0;
+                peak[k].p[i].y = peak[k].p[i].lo = peak[k].p[i].hi = x;
+            }
+        svg_plot(f, ORIGIN_X, ORIGIN_Y,
+                 "serve: peak reserved over raw cudaMallocAsync (threshold max)'s (lower is better)",
+                 "streams", peak, nv, true);
         slot++;
         svg_lines(f, ORIGIN_X, ORIGIN_Y,
                   "serve: CUDA calls per request by the allocator (0: not drawn)", "streams",

@@ -67,11 +67,16 @@ typedef struct serve_variant {
     int (*request_begin)(bench_alloc *a, cudaStream_t s, uint64_t *req);
     int (*request_alloc)(bench_alloc *a, uint64_t req, void **p, size_t n);
     int (*request_end)(bench_alloc *a, uint64_t req);
+    /* the end comes after serve's wait for the stream (with the synchronized hint), not in
+     * stream order right after the request's last use is queued, as a server ends one */
+    bool end_after_wait;
 } serve_variant;
 
-/* The `streampool (requests)` row: each request is a request scope, its buffers allocated
- * into it and freed by its end, which comes after serve's wait for the stream and so promises
- * that the host synchronized it: the request's frees settle with no CUDA call. */
+/* The request-scope rows: each request is a request scope, its buffers allocated into it and
+ * freed by its end. `streampool (requests)` ends it in stream order as soon as the request's
+ * last use is queued, before serve's wait, as a server does (its frees then settle as the
+ * plain row's do); `streampool (requests, synced)` ends it after the wait with
+ * SP_REQUEST_SYNCHRONIZED, the host's word that its frees settled: no CUDA call for them. */
 static int scope_begin(bench_alloc *a, cudaStream_t s, uint64_t *req)
 {
     return sp_request_begin(a->pool, s, NULL, req) == SP_OK ? 0 : -1;
@@ -84,20 +89,27 @@ static int scope_alloc(bench_alloc *a, uint64_t req, void **p, size_t n)
 
 static int scope_end(bench_alloc *a, uint64_t req)
 {
+    return sp_request_end(a->pool, req, 0, NULL) == SP_OK ? 0 : -1;
+}
+
+static int scope_end_synchronized(bench_alloc *a, uint64_t req)
+{
     return sp_request_end(a->pool, req, SP_REQUEST_SYNCHRONIZED, NULL) == SP_OK ? 0 : -1;
 }
 
 /* One row per entry, in table order; a new row is an entry here (and its hooks). README's
  * benchmark section and tests/test_bench_cli.py's SERVE_ROWS list the rows. */
 static const serve_variant variants[] = {
-    {"cudaMalloc", "cudaMalloc", ALLOC_CUDA_MALLOC, false, NULL, NULL, NULL},
-    {"cudaMallocAsync", "cudaMallocAsync", ALLOC_ASYNC_DEFAULT, false, NULL, NULL, NULL},
+    {"cudaMalloc", "cudaMalloc", ALLOC_CUDA_MALLOC, false, NULL, NULL, NULL, false},
+    {"cudaMallocAsync", "cudaMallocAsync", ALLOC_ASYNC_DEFAULT, false, NULL, NULL, NULL, false},
     {"cudaMallocAsync (threshold max)", "cudaMallocAsync-max", ALLOC_ASYNC_KEEP, false, NULL,
-     NULL, NULL},
-    {"streampool", "streampool", ALLOC_STREAMPOOL, false, NULL, NULL, NULL},
+     NULL, NULL, false},
+    {"streampool", "streampool", ALLOC_STREAMPOOL, false, NULL, NULL, NULL, false},
     {"streampool (requests)", "streampool-requests", ALLOC_STREAMPOOL, false, scope_begin,
-     scope_alloc, scope_end},
-    {SERVE_PREALLOCATED, "preallocated", ALLOC_CUDA_MALLOC, true, NULL, NULL, NULL},
+     scope_alloc, scope_end, false},
+    {"streampool (requests, synced)", "streampool-requests-synced", ALLOC_STREAMPOOL, false,
+     scope_begin, scope_alloc, scope_end_synchronized, true},
+    {SERVE_PREALLOCATED, "preallocated", ALLOC_CUDA_MALLOC, true, NULL, NULL, NULL, false},
 };
 enum { N_VARIANTS = sizeof variants / sizeof variants[0] };
 _Static_assert(N_VARIANTS <= SERVE_MAX_VARIANTS, "serve_options.rows holds every row");
@@ -204,9 +216,13 @@ static double serve_request(stream_worker *w, uint64_t *rng, long r)
     for (int i = 0; i < k && !v->preallocated && !scoped; i++)
         if (bufs[i] && bench_alloc_free(w->alloc, bufs[i], w->stream) != 0)
             w->failures++;
+    /* a server ends a request once its last use is queued, in stream order; the synced row
+     * ends it after the wait, with the host's word that the stream is done */
+    if (scoped && !v->end_after_wait && v->request_end(w->alloc, req) != 0)
+        w->failures++;
     if (bench_stream_sync(w->stream) != cudaSuccess)
         w->failures++;
-    if (scoped && v->request_end(w->alloc, req) != 0)
+    if (scoped && v->end_after_wait && v->request_end(w->alloc, req) != 0)
         w->failures++;
     return (now_s() - t0) * 1e6;
 }
@@ -367,6 +383,12 @@ static void median_calls(serve_run *runs, int n, long requests, serve_row *row)
     qsort(runs, (size_t)n, sizeof *runs, cmp_run_calls);
     const serve_run *a = &runs[(n - 1) / 2], *b = &runs[n / 2];
     double per = 2.0 * (double)requests;
+    /* sorted by total: the spread is the first and the last repeat's */
+    row->calls_per_request_spread = (spread){-1, -1, -1};
+    if (a->calls >= 0)
+        row->calls_per_request_spread =
+            (spread){(double)(a->calls + b->calls) / per, (double)runs[0].calls / (double)requests,
+                     (double)runs[n - 1].calls / (double)requests};
     row->cuda_calls_per_request = a->calls >= 0 ? (double)(a->calls + b->calls) / per : -1;
     for (int k = 0; k < API_COUNT; k++)
         row->calls_per_api[k] = a->api[k] >= 0 ? (double)(a->api[k] + b->api[k]) / per : -1;

@@ -40,7 +40,8 @@ def case(name):
 log = os.path.join(tmp, "gen.csv")
 ALLOCATORS = ["cudaMalloc", "cudaMallocAsync", "cudaMallocAsync (threshold max)", "streampool"]
 # serve's rows: every allocator, the request-scope row, then the preallocated ceiling
-SERVE_ROWS = ALLOCATORS + ["streampool (requests)", "preallocated"]
+SERVE_ROWS = ALLOCATORS + ["streampool (requests)", "streampool (requests, synced)",
+                           "preallocated"]
 # calls_per_request_by_api's keys, in the table's order
 APIS = ["driver_alloc", "driver_free", "cudaEventRecord", "cudaEventQuery", "cudaStreamWaitEvent",
         "cudaEventSynchronize", "cudaStreamQuery", "cudaStreamSynchronize", "other"]
@@ -321,9 +322,15 @@ def _():
           "x async" in r.stdout and "x cuda" in r.stdout and "x pre-" in r.stdout, r.stdout)
     check("calls table printed by API",
           "CUDA calls per request by API" in r.stdout and "queries" in r.stdout, r.stdout)
+    for x in d["serve"]:
+        tag = f"{x['allocator']} x{x['streams']}"
+        rng = x.get("cuda_calls_per_request_range")
+        check(f"{tag}: calls per request with their min <= median <= max",
+              rng is not None and rng["min"] <= x["cuda_calls_per_request"] <= rng["max"] and
+              rng["min"] <= rng["median"] <= rng["max"], x)
     page = open(svg).read()
     check("svg written, with peak reserved and calls per request panels",
-          page.startswith("<svg") and "peak reserved MiB" in page and
+          page.startswith("<svg") and "peak reserved over raw cudaMallocAsync" in page and
           "calls per request" in page and "preallocated" in page, page[:300])
     r = run("serve", "--allocators", "nope")
     check("unknown allocator: exit 2", r.returncode == 2, r.stderr)
