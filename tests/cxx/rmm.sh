@@ -1,29 +1,28 @@
 #!/usr/bin/env bash
 # Builds tests/cxx/test_rmm_ref.cpp with g++ -std=c++20 -Wall -Wextra -Werror against the headers
 # of RAPIDS' librmm-cu13 26.10.0 wheel (RMM 26.10 and, in include/rapids, the CCCL 3.5.0 it is
-# built with), links it to the build's libstreampool and runs it (on cudasim where the build
-# uses it). The wheel comes from PyPI by `pip download`, pinned by version and sha256; its
-# include/ directory is unpacked once into a cache that later runs reuse: $SP_CACHE_DIR, else
+# built with), links it to the build's libstreampool and to the wheel's librmm.so (with
+# librapids_logger.so from rapids-logger 0.3.0, which librmm.so needs), and runs it (on cudasim
+# where the build uses it). The wheels come from PyPI by `pip download`, pinned by version and
+# sha256; each is unpacked once into a cache that later runs reuse: $SP_CACHE_DIR, else
 # $XDG_CACHE_HOME/streampool, else ~/.cache/streampool. Without pip, PyPI or g++ the test skips,
-# except under CI=true, where it fails. Prints TAP: comments on where the headers came from and
-# how long each step took, then the program's own TAP.
+# except under CI=true, where it fails. Prints TAP: comments on where the files came from and how
+# long each step took, then the program's own TAP.
 # Usage: rmm.sh SOURCE_DIR CUDA_INCLUDEDIR LIBSTREAMPOOL CUDA_LIBDIR [CUDASIM_DIR]
 set -uo pipefail
 src=$1 cuda_inc=$2 lib=$3 cuda_lib=$4 sim=${5:-}
 
-# The wheel: headers only are used (rmm/resource_ref.hpp needs no library and none of librmm's
-# dependencies, rapids-logger among them). The x86_64 wheel whatever the host: headers are the
-# same in every one, and one file keeps the hash exact.
-wheel_req='librmm-cu13==26.10.0'
-wheel_sha256=39edcc7396f5291e95331089909b1e13e445fa2dbd4e7323992fb29fb04a5a1b
+# The x86_64 wheels whatever the host: the headers are the same in every one, and one file keeps
+# each hash exact.
 wheel_platform=manylinux_2_28_x86_64
 cache=${SP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/streampool}
-headers=$cache/librmm-cu13-26.10.0/include
+rmm_dir=$cache/librmm-cu13-26.10.0
+logger_dir=$cache/rapids-logger-0.3.0
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sp-rmm.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-# Cannot test: skips, or fails under CI. $1: why; the rest: a log to show.
+# Cannot test: skips, or fails under CI. $1: why; $2: a log to show.
 cannot() {
     if [ "${CI:-}" = true ]; then
         echo "1..1"
@@ -43,43 +42,72 @@ failed() {
     exit 1
 }
 
+# The wheels, as "requirement sha256 cache-directory package-directory".
+rmm_sha256=39edcc7396f5291e95331089909b1e13e445fa2dbd4e7323992fb29fb04a5a1b
+logger_sha256=9d9094dd241c4e0f2d0c3bad448871e62f9b915e1ef65db41b0a1cf4473b1066
+wheels=("librmm-cu13==26.10.0 $rmm_sha256 $rmm_dir librmm"
+        "rapids-logger==0.3.0 $logger_sha256 $logger_dir rapids_logger")
+
 command -v g++ >/dev/null || cannot "g++ is not installed (scripts/setup.sh)"
-start=$SECONDS
-if [ -f "$headers/rmm/resource_ref.hpp" ] && [ -f "$headers/rapids/cuda/memory_resource" ]; then
-    echo "# $wheel_req headers from the cache: $headers"
-else
+# Those not in the cache yet (DIR/.complete says an earlier run put them there), in one pip call.
+: >"$tmp/requirements.txt"
+missing=()
+for w in "${wheels[@]}"; do
+    read -r req sha dir package <<<"$w"
+    if [ -f "$dir/.complete" ]; then
+        echo "# $req from the cache: $dir"
+    else
+        echo "$req --hash=sha256:$sha" >>"$tmp/requirements.txt"
+        missing+=("$w")
+    fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    start=$SECONDS
     python3 -m pip --version >/dev/null 2>&1 ||
         cannot "python3 -m pip is not there (Debian: python3-pip)"
-    echo "$wheel_req --hash=sha256:$wheel_sha256" >"$tmp/requirements.txt"
     if ! timeout 300 python3 -m pip download --quiet --disable-pip-version-check --no-deps \
         --only-binary=:all: --platform "$wheel_platform" --require-hashes \
         -r "$tmp/requirements.txt" -d "$tmp/wheel" >"$tmp/log" 2>&1; then
-        cannot "pip download $wheel_req failed (no PyPI?)" "$tmp/log"
+        cannot "pip download failed (no PyPI?)" "$tmp/log"
     fi
-    # Unpacked beside the cache entry, then renamed into place: a run cut short leaves no
-    # half-filled entry for the next to trust.
+    echo "# downloaded from PyPI in $((SECONDS - start)) s:" $(cd "$tmp/wheel" && ls)
     mkdir -p "$cache" || failed "cannot create the cache $cache" /dev/null
-    staging=$(mktemp -d "$cache/.librmm.XXXXXX")
-    if ! python3 - "$tmp"/wheel/*.whl "$staging" >"$tmp/log" 2>&1 <<'EOF'; then
-import sys, zipfile
-wheel, out = sys.argv[1], sys.argv[2]
+    for w in "${missing[@]}"; do
+        read -r req sha dir package <<<"$w"
+        # Unpacked beside the cache entry, then renamed into place and marked complete: a run
+        # cut short leaves no half-filled entry for the next to trust.
+        staging=$(mktemp -d "$cache/.unpack.XXXXXX")
+        if ! python3 -c '
+import glob, sys, zipfile
+wheels, out, package = sys.argv[1:]
+wheel, = [w for w in glob.glob(wheels + "/*.whl")
+          if package + "/__init__.py" in zipfile.ZipFile(w).namelist()]
 with zipfile.ZipFile(wheel) as z:
-    z.extractall(out, [n for n in z.namelist() if n.startswith('librmm/include/')])
-EOF
+    z.extractall(out, [n for n in z.namelist() if n.startswith(package + "/")])
+' "$tmp/wheel" "$staging" "$package" >"$tmp/log" 2>&1; then
+            rm -rf "$staging"
+            failed "unpack $req" "$tmp/log"
+        fi
+        rm -rf "$dir"
+        mv "$staging/$package" "$dir" && touch "$dir/.complete"
         rm -rf "$staging"
-        failed "unpack $wheel_req" "$tmp/log"
-    fi
-    rm -rf "$(dirname "$headers")"
-    mkdir -p "$(dirname "$headers")" && mv "$staging/librmm/include" "$headers"
-    rm -rf "$staging"
-    echo "# $wheel_req (sha256 $wheel_sha256) from PyPI into $headers in $((SECONDS - start)) s"
+        echo "# $req (sha256 $sha) unpacked into $dir"
+    done
 fi
+for f in "$rmm_dir/include/rmm/resource_ref.hpp" "$rmm_dir/lib64/librmm.so" \
+    "$logger_dir/lib64/librapids_logger.so"; do
+    [ -f "$f" ] || failed "the cached wheels lack $f" /dev/null
+done
 
+# librmm.so finds librapids_logger.so only through its own RUNPATH ($ORIGIN) or as a library
+# already loaded: the program itself needs it (--no-as-needed), found by the program's RUNPATH.
 start=$SECONDS
 exe=$tmp/test_rmm_ref
+headers=$rmm_dir/include
 if ! g++ -std=c++20 -Wall -Wextra -Werror -I"$headers" -I"$headers/rapids" -I"$src/include" \
     -I"$cuda_inc" "$src/tests/cxx/test_rmm_ref.cpp" -o "$exe" "$lib" -L"$cuda_lib" -lcudart \
-    -Wl,-rpath,"$(dirname "$lib")" >"$tmp/log" 2>&1; then
+    -L"$rmm_dir/lib64" -lrmm -L"$logger_dir/lib64" -Wl,--no-as-needed -lrapids_logger \
+    -Wl,-rpath,"$(dirname "$lib")":"$rmm_dir/lib64":"$logger_dir/lib64" >"$tmp/log" 2>&1; then
     failed "build test_rmm_ref.cpp with g++ -std=c++20 against $headers" "$tmp/log"
 fi
 echo "# built with g++ -std=c++20 in $((SECONDS - start)) s"

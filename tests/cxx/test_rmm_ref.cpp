@@ -1,18 +1,23 @@
 // streampool::memory_resource through RAPIDS' own resource reference: RMM's
 // rmm::device_async_resource_ref (cuda::mr::resource_ref<cuda::mr::device_accessible>) and
 // rmm::device_resource_ref, CCCL's cuda::mr::any_resource, on the CCCL 3.5 that the librmm-cu13
-// wheel carries. Built by tests/cxx/rmm.sh with g++ -std=c++20 against that wheel's headers and
-// run on cudasim. Asserts the pool's exact figures after each call, the bytes that survive copies
-// and memsets through memory from the ref, alignment, equality of copies. Prints TAP.
+// wheel carries; and streampool::rmm_resource's RMM exceptions. Built by tests/cxx/rmm.sh with
+// g++ -std=c++20 against that wheel's headers, linked to its librmm.so (rmm::bad_alloc's
+// members), and run on cudasim. Asserts the pool's exact figures after each call, the bytes that
+// survive copies and memsets through memory from the ref, alignment, equality of copies, the
+// exception types and the streampool::error nested in them. Prints TAP.
 #include <rmm/aligned.hpp>
+#include <rmm/error.hpp>
 #include <rmm/resource_ref.hpp>
 #include <streampool.hpp>
+#include <streampool_rmm.hpp>
 
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -26,6 +31,7 @@ static_assert(std::is_constructible_v<rmm::device_async_resource_ref, streampool
 static_assert(std::is_constructible_v<rmm::device_resource_ref, streampool::memory_resource &>);
 static_assert(!std::is_constructible_v<rmm::host_async_resource_ref, streampool::memory_resource &>,
               "pool memory is not host accessible");
+static_assert(std::is_constructible_v<rmm::device_async_resource_ref, streampool::rmm_resource &>);
 
 namespace {
 
@@ -245,6 +251,80 @@ void copies_share_one_pool(cudaStream_t s)
     rt.release_stream(s);
 }
 
+// The status of the streampool::error nested in `e` (0 if none).
+int nested_status(const std::exception &e)
+{
+    try {
+        std::rethrow_if_nested(e);
+    } catch (const streampool::error &inner) {
+        return inner.status();
+    } catch (...) {
+        return 0;
+    }
+    return 0;
+}
+
+// streampool::rmm_resource fails as RMM's resources do: rmm::out_of_memory (its what() saying
+// "out_of_memory", as RMM's tests check) for a request too large for anything and for one over
+// the pool's limit, rmm::invalid_argument for a bad alignment; the streampool::error nested in
+// each names the status. What succeeds is what memory_resource does, on the same pool.
+void rmm_resource_exceptions(cudaStream_t s)
+{
+    streampool::runtime rt(0);
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = 8 * MiB;
+    streampool::pool tenant(rt, "rmm-limited", &cfg);
+    streampool::rmm_resource mr(tenant);
+    streampool::rmm_resource copy = mr;
+    CHECK(copy == mr && mr.resource() == streampool::memory_resource(tenant));
+    rmm::device_async_resource_ref ref{mr};
+
+    const std::size_t PiB = std::size_t(1) << 50;
+    const auto out_of_memory = [](const std::function<void()> &body) {
+        try {
+            body();
+        } catch (const rmm::out_of_memory &e) {
+            if (std::string(e.what()).find("out_of_memory") == std::string::npos)
+                return -1;
+            return nested_status(e);
+        } catch (...) {
+            return -2;
+        }
+        return -3;
+    };
+    CHECK(out_of_memory([&] { (void)ref.allocate(s, PiB, 256); }) == SP_ERR_TOO_LARGE);
+    CHECK(out_of_memory([&] { (void)ref.allocate_sync(PiB, 256); }) == SP_ERR_TOO_LARGE);
+    CHECK(out_of_memory([&] { (void)ref.allocate(s, 16 * MiB, 256); }) == SP_ERR_NEVER_FITS);
+    void *p = ref.allocate(s, 6 * MiB, 256);
+    CHECK(out_of_memory([&] { (void)ref.allocate(s, 4 * MiB, 256); }) == SP_ERR_LIMIT);
+    CHECK(tenant.stats().requested.current == 6 * MiB);
+    ref.deallocate(s, p, 6 * MiB, 256);
+
+    int invalid = 0;
+    try {
+        (void)ref.allocate(s, 4096, 512);
+    } catch (const rmm::invalid_argument &e) {
+        invalid = nested_status(e);
+    }
+    CHECK(invalid == SP_ERR_INVALID);
+
+    // RMM's own allocation test sizes: 0 (no memory, freed without a throw), 4 B, 1 KiB, 1 MiB
+    void *zero = ref.allocate_sync(0, 256);
+    ref.deallocate_sync(zero, 0, 256);
+    for (std::size_t bytes : {std::size_t(4), std::size_t(1024), MiB}) {
+        void *q = ref.allocate(s, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
+        CHECK(q != nullptr && aligned(q, rmm::CUDA_ALLOCATION_ALIGNMENT));
+        ref.deallocate(s, q, bytes, rmm::CUDA_ALLOCATION_ALIGNMENT);
+    }
+    sp_stats st = tenant.stats();
+    CHECK(st.allocs == 4 && st.frees == 4 && st.requested.current == 0);
+    CHECK(st.limit_rejections == 2);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+    rt.release_stream(s);
+    rt.release_stream(cudaStreamPerThread);
+}
+
 } // namespace
 
 int main()
@@ -265,6 +345,7 @@ int main()
         {"sync_calls", [s] { sync_calls(s); }},
         {"alignment", [s] { alignment(s); }},
         {"copies_share_one_pool", [s] { copies_share_one_pool(s); }},
+        {"rmm_resource_exceptions", [s] { rmm_resource_exceptions(s); }},
     };
     std::printf("1..%zu\n", sizeof tests / sizeof tests[0]);
     int n = 0;
