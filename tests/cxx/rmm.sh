@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Builds tests/cxx/test_rmm_ref.cpp with g++ -std=c++20 -Wall -Wextra -Werror against the headers
-# of RAPIDS' librmm-cu13 26.10.0 wheel (RMM 26.10 and, in include/rapids, the CCCL 3.5.0 it is
-# built with), links it to the build's libstreampool and to the wheel's librmm.so (with
-# librapids_logger.so from rapids-logger 0.3.0, which librmm.so needs), and runs it (on cudasim
-# where the build uses it). The wheels come from PyPI by `pip download`, pinned by version and
-# sha256; each is unpacked once into a cache that later runs reuse: $SP_CACHE_DIR, else
-# $XDG_CACHE_HOME/streampool, else ~/.cache/streampool. Without pip, PyPI or g++ the test skips,
-# except under CI=true, where it fails. Prints TAP: comments on where the files came from and how
-# long each step took, then the program's own TAP.
-# Usage: rmm.sh SOURCE_DIR CUDA_INCLUDEDIR LIBSTREAMPOOL CUDA_LIBDIR [CUDASIM_DIR]
+# streampool.hpp on RAPIDS' CCCL 3.5, from PyPI. Two modes:
+#   rmm: builds tests/cxx/test_rmm_ref.cpp with g++ -std=c++20 -Wall -Wextra -Werror against the
+#        headers of the librmm-cu13 26.10.0 wheel (RMM 26.10 and, in include/rapids, the CCCL
+#        3.5.0 it is built with), links it to the build's libstreampool and to the wheel's
+#        librmm.so (with librapids_logger.so from rapids-logger 0.3.0, which librmm.so needs);
+#   hpp: builds tests/cxx/test_hpp.cpp with g++ -std=c++17 -Wall -Wextra -pedantic -Werror
+#        against that CCCL alone (no RMM), as compilers.sh does against the toolkit's;
+# and runs the program (on cudasim where the build uses it). The wheels come from PyPI by
+# `pip download`, pinned by version and sha256; each is unpacked once into a cache that later
+# runs reuse, under a lock: $SP_CACHE_DIR, else $XDG_CACHE_HOME/streampool, else
+# ~/.cache/streampool. Without pip, PyPI or g++ the test skips, except under CI=true, where it
+# fails. Prints TAP: comments on where the files came from and how long each step took, then the
+# program's own TAP.
+# Usage: rmm.sh rmm|hpp SOURCE_DIR CUDA_INCLUDEDIR LIBSTREAMPOOL CUDA_LIBDIR [CUDASIM_DIR]
 set -uo pipefail
-src=$1 cuda_inc=$2 lib=$3 cuda_lib=$4 sim=${5:-}
+mode=$1 src=$2 cuda_inc=$3 lib=$4 cuda_lib=$5 sim=${6:-}
 
 # The x86_64 wheels whatever the host: the headers are the same in every one, and one file keeps
 # each hash exact.
@@ -26,7 +30,7 @@ trap 'rm -rf "$tmp"' EXIT
 cannot() {
     if [ "${CI:-}" = true ]; then
         echo "1..1"
-        echo "not ok 1 - rmm_ref # $1"
+        echo "not ok 1 - $mode # $1"
         [ $# -gt 1 ] && sed 's/^/# /' "$2"
         exit 1
     fi
@@ -49,6 +53,13 @@ wheels=("librmm-cu13==26.10.0 $rmm_sha256 $rmm_dir librmm"
         "rapids-logger==0.3.0 $logger_sha256 $logger_dir rapids_logger")
 
 command -v g++ >/dev/null || cannot "g++ is not installed (scripts/setup.sh)"
+mkdir -p "$cache" || failed "cannot create the cache $cache" /dev/null
+# One run at a time fills the cache (meson runs both modes at once); an entry, once complete, is
+# never touched again.
+if command -v flock >/dev/null; then
+    exec 9>"$cache/.lock"
+    flock 9
+fi
 # Those not in the cache yet (DIR/.complete says an earlier run put them there), in one pip call.
 : >"$tmp/requirements.txt"
 missing=()
@@ -71,7 +82,6 @@ if [ ${#missing[@]} -gt 0 ]; then
         cannot "pip download failed (no PyPI?)" "$tmp/log"
     fi
     echo "# downloaded from PyPI in $((SECONDS - start)) s:" $(cd "$tmp/wheel" && ls)
-    mkdir -p "$cache" || failed "cannot create the cache $cache" /dev/null
     for w in "${missing[@]}"; do
         read -r req sha dir package <<<"$w"
         # Unpacked beside the cache entry, then renamed into place and marked complete: a run
@@ -94,21 +104,35 @@ with zipfile.ZipFile(wheel) as z:
         echo "# $req (sha256 $sha) unpacked into $dir"
     done
 fi
+command -v flock >/dev/null && flock -u 9
 for f in "$rmm_dir/include/rmm/resource_ref.hpp" "$rmm_dir/lib64/librmm.so" \
     "$logger_dir/lib64/librapids_logger.so"; do
     [ -f "$f" ] || failed "the cached wheels lack $f" /dev/null
 done
 
-# librmm.so finds librapids_logger.so only through its own RUNPATH ($ORIGIN) or as a library
-# already loaded: the program itself needs it (--no-as-needed), found by the program's RUNPATH.
 start=$SECONDS
-exe=$tmp/test_rmm_ref
 headers=$rmm_dir/include
-if ! g++ -std=c++20 -Wall -Wextra -Werror -I"$headers" -I"$headers/rapids" -I"$src/include" \
-    -I"$cuda_inc" "$src/tests/cxx/test_rmm_ref.cpp" -o "$exe" "$lib" -L"$cuda_lib" -lcudart \
-    -L"$rmm_dir/lib64" -lrmm -L"$logger_dir/lib64" -Wl,--no-as-needed -lrapids_logger \
-    -Wl,-rpath,"$(dirname "$lib")":"$rmm_dir/lib64":"$logger_dir/lib64" >"$tmp/log" 2>&1; then
-    failed "build test_rmm_ref.cpp with g++ -std=c++20 against $headers" "$tmp/log"
-fi
-echo "# built with g++ -std=c++20 in $((SECONDS - start)) s"
+case $mode in
+rmm)
+    # librmm.so finds librapids_logger.so only through its own RUNPATH ($ORIGIN) or as a library
+    # already loaded: the program itself needs it (--no-as-needed), found by its RUNPATH.
+    what="test_rmm_ref.cpp with g++ -std=c++20 against $headers"
+    flags=(-std=c++20 -Wall -Wextra -Werror -I"$headers" -I"$headers/rapids" -I"$src/include"
+           -I"$cuda_inc" "$src/tests/cxx/test_rmm_ref.cpp" "$lib" -L"$cuda_lib" -lcudart
+           -L"$rmm_dir/lib64" -lrmm -L"$logger_dir/lib64" -Wl,--no-as-needed -lrapids_logger
+           -Wl,-rpath,"$(dirname "$lib")":"$rmm_dir/lib64":"$logger_dir/lib64")
+    ;;
+hpp)
+    what="test_hpp.cpp with g++ -std=c++17 -pedantic against $headers/rapids"
+    flags=(-std=c++17 -Wall -Wextra -pedantic -Werror -I"$src/include" -I"$headers/rapids"
+           -I"$cuda_inc" "$src/tests/cxx/test_hpp.cpp" "$lib" -L"$cuda_lib" -lcudart
+           -Wl,-rpath,"$(dirname "$lib")")
+    ;;
+*)
+    failed "unknown mode $mode" /dev/null
+    ;;
+esac
+exe=$tmp/test
+g++ "${flags[@]}" -o "$exe" >"$tmp/log" 2>&1 || failed "build $what" "$tmp/log"
+echo "# built $what in $((SECONDS - start)) s"
 LD_LIBRARY_PATH=$sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$exe"

@@ -236,6 +236,9 @@ void memory_resource_calls(cudaStream_t s)
 
 int main()
 {
+    std::printf("# CCCL %d.%d.%d: the %s resource\n", CCCL_MAJOR_VERSION, CCCL_MINOR_VERSION,
+                CCCL_PATCH_VERSION,
+                STREAMPOOL_HPP_CCCL_STREAM_ORDERED ? "stream-ordered (3.1+)" : "async (3.0)");
     cudaStream_t s = nullptr;
     if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
         std::printf("Bail out! no CUDA stream\n");
