@@ -27,9 +27,10 @@ static_assert(STREAMPOOL_HPP_HAS_CUDA_MR && STREAMPOOL_HPP_CCCL_STREAM_ORDERED,
 static_assert(cuda::mr::resource_with<streampool::memory_resource, cuda::mr::device_accessible>);
 static_assert(cuda::mr::synchronous_resource_with<streampool::memory_resource,
                                                   cuda::mr::device_accessible>);
-static_assert(std::is_constructible_v<rmm::device_async_resource_ref, streampool::memory_resource &>);
-static_assert(std::is_constructible_v<rmm::device_resource_ref, streampool::memory_resource &>);
-static_assert(!std::is_constructible_v<rmm::host_async_resource_ref, streampool::memory_resource &>,
+using pool_mr = streampool::memory_resource;
+static_assert(std::is_constructible_v<rmm::device_async_resource_ref, pool_mr &>);
+static_assert(std::is_constructible_v<rmm::device_resource_ref, pool_mr &>);
+static_assert(!std::is_constructible_v<rmm::host_async_resource_ref, pool_mr &>,
               "pool memory is not host accessible");
 static_assert(std::is_constructible_v<rmm::device_async_resource_ref, streampool::rmm_resource &>);
 
