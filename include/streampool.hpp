@@ -3,7 +3,7 @@
 //   streampool::runtime rt(0);                          // sp_runtime_create / _destroy
 //   streampool::pool llama(rt, "llama", &cfg);          // sp_pool_create / _destroy
 //   streampool::device_buffer kv(llama, bytes, stream); // sp_alloc; freed on `stream`, in order
-//   streampool::memory_resource mr(llama);              // CCCL's cuda::mr async resource
+//   streampool::memory_resource mr(llama);              // a CCCL cuda::mr resource
 //
 // A failing call throws streampool::error, a std::system_error whose code() is in
 // streampool::status_category() (the SP_ERR_* statuses) and which keeps the CUDA error
@@ -11,10 +11,15 @@
 // allocations are still live is left as it is (its memory is never freed under them).
 //
 // The resource needs CCCL's <cuda/memory_resource> (CUDA 12.x: the toolkit's include directory;
-// CUDA 13: its include/cccl): where that header is found, this one turns on its experimental
-// interface (LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE), so include streampool.hpp before
-// any CCCL header, or define that macro for the whole build. STREAMPOOL_HPP_HAS_CUDA_MR says
-// whether the resource is there; define STREAMPOOL_HPP_NO_CUDA_MR to leave it out.
+// CUDA 13: its include/cccl; RAPIDS: the librmm wheel's include/rapids). It takes the interface
+// of the CCCL it finds (CCCL_MAJOR_VERSION, CCCL_MINOR_VERSION from <cuda/std/version>):
+// CCCL 3.1 and later, the stream-ordered resource that rmm::device_async_resource_ref binds to;
+// before 3.1 (CUDA 13.0's CCCL 3.0), the experimental async resource. CCCL before 3.2 hides its
+// resource_ref behind LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE, which this header then
+// defines itself: with those, include it before any CCCL header, or define that macro for the
+// whole build.
+// STREAMPOOL_HPP_HAS_CUDA_MR says whether the resource is there; define STREAMPOOL_HPP_NO_CUDA_MR
+// to leave it out. Everything else is plain C++17 on streampool.h.
 #ifndef STREAMPOOL_HPP
 #define STREAMPOOL_HPP
 
@@ -28,7 +33,19 @@
 #include "streampool.h"
 
 #if !defined(STREAMPOOL_HPP_NO_CUDA_MR) && defined(__has_include)
-#if __has_include(<cuda/memory_resource>)
+#if __has_include(<cuda/memory_resource>) && __has_include(<cuda/std/version>)
+#include <cuda/std/version> // CCCL's version macros, without any of its memory resource
+// CCCL 3.1 renamed the resource's calls: allocate(stream, bytes, alignment) is stream-ordered,
+// allocate_sync(bytes, alignment) is not (before: allocate_async and allocate).
+#if defined(CCCL_MAJOR_VERSION) &&                                                                \
+    (CCCL_MAJOR_VERSION > 3 || (CCCL_MAJOR_VERSION == 3 && CCCL_MINOR_VERSION >= 1))
+#define STREAMPOOL_HPP_CCCL_STREAM_ORDERED 1
+#else
+#define STREAMPOOL_HPP_CCCL_STREAM_ORDERED 0
+#endif
+// From CCCL 3.2 on, nothing of the resource is experimental (and the macro is not read).
+#if !defined(CCCL_MAJOR_VERSION) || CCCL_MAJOR_VERSION < 3 ||                                    \
+    (CCCL_MAJOR_VERSION == 3 && CCCL_MINOR_VERSION < 2)
 #if !defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
 #if defined(_CUDA__MEMORY_RESOURCE_RESOURCE_H)
 // CCCL is already in without its experimental interface: the resource's concepts are missing.
@@ -37,6 +54,7 @@ LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE for the whole build"
 #endif
 #define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
 #endif
+#endif
 #include <cuda/memory_resource>
 #include <cuda/stream_ref>
 #define STREAMPOOL_HPP_HAS_CUDA_MR 1
@@ -44,6 +62,9 @@ LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE for the whole build"
 #endif
 #ifndef STREAMPOOL_HPP_HAS_CUDA_MR
 #define STREAMPOOL_HPP_HAS_CUDA_MR 0
+#endif
+#ifndef STREAMPOOL_HPP_CCCL_STREAM_ORDERED
+#define STREAMPOOL_HPP_CCCL_STREAM_ORDERED 0
 #endif
 
 namespace streampool {
@@ -325,21 +346,52 @@ private:
 };
 
 #if STREAMPOOL_HPP_HAS_CUDA_MR
-// A pool as a CCCL memory resource: cuda::mr::async_resource_with<memory_resource,
-// cuda::mr::device_accessible> holds, so it goes wherever CCCL and Thrust take a
-// cuda::mr::async_resource_ref<cuda::mr::device_accessible>. The stream-ordered calls are
-// sp_alloc and sp_free on the given stream; the synchronous ones allocate on the calling
-// thread's per-thread stream and wait for it, so the memory is usable on any stream at once,
-// and free there (the caller guarantees no work still uses the memory). Alignment: streampool's
-// 256 bytes (cudaMalloc's) or less, a power of two; other alignments throw SP_ERR_INVALID.
-// Two resources are equal when they draw from the same pool.
+// A pool as a CCCL memory resource. It is device accessible (get_property with
+// cuda::mr::device_accessible), and two resources are equal when they draw from the same pool,
+// so copies share one pool and free each other's memory.
+//
+// With CCCL 3.1 and later, cuda::mr::resource_with<memory_resource, cuda::mr::device_accessible>
+// holds, so it goes wherever CCCL and RAPIDS take a cuda::mr::resource_ref (RMM's
+// rmm::device_async_resource_ref) or a cuda::mr::any_resource:
+//   allocate(stream, bytes, alignment) / deallocate(stream, p, bytes, alignment): sp_alloc and
+//     sp_free on the stream, in its order;
+//   allocate_sync(bytes, alignment): sp_alloc on the calling thread's per-thread stream, then a
+//     wait for that stream, so the memory is usable on any stream at once (as CCCL's own pools
+//     do); deallocate_sync(p, bytes, alignment): sp_free there, the caller guaranteeing that no
+//     work still uses the memory.
+// With CCCL before 3.1, cuda::mr::async_resource_with<memory_resource,
+// cuda::mr::device_accessible> holds instead: allocate_async(bytes, alignment, stream) and
+// deallocate_async are the stream-ordered calls, allocate(bytes, alignment) and deallocate the
+// synchronous ones. allocate(stream, ...) and allocate_sync are there with every CCCL.
+//
+// Alignment: streampool's blocks are aligned to 256 bytes (cudaMalloc's), so any power of two up
+// to 256 is honoured. A larger one, 0 or one that is not a power of two throws streampool::error
+// with status::INVALID (std::errc::invalid_argument) and allocates nothing, as CCCL's own memory
+// pools refuse alignments above 256 (with std::invalid_argument). deallocate never throws: a
+// pointer this resource did not hand out is refused by streampool (counted in the pool's
+// bad_frees), never freed; bytes and alignment are not needed to free.
 class memory_resource {
 public:
+    static constexpr std::size_t default_alignment = 256;
+
     explicit memory_resource(pool_ref from) noexcept : pool_(from.get()) {}
 
-    void *allocate(std::size_t bytes, std::size_t alignment = default_alignment)
+    void *allocate(::cuda::stream_ref stream, std::size_t bytes,
+                   std::size_t alignment = default_alignment)
     {
-        void *p = allocate_async(bytes, alignment, ::cuda::stream_ref(cudaStreamPerThread));
+        check_alignment(alignment);
+        void *p = nullptr;
+        check(sp_alloc(pool_, &p, bytes, stream.get()), "sp_alloc");
+        return p;
+    }
+    void deallocate(::cuda::stream_ref stream, void *p, std::size_t,
+                    std::size_t = default_alignment) noexcept
+    {
+        (void)sp_free(pool_, p, stream.get());
+    }
+    void *allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment)
+    {
+        void *p = allocate(::cuda::stream_ref(cudaStreamPerThread), bytes, alignment);
         cudaError_t err = cudaStreamSynchronize(cudaStreamPerThread);
         if (err != cudaSuccess) {
             (void)sp_free(pool_, p, cudaStreamPerThread);
@@ -348,49 +400,67 @@ public:
         }
         return p;
     }
+    void deallocate_sync(void *p, std::size_t bytes,
+                         std::size_t alignment = default_alignment) noexcept
+    {
+        deallocate(::cuda::stream_ref(cudaStreamPerThread), p, bytes, alignment);
+    }
+
+#if !STREAMPOOL_HPP_CCCL_STREAM_ORDERED
+    // CCCL before 3.1: its synchronous calls are allocate/deallocate, its stream-ordered ones
+    // allocate_async/deallocate_async with the stream last.
+    void *allocate(std::size_t bytes, std::size_t alignment = default_alignment)
+    {
+        return allocate_sync(bytes, alignment);
+    }
     void deallocate(void *p, std::size_t bytes,
                     std::size_t alignment = default_alignment) noexcept
     {
-        deallocate_async(p, bytes, alignment, ::cuda::stream_ref(cudaStreamPerThread));
+        deallocate_sync(p, bytes, alignment);
     }
     void *allocate_async(std::size_t bytes, std::size_t alignment, ::cuda::stream_ref stream)
     {
-        if (alignment == 0 || (alignment & (alignment - 1)) != 0 ||
-            alignment > default_alignment)
-            throw error(SP_ERR_INVALID,
-                        "streampool::memory_resource: alignment not a power of two up to 256");
-        void *p = nullptr;
-        check(sp_alloc(pool_, &p, bytes, stream.get()), "sp_alloc");
-        return p;
+        return allocate(stream, bytes, alignment);
     }
     void *allocate_async(std::size_t bytes, ::cuda::stream_ref stream)
     {
-        return allocate_async(bytes, default_alignment, stream);
+        return allocate(stream, bytes, default_alignment);
     }
-    // A pointer this resource did not hand out is refused by streampool (and counted in the
-    // pool's bad_frees), never freed.
-    void deallocate_async(void *p, std::size_t, std::size_t, ::cuda::stream_ref stream) noexcept
+    void deallocate_async(void *p, std::size_t bytes, std::size_t alignment,
+                          ::cuda::stream_ref stream) noexcept
     {
-        (void)sp_free(pool_, p, stream.get());
+        deallocate(stream, p, bytes, alignment);
     }
     void deallocate_async(void *p, std::size_t bytes, ::cuda::stream_ref stream) noexcept
     {
-        deallocate_async(p, bytes, default_alignment, stream);
+        deallocate(stream, p, bytes, default_alignment);
     }
+#endif
 
     sp_pool *pool() const noexcept { return pool_; }
     bool operator==(const memory_resource &other) const noexcept { return pool_ == other.pool_; }
     bool operator!=(const memory_resource &other) const noexcept { return pool_ != other.pool_; }
     friend void get_property(const memory_resource &, ::cuda::mr::device_accessible) noexcept {}
 
-    static constexpr std::size_t default_alignment = 256;
-
 private:
+    static void check_alignment(std::size_t alignment)
+    {
+        if (alignment == 0 || (alignment & (alignment - 1)) != 0 ||
+            alignment > default_alignment)
+            throw error(SP_ERR_INVALID,
+                        "streampool::memory_resource: alignment not a power of two up to 256");
+    }
+
     sp_pool *pool_;
 };
 
+#if STREAMPOOL_HPP_CCCL_STREAM_ORDERED
+static_assert(::cuda::mr::resource_with<memory_resource, ::cuda::mr::device_accessible>,
+              "streampool::memory_resource is a device-accessible CCCL resource");
+#else
 static_assert(::cuda::mr::async_resource_with<memory_resource, ::cuda::mr::device_accessible>,
               "streampool::memory_resource is a device-accessible CCCL async resource");
+#endif
 #endif
 
 } // namespace streampool

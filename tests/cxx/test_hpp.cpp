@@ -12,10 +12,17 @@
 #include <vector>
 
 static_assert(STREAMPOOL_HPP_HAS_CUDA_MR, "CCCL's <cuda/memory_resource> must be found");
+#if STREAMPOOL_HPP_CCCL_STREAM_ORDERED // CCCL 3.1 and later
+static_assert(cuda::mr::resource<streampool::memory_resource>, "a stream-ordered resource");
+static_assert(cuda::mr::synchronous_resource<streampool::memory_resource>, "a synchronous one");
+static_assert(cuda::mr::resource_with<streampool::memory_resource, cuda::mr::device_accessible>,
+              "device accessible");
+#else
 static_assert(cuda::mr::async_resource<streampool::memory_resource>, "an async resource");
 static_assert(cuda::mr::async_resource_with<streampool::memory_resource,
                                             cuda::mr::device_accessible>,
               "device accessible");
+#endif
 static_assert(!cuda::mr::resource_with<streampool::memory_resource, cuda::mr::host_accessible>,
               "pool memory is not host accessible");
 static_assert(std::is_error_code_enum<streampool::status>::value, "status converts to error_code");
@@ -171,25 +178,53 @@ void memory_resource_calls(cudaStream_t s)
     streampool::memory_resource mr(a), same(a), other(b);
     CHECK(mr == same && mr != other);
 
+    // through CCCL's type-erased reference, in the shape of the CCCL found
+#if STREAMPOOL_HPP_CCCL_STREAM_ORDERED
+    cuda::mr::resource_ref<cuda::mr::device_accessible> ref{mr};
+    void *x = ref.allocate(cuda::stream_ref(s), 5 * MiB, 256);
+#else
     cuda::mr::async_resource_ref<cuda::mr::device_accessible> ref{mr};
     void *x = ref.allocate_async(5 * MiB, 256, cuda::stream_ref(s));
+#endif
     CHECK(x != nullptr);
     CHECK(a.stats().requested.current == 5 * MiB);
     CHECK(cudaMemsetAsync(x, 3, 5 * MiB, s) == cudaSuccess);
+#if STREAMPOOL_HPP_CCCL_STREAM_ORDERED
+    ref.deallocate(cuda::stream_ref(s), x, 5 * MiB, 256);
+#else
     ref.deallocate_async(x, 5 * MiB, 256, cuda::stream_ref(s));
+#endif
     CHECK(a.stats().frees == 1);
 
-    void *y = mr.allocate(4096, 64); // synchronous: usable on any stream now
+    // the stream-ordered and synchronous calls every CCCL version gets
+    void *z = mr.allocate(cuda::stream_ref(s), 3000, 128);
+    CHECK(z != nullptr && reinterpret_cast<std::uintptr_t>(z) % 256 == 0);
+    same.deallocate(cuda::stream_ref(s), z, 3000, 128); // a copy frees what the other allocated
+    void *y = mr.allocate_sync(4096, 64); // usable on any stream now
     CHECK(y != nullptr && reinterpret_cast<std::uintptr_t>(y) % 256 == 0);
     CHECK(cudaMemsetAsync(y, 0, 4096, s) == cudaSuccess);
     CHECK(cudaStreamSynchronize(s) == cudaSuccess);
-    mr.deallocate(y, 4096, 64);
-    CHECK(a.stats().frees == 2 && b.stats().allocs == 0);
+    mr.deallocate_sync(y, 4096, 64);
+    CHECK(a.stats().allocs == 3 && a.stats().frees == 3 && b.stats().allocs == 0);
+    CHECK(a.stats().requested.current == 0);
 
-    expect_error(streampool::status::INVALID, [&] { mr.allocate_async(64, 512, s); }, __LINE__);
-    expect_error(streampool::status::INVALID, [&] { mr.allocate_async(64, 48, s); }, __LINE__);
+#if !STREAMPOOL_HPP_CCCL_STREAM_ORDERED
+    void *w = mr.allocate(4096, 64); // CCCL 3.0's synchronous name
+    CHECK(w != nullptr);
+    mr.deallocate(w, 4096, 64);
+    CHECK(a.stats().frees == 4);
+#endif
+
+    // alignments above 256, 0 or not a power of two: refused, nothing allocated
+    const std::uint64_t allocs = a.stats().allocs;
+    expect_error(streampool::status::INVALID, [&] { mr.allocate(cuda::stream_ref(s), 64, 512); },
+                 __LINE__);
+    expect_error(streampool::status::INVALID, [&] { mr.allocate(cuda::stream_ref(s), 64, 48); },
+                 __LINE__);
+    expect_error(streampool::status::INVALID, [&] { mr.allocate_sync(64, 0); }, __LINE__);
+    CHECK(a.stats().allocs == allocs);
     int not_ours = 0;
-    other.deallocate_async(&not_ours, sizeof not_ours, cuda::stream_ref(s)); // refused, counted
+    other.deallocate(cuda::stream_ref(s), &not_ours, sizeof not_ours); // refused, counted
     CHECK(b.stats().bad_frees == 1);
     CHECK(cudaStreamSynchronize(s) == cudaSuccess);
     CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
@@ -201,6 +236,9 @@ void memory_resource_calls(cudaStream_t s)
 
 int main()
 {
+    std::printf("# CCCL %d.%d.%d: the %s resource\n", CCCL_MAJOR_VERSION, CCCL_MINOR_VERSION,
+                CCCL_PATCH_VERSION,
+                STREAMPOOL_HPP_CCCL_STREAM_ORDERED ? "stream-ordered (3.1+)" : "async (3.0)");
     cudaStream_t s = nullptr;
     if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
         std::printf("Bail out! no CUDA stream\n");
