@@ -430,6 +430,88 @@ static void two_devices_are_not_peers(void **state)
     unsetenv("CUDASIM_DEVICE_COUNT");
 }
 
+/* cudaMemcpy refuses at the call, with cudaErrorInvalidValue and nothing sticky, what a GPU
+ * would copy wrongly or fault on: a range past its allocation, a freed block, an explicit kind
+ * that contradicts the pointers. A device-to-device copy returns while the legacy stream is
+ * still held. cudaMemcpyPeer and cudaMemcpyPeerAsync copy between two devices that are not
+ * peers (they stage), and refuse a pointer not on the device named for it; a plain
+ * cudaMemcpyAsync on a device that has no access to the other's pool memory faults. */
+static void memcpy_refusals_and_peer_copies_without_peer_access(void **state)
+{
+    (void)state;
+    setenv("CUDASIM_DEVICE_COUNT", "2", 1);
+    cudasimReset();
+    enum { N = 4096 };
+    unsigned char h[N], back[N];
+    for (int i = 0; i < N; i++)
+        h[i] = (unsigned char)(i ^ 0x5a);
+    void *p, *p2, *stale;
+    CK(cudaMallocAsync(&p, N, 0));
+    CK(cudaMallocAsync(&p2, N, 0));
+    CK(cudaMallocAsync(&stale, N, 0));
+    CK(cudaFreeAsync(stale, 0));
+    CK(cudaStreamSynchronize(0));
+    assert_int_equal(cudaMemcpy(back, p, N + 1, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(back, (char *)p + 1, N, cudaMemcpyDefault), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(back, stale, 16, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(back, h, 16, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(p, back, 16, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(back, p, 16, cudaMemcpyHostToHost), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    CK(cudaMemcpy(p, h, N, cudaMemcpyHostToDevice)); /* nothing sticky */
+
+    gate *g = gate_new();
+    gate_hold(g, 0);
+    CK(cudaMemcpy(p2, p, N, cudaMemcpyDeviceToDevice)); /* returns with the legacy stream held */
+    assert_int_equal(cudaStreamQuery(0), cudaErrorNotReady);
+    gate_open(g);
+    memset(back, 0, N);
+    CK(cudaMemcpy(back, p2, N, cudaMemcpyDeviceToHost));
+    assert_memory_equal(back, h, N);
+
+    int can = -1;
+    CK(cudaDeviceCanAccessPeer(&can, 0, 1));
+    assert_int_equal(can, 0);
+    void *r;
+    CK(cudaSetDevice(1));
+    CK(cudaMallocAsync(&r, N, 0));
+    CK(cudaMemsetAsync(r, 0, N, 0));
+    CK(cudaStreamSynchronize(0));
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpyPeer(r, 1, p, 0, N)); /* no peer access needed */
+    memset(back, 0, N);
+    CK(cudaMemcpyPeer(p2, 0, r, 1, 0)); /* zero bytes */
+    CK(cudaMemsetAsync(p2, 0, N, 0));
+    CK(cudaMemcpyPeer(p2, 0, r, 1, N));
+    CK(cudaMemcpy(back, p2, N, cudaMemcpyDeviceToHost));
+    assert_memory_equal(back, h, N);
+    assert_int_equal(cudaMemcpyPeer(p2, 1, r, 1, N), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpyPeer(p2, 0, r, 1, N + 512), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpyPeer(p2, 0, r, 2, N), cudaErrorInvalidDevice);
+    assert_int_equal(cudaMemcpyPeerAsync(p2, 0, r, 2, N, 0), cudaErrorInvalidDevice);
+    assert_int_equal(cudaMemcpyPeerAsync(p2, 0, h, 1, N, 0), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMemsetAsync(p2, 0x77, N, s));
+    CK(cudaMemcpyPeerAsync(r, 1, p2, 0, N, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaSetDevice(1));
+    CK(cudaMemcpy(back, r, N, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(back[i], 0x77);
+    CK(cudaSetDevice(0));
+    /* a plain copy on device 0 reading device 1's pool memory: no access, a device fault */
+    CK(cudaMemcpyAsync(back, r, N, cudaMemcpyDefault, s));
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+    CK(cudaDeviceReset()); /* device 0's context goes, and its fault with it */
+    CK(cudaSetDevice(1));
+    CK(cudaFreeAsync(r, 0));
+    CK(cudaStreamSynchronize(0));
+    CK(cudaSetDevice(0));
+    unsetenv("CUDASIM_DEVICE_COUNT");
+}
+
 /* Issue 22 item 19: cudaDeviceReset destroys what the current device's context holds in this
  * process (streams, events, executable graphs and graph memory, cudaMalloc and pinned memory,
  * a sticky fault) and nothing of another device; stream-ordered memory and pools stay, as the
@@ -848,6 +930,7 @@ int main(void)
         T(trim_releases_whole_free_pages),
         T(cudafreeasync_of_cudamalloc_memory_returns_it),
         T(two_devices_are_not_peers),
+        T(memcpy_refusals_and_peer_copies_without_peer_access),
         T(device_reset_destroys_the_context_state),
         T(illegal_address_is_sticky_and_reported_at_execution),
         T(copies_after_a_fault_do_not_run),

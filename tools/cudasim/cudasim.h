@@ -119,6 +119,21 @@
  *  - No two emulated devices are peers: cudaDeviceCanAccessPeer answers 0 (also for a device
  *    and itself), cudaMemPoolSetAccess refuses read or write access for another device with
  *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone.
+ *  - cudaMemcpy runs on the current device's legacy stream (rule 14 orders it). Copies to the host,
+ *    host to host, and host to device (pinned or pageable: CUDA may return earlier for pageable
+ *    memory) return once executed; device to device returns at once, queued. Waiting is not a
+ *    synchronize that observes frees. Refused at the call, not sticky: a kind outside
+ *    cudaMemcpyKind (cudaErrorInvalidMemcpyDirection, cudaMemcpyAsync too); NULL pointers, an
+ *    explicit kind that contradicts where the pointers are (undefined in CUDA), a device range
+ *    not inside one live allocation (cudaErrorInvalidValue). A live range used out of stream
+ *    order, or pool memory the current device has no access to, faults as cudaMemcpyAsync does.
+ *  - cudaMemcpyPeer needs no peer access (CUDA stages it): it waits for the work of the current,
+ *    source and destination devices (without observing frees), copies, and returns, so it is
+ *    serialized with their pending and later work as documented. cudaMemcpyPeerAsync is queued on
+ *    its stream (of any device) like cudaMemcpyAsync, without an access check. Both refuse a bad
+ *    ordinal (cudaErrorInvalidDevice) and a pointer outside the named device's memory
+ *    (cudaErrorInvalidValue; cudaMemcpyPeer also a range not inside a live allocation, and graph
+ *    memory, which cudasim places on no device).
  *  - cudaStreamGetId: ids are never reused, not even across cudasimReset.
  *  - cudaEventRecord of an event on another device's stream is cudaErrorInvalidResourceHandle
  *    (cuEventRecord: both must be of one context); cudaStreamWaitEvent across devices is legal.

@@ -123,6 +123,30 @@ static sim_pool *pool_of(const void *p)
     return NULL;
 }
 
+int sim_device_of(const void *p)
+{
+    for (int dev = 0; dev < sim_g.device_count; dev++) {
+        sim_device *d = &sim_g.devices[dev];
+        const char *c = p;
+        if (d->ready && c >= d->arena && c < d->arena + d->arena_size)
+            return dev;
+    }
+    return -1;
+}
+
+/* Pool allocations are mapped only for the devices the pool grants access to (the Programming
+ * Guide: pool accessibility does not follow cudaDeviceEnablePeerAccess). cudaMalloc memory is
+ * not checked: copies between devices stage it as CUDA does. */
+bool sim_range_access_ok(const void *p, size_t n, int device, bool write)
+{
+    (void)n; /* a live range lies in one allocation, so in one pool */
+    sim_pool *pool = pool_of(p);
+    if (!pool || pool->is_sync || pool->device == device)
+        return true;
+    unsigned char f = pool->access[device];
+    return write ? f == cudaMemAccessFlagsProtReadWrite : f != cudaMemAccessFlagsProtNone;
+}
+
 /* Under the exclusive lock: the pool allocation holding [p, p+n) (n 0: p), or NULL. */
 static sim_seg *live_seg(const void *p, size_t n)
 {
@@ -644,6 +668,7 @@ static sim_pool *pool_new(int device, bool is_default, bool is_sync)
     p->is_sync = is_sync;
     p->reuse_follow = p->reuse_opportunistic = p->reuse_internal = 1;
     p->release_threshold = 0; /* CUDA's default: release at every synchronize */
+    p->access[device] = cudaMemAccessFlagsProtReadWrite; /* by default, its own device only */
     sim_device *d = &sim_g.devices[device];
     p->next_in_device = d->pools;
     d->pools = p;
