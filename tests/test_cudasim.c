@@ -512,6 +512,101 @@ static void memcpy_refusals_and_peer_copies_without_peer_access(void **state)
     unsetenv("CUDASIM_DEVICE_COUNT");
 }
 
+/* CUDASIM_PEER_ACCESS=1 with two devices: every pair is a peer pair. cudaDeviceEnablePeerAccess
+ * and cudaDeviceDisablePeerAccess answer CUDA's errors (already enabled, not enabled, the device
+ * itself, flags, a bad ordinal), and cudaDeviceReset drops the access. Pool access is granted per
+ * device and all or nothing; the owning device stays read-write. Access is enforced on the
+ * stream's device: reading with ProtRead works, writing through it faults, as does reading once
+ * revoked; the fault is device 1's alone. */
+static void peer_access_grants_and_enforcement(void **state)
+{
+    (void)state;
+    setenv("CUDASIM_DEVICE_COUNT", "2", 1);
+    setenv("CUDASIM_PEER_ACCESS", "1", 1);
+    cudasimReset();
+    int can = -1;
+    CK(cudaDeviceCanAccessPeer(&can, 0, 1));
+    assert_int_equal(can, 1);
+    CK(cudaDeviceCanAccessPeer(&can, 1, 0));
+    assert_int_equal(can, 1);
+    CK(cudaDeviceCanAccessPeer(&can, 1, 1));
+    assert_int_equal(can, 0);
+    CK(cudaDeviceEnablePeerAccess(1, 0));
+    assert_int_equal(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+    assert_int_equal(cudaDeviceEnablePeerAccess(0, 0), cudaErrorInvalidDevice);
+    assert_int_equal(cudaDeviceEnablePeerAccess(2, 0), cudaErrorInvalidDevice);
+    assert_int_equal(cudaDeviceDisablePeerAccess(0), cudaErrorInvalidDevice);
+    CK(cudaDeviceDisablePeerAccess(1));
+    assert_int_equal(cudaDeviceDisablePeerAccess(1), cudaErrorPeerAccessNotEnabled);
+    assert_int_equal(cudaDeviceEnablePeerAccess(1, 1), cudaErrorInvalidValue);
+    CK(cudaSetDevice(1));
+    assert_int_equal(cudaDeviceDisablePeerAccess(0), cudaErrorPeerAccessNotEnabled); /* one way */
+    CK(cudaDeviceEnablePeerAccess(0, 0));
+    CK(cudaDeviceReset()); /* either device's reset ends it */
+    assert_int_equal(cudaDeviceDisablePeerAccess(0), cudaErrorPeerAccessNotEnabled);
+    CK(cudaSetDevice(0));
+    (void)cudaGetLastError();
+
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    struct cudaMemLocation dev0 = {.type = cudaMemLocationTypeDevice, .id = 0};
+    struct cudaMemLocation dev1 = {.type = cudaMemLocationTypeDevice, .id = 1};
+    enum cudaMemAccessFlags f = cudaMemAccessFlagsProtReadWrite;
+    CK(cudaMemPoolGetAccess(&f, pool, &dev1));
+    assert_int_equal(f, cudaMemAccessFlagsProtNone);
+    struct cudaMemAccessDesc d[2] = {{.location = dev1, .flags = cudaMemAccessFlagsProtRead},
+                                     {.location = dev0, .flags = cudaMemAccessFlagsProtRead}};
+    CK(cudaMemPoolSetAccess(pool, d, 1));
+    CK(cudaMemPoolGetAccess(&f, pool, &dev1));
+    assert_int_equal(f, cudaMemAccessFlagsProtRead);
+    d[0].flags = cudaMemAccessFlagsProtReadWrite;
+    assert_int_equal(cudaMemPoolSetAccess(pool, d, 2), cudaErrorInvalidValue); /* owner: RW only */
+    CK(cudaMemPoolGetAccess(&f, pool, &dev1));
+    assert_int_equal(f, cudaMemAccessFlagsProtRead); /* nothing applied */
+    d[0].flags = (enum cudaMemAccessFlags)2;
+    assert_int_equal(cudaMemPoolSetAccess(pool, d, 1), cudaErrorInvalidValue);
+    CK(cudaMemPoolGetAccess(&f, pool, &dev0));
+    assert_int_equal(f, cudaMemAccessFlagsProtReadWrite);
+    (void)cudaGetLastError();
+
+    enum { N = 4096 };
+    unsigned char back[N];
+    void *p;
+    cudaStream_t s0, s1;
+    CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+    CK(cudaMallocFromPoolAsync(&p, N, pool, s0));
+    CK(cudaMemsetAsync(p, 0x42, N, s0));
+    CK(cudaStreamSynchronize(s0));
+    CK(cudaSetDevice(1));
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CK(cudaMemcpyAsync(back, p, N, cudaMemcpyDeviceToHost, s1)); /* ProtRead: reads */
+    CK(cudaStreamSynchronize(s1));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(back[i], 0x42);
+    CK(cudaMemsetAsync(p, 0x17, N, s1)); /* a write through ProtRead */
+    assert_int_equal(cudaStreamSynchronize(s1), cudaErrorIllegalAddress);
+    CK(cudaDeviceReset()); /* device 1's fault; device 0 is untouched */
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    d[0].flags = cudaMemAccessFlagsProtReadWrite;
+    CK(cudaMemPoolSetAccess(pool, d, 1));
+    CK(cudaMemsetAsync(p, 0x17, N, s1));
+    CK(cudaStreamSynchronize(s1));
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpy(back, p, N, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(back[i], 0x17);
+    d[0].flags = cudaMemAccessFlagsProtNone; /* revoked: reads fault too */
+    CK(cudaMemPoolSetAccess(pool, d, 1));
+    CK(cudaSetDevice(1));
+    CK(cudaMemcpyAsync(back, p, N, cudaMemcpyDeviceToHost, s1));
+    assert_int_equal(cudaStreamSynchronize(s1), cudaErrorIllegalAddress);
+    CK(cudaSetDevice(0));
+    CK(cudaFreeAsync(p, s0));
+    CK(cudaStreamSynchronize(s0)); /* device 0 never faulted */
+    CK(cudaStreamDestroy(s0));
+    unsetenv("CUDASIM_PEER_ACCESS");
+    unsetenv("CUDASIM_DEVICE_COUNT");
+}
+
 /* Issue 22 item 19: cudaDeviceReset destroys what the current device's context holds in this
  * process (streams, events, executable graphs and graph memory, cudaMalloc and pinned memory,
  * a sticky fault) and nothing of another device; stream-ordered memory and pools stay, as the
@@ -931,6 +1026,7 @@ int main(void)
         T(cudafreeasync_of_cudamalloc_memory_returns_it),
         T(two_devices_are_not_peers),
         T(memcpy_refusals_and_peer_copies_without_peer_access),
+        T(peer_access_grants_and_enforcement),
         T(device_reset_destroys_the_context_state),
         T(illegal_address_is_sticky_and_reported_at_execution),
         T(copies_after_a_fault_do_not_run),

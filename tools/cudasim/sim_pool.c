@@ -1394,6 +1394,14 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
     return sim_ret(err);
 }
 
+/* Grants each listed device access to the pool's memory, all or none: every descriptor is
+ * checked before any applies. A grant reaches the pool's existing and later allocations alike
+ * (the Programming Guide: pool accessibility follows cudaMemPoolSetAccess, not
+ * cudaDeviceEnablePeerAccess). Refused: a location that is not a device or a bad ordinal
+ * (cudaErrorInvalidDevice), flags outside cudaMemAccessFlags or anything but ProtReadWrite for the
+ * owning device (cudaErrorInvalidValue), and read or write access for a device that
+ * cudaDeviceCanAccessPeer says cannot reach the owner (cudaErrorNotSupported; without
+ * CUDASIM_PEER_ACCESS=1, every other device). */
 cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList,
                                  size_t count)
 {
@@ -1412,17 +1420,23 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
         const struct cudaMemAccessDesc *a = &descList[i];
         if (a->location.type != cudaMemLocationTypeDevice || !sim_dev(a->location.id))
             err = cudaErrorInvalidDevice;
+        else if (a->flags != cudaMemAccessFlagsProtNone && a->flags != cudaMemAccessFlagsProtRead &&
+                 a->flags != cudaMemAccessFlagsProtReadWrite)
+            err = cudaErrorInvalidValue;
         else if (a->location.id == p->device && a->flags != cudaMemAccessFlagsProtReadWrite)
             err = cudaErrorInvalidValue; /* the owning device always keeps read-write */
-        else if (a->location.id != p->device && a->flags != cudaMemAccessFlagsProtNone)
+        else if (a->location.id != p->device && a->flags != cudaMemAccessFlagsProtNone &&
+                 !sim_peers_possible())
             err = cudaErrorNotSupported;  /* cudaDeviceCanAccessPeer says 0 for every pair */
     }
+    for (size_t i = 0; !err && i < count; i++)
+        p->access[descList[i].location.id] = (unsigned char)descList[i].flags;
     sim_unlock();
     return sim_ret(err);
 }
 
-/* The owning device has read-write access; peers none, as cudaMemPoolSetAccess cannot grant
- * it (no emulated device is peer-capable). */
+/* What cudaMemPoolSetAccess granted: the owning device read-write, others ProtNone until
+ * granted. */
 cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool,
                                  struct cudaMemLocation *location)
 {
@@ -1440,8 +1454,8 @@ cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t m
         err = sim_g.devices[p->device].sticky;
     else if (!sim_dev(location->id))
         err = cudaErrorInvalidDevice;
-    else if (location->id == p->device)
-        f = cudaMemAccessFlagsProtReadWrite;
+    else
+        f = (enum cudaMemAccessFlags)p->access[location->id];
     sim_unlock();
     if (err)
         return sim_ret(err);
