@@ -53,7 +53,8 @@
  *    block still pending on another stream, fault (sticky cudaErrorIllegalAddress) when they
  *    execute; a cudaFree of stream-ordered memory with such a use pending faults at once. A
  *    use or allocation that has already executed is never a fault: the check flags only what
- *    could still run out of order. Graph-launched copies and memsets are not tracked.
+ *    could still run out of order. Graph-launched copies and memsets are not tracked
+ *    (nor checked for pool access).
  *  - A host function that calls any CUDA API gets cudaErrorNotPermitted (rule 19).
  *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
