@@ -473,6 +473,16 @@ static void memcpy_refusals_and_peer_copies_without_peer_access(void **state)
     for (int i = 0; i < N; i++)
         assert_int_equal(back[i], 0x77);
     CK(cudaSetDevice(0));
+    /* cudaMemcpyPeer synchronizes with the devices' streams: not while one of them captures */
+    cudaStream_t c;
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    CK(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed));
+    assert_int_equal(cudaMemcpyPeer(p2, 0, r, 1, N), cudaErrorStreamCaptureUnsupported);
+    assert_int_equal(cudaStreamEndCapture(c, &graph), cudaErrorStreamCaptureInvalidated);
+    assert_null(graph);
+    CK(cudaStreamDestroy(c));
+    (void)cudaGetLastError();
     /* a plain copy on device 0 reading device 1's pool memory: no access, a device fault */
     CK(cudaMemcpyAsync(back, r, N, cudaMemcpyDefault, s));
     assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
