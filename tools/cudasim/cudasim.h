@@ -53,15 +53,33 @@
  *    block still pending on another stream, fault (sticky cudaErrorIllegalAddress) when they
  *    execute; a cudaFree of stream-ordered memory with such a use pending faults at once. A
  *    use or allocation that has already executed is never a fault: the check flags only what
- *    could still run out of order. Graph-launched copies and memsets are not tracked.
+ *    could still run out of order. Graph-launched copies and memsets are not tracked
+ *    (nor checked for pool access).
  *  - A host function that calls any CUDA API gets cudaErrorNotPermitted (rule 19).
  *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
  *    caller's bug, and AddressSanitizer shows it).
- *  - No IPC: cudaDevAttrMemoryPoolSupportedHandleTypes says 0 and cudaMemPoolCreate with handle
- *    types is cudaErrorNotSupported, so no pool is IPC capable; cudaMemPoolExportToShareableHandle,
- *    ImportFromShareableHandle, ExportPointer and ImportPointer answer cudaErrorInvalidValue (the
- *    error the Runtime API documents for them).
+ *  - IPC: every device reports cudaMemHandleTypePosixFileDescriptor
+ *    (cudaDevAttrMemoryPoolSupportedHandleTypes); other handle types are cudaErrorNotSupported at
+ *    cudaMemPoolCreate. A shareable pool keeps its pages in a memfd, mapped MAP_SHARED at their
+ *    arena addresses; cudaMemPoolExportToShareableHandle gives a dup of it (not close-on-exec, so
+ *    it can be inherited across exec or sent with SCM_RIGHTS; the caller closes it), and
+ *    cudaMemPoolImportFromShareableHandle (the descriptor passed by value, as the Programming
+ *    Guide shows) maps the whole file at a window of the importing process: the imported pool is
+ *    on the exporter's device, makes no allocations (cudaMallocFromPoolAsync, cudaDeviceSetMemPool:
+ *    cudaErrorInvalidValue), reports no memory (the exporter's device counts the pages, once).
+ *    cudaMemPoolExportPointer fills 64 bytes (pool identity, export-table slot, serial, offset,
+ *    size) for the start of a live block of a shareable pool; cudaMemPoolImportPointer gives
+ *    window + offset, whose bytes are the exporter's both ways, freed by cudaFree/cudaFreeAsync in
+ *    the importer alone. Refused with cudaErrorInvalidValue (the error the Runtime API documents
+ *    for the four calls), outputs untouched: exporting a pool without the handle type or an
+ *    imported one, another handle type, flags; importing a descriptor that is not a shareable
+ *    pool's, or onto a device the process lacks; exporting an interior pointer or a block of
+ *    another pool; importing a block into a pool that is not imported (a pool of the wrong handle
+ *    type), data of another pool, a block this pool holds already, or a block its exporter has
+ *    freed (the exporter's cudaFree/cudaFreeAsync call ends the export at once). An importer's
+ *    use of a block its exporter has freed is a bad address: a device fault. Released pages are
+ *    punched out of the file, so an importer still mapping them reads zeros.
  *  - cudaDeviceReset waits for the current device's work, then destroys its streams, events,
  *    executable graphs (graphs stay), graph memory, cudaMalloc and pinned host memory, and clears
  *    its sticky error; the legacy and per-thread streams are made afresh on their next use.
@@ -116,9 +134,45 @@
  *    current device's pages hold it from the call on, counted by cudaMemGetInfo like cudaMalloc's;
  *    the host reaches it directly. Size 0 and flags other than exactly cudaMemAttachGlobal or
  *    cudaMemAttachHost are cudaErrorInvalidValue; cudaFree releases it.
- *  - No two emulated devices are peers: cudaDeviceCanAccessPeer answers 0 (also for a device
- *    and itself), cudaMemPoolSetAccess refuses read or write access for another device with
- *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone.
+ *  - Peers: without CUDASIM_PEER_ACCESS=1 no two emulated devices are peers: cudaDeviceCanAccessPeer
+ *    answers 0 (also for a device and itself), cudaDeviceEnablePeerAccess is cudaErrorInvalidDevice,
+ *    cudaMemPoolSetAccess refuses read or write access for another device with
+ *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone. With
+ *    CUDASIM_PEER_ACCESS=1 and two devices or more, every pair of distinct devices is a peer pair
+ *    (a device is still not its own): cudaDeviceEnablePeerAccess/DisablePeerAccess keep a
+ *    one-way [current][peer] state with CUDA's errors (cudaErrorPeerAccessAlreadyEnabled,
+ *    cudaErrorPeerAccessNotEnabled, cudaErrorInvalidDevice for the device itself or a bad
+ *    ordinal, cudaErrorInvalidValue for flags), cleared by cudaDeviceReset of either device; and
+ *    cudaMemPoolSetAccess grants ProtNone, ProtRead or ProtReadWrite per device, all descriptors
+ *    or none (the owning device only ProtReadWrite: cudaErrorInvalidValue; other flag values:
+ *    cudaErrorInvalidValue; a bad location: cudaErrorInvalidDevice).
+ *  - Pool access is enforced, as the Programming Guide says, by the pool's grants alone (not by
+ *    cudaDeviceEnablePeerAccess): a cudaMemsetAsync, cudaMemcpyAsync or cudaMemcpy whose stream's
+ *    device has no access to a pool allocation it touches, or only ProtRead and writes it, is a
+ *    device fault when it executes: sticky cudaErrorIllegalAddress on the stream's device, memory
+ *    untouched, as an unmapped access is on a GPU. It is checked against the grants in force when
+ *    the op is enqueued. A GPU reports the fault the same way (sticky), so a test of it must
+ *    reset the faulting device (cudaDeviceReset clears it and leaves the other device alone),
+ *    which is why cudasim keeps it, rather than a cudaErrorInvalidValue at the call that no GPU
+ *    gives. cudaMemcpyPeer/PeerAsync need no access (CUDA stages them); cudaMalloc memory is
+ *    not checked (copies between devices stage it).
+ *  - cudaMemcpy runs on the current device's legacy stream (rule 14 orders it). Copies to the host,
+ *    host to host, and host to device (pinned or pageable: CUDA may return earlier for pageable
+ *    memory) return once executed; device to device returns at once, queued. Waiting is not a
+ *    synchronize that observes frees. Refused at the call, not sticky: a kind outside
+ *    cudaMemcpyKind (cudaErrorInvalidMemcpyDirection, cudaMemcpyAsync too); NULL pointers, an
+ *    explicit kind that contradicts where the pointers are (undefined in CUDA), a device range
+ *    not inside one live allocation (cudaErrorInvalidValue). A live range used out of stream
+ *    order, or pool memory the current device has no access to, faults as cudaMemcpyAsync does.
+ *  - cudaMemcpyPeer needs no peer access (CUDA stages it): it waits for the work of the current,
+ *    source and destination devices (without observing frees), copies, and returns, so it is
+ *    serialized with their pending and later work as documented; like cudaDeviceSynchronize it
+ *    fails (cudaErrorStreamCaptureUnsupported, invalidating the capture) while one of their
+ *    streams captures. cudaMemcpyPeerAsync is queued on
+ *    its stream (of any device) like cudaMemcpyAsync, without an access check. Both refuse a bad
+ *    ordinal (cudaErrorInvalidDevice) and a pointer outside the named device's memory
+ *    (cudaErrorInvalidValue; cudaMemcpyPeer also a range not inside a live allocation, and graph
+ *    memory, which cudasim places on no device).
  *  - cudaStreamGetId: ids are never reused, not even across cudasimReset.
  *  - cudaEventRecord of an event on another device's stream is cudaErrorInvalidResourceHandle
  *    (cuEventRecord: both must be of one context); cudaStreamWaitEvent across devices is legal.
@@ -131,7 +185,8 @@
  *    CUDA.
  *
  * Environment: CUDASIM_DEVICE_COUNT (default 1), CUDASIM_DEVICE_MEMORY (default 16G; suffixes
- * K, M, G, T), read when the emulator first starts and after cudasimReset().
+ * K, M, G, T), CUDASIM_PEER_ACCESS (1: every pair of devices may be peers; default none), read
+ * when the emulator first starts and after cudasimReset().
  */
 #ifndef CUDASIM_H
 #define CUDASIM_H

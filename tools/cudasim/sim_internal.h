@@ -1,5 +1,6 @@
 /* cudasim internals shared by sim_core.c (devices, errors, handles, counters, faults),
- * sim_stream.c (streams, events, host functions, copies) and sim_pool.c (memory).
+ * sim_stream.c (streams, events, host functions, copies), sim_pool.c (memory, pool access, IPC)
+ * and sim_copy.c (synchronous and peer copies, peer access).
  *
  * Locking. sim_g.lock is a writer-preferring rwlock (sim_rwlock). Every call takes it
  * exclusively (sim_lock) except the hot path of cudaMallocAsync / cudaMallocFromPoolAsync /
@@ -69,7 +70,12 @@
     X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties) \
     X(cudaStreamGetId) X(cudaDeviceCanAccessPeer) X(cudaMemPoolGetAccess) \
     X(cudaMemPoolExportPointer) X(cudaMemPoolImportPointer) X(cudaDeviceReset) \
-    SIM_GRAPH_APIS(X)
+    SIM_GRAPH_APIS(X) SIM_PEER_APIS(X)
+
+/* Copies, peers and IPC (sim_copy.c, sim_pool.c). */
+#define SIM_PEER_APIS(X) \
+    X(cudaMemcpy) X(cudaMemcpyPeer) X(cudaMemcpyPeerAsync) X(cudaDeviceEnablePeerAccess) \
+    X(cudaDeviceDisablePeerAccess)
 
 /* Graph capture and graphs (sim_graph.c). */
 #define SIM_GRAPH_APIS(X) \
@@ -115,7 +121,8 @@ typedef struct sim_op {
         struct { void *dst; const void *src; size_t count; } copy;
         struct { struct CUevent_st *event; uint64_t gen; } record;
         struct { sim_stream *target; uint64_t seq; } wait;
-        struct { int device; char *base; size_t size; } unmap;
+        struct { int device; char *base; size_t size; int ipc_fd; } unmap; /* ipc_fd: -1, or
+                                  * the IPC pool's file (a dup the op closes) */
     } u;
 } sim_op;
 
@@ -185,6 +192,10 @@ typedef struct sim_seg {
     uint64_t alloc_seq;
     sim_use *uses;
     uint32_t n_uses, cap_uses;
+    /* IPC (sim_pool.c): an exported block's slot in its pool's shared table, plus one (0: not
+     * exported); an imported block's too, with the serial it was exported under. */
+    uint32_t export_slot;
+    uint64_t export_serial;
 } sim_seg;
 
 /* A contiguous range of the pool's address space, backed by whole 2 MiB pages. Remapping and
@@ -220,6 +231,19 @@ struct sim_pool {
     size_t max_size;         /* 0: no cap beyond the device */
     size_t reserved, reserved_high, used, used_high;
     size_t live_allocs;
+    /* cudaMemAccessFlags of each device for this pool's memory (cudaMemPoolSetAccess); the
+     * owning device's is always ProtReadWrite. Written and read under the exclusive lock. */
+    unsigned char access[SIM_MAX_DEVICES];
+    /* IPC (cudaMemHandleTypePosixFileDescriptor, sim_pool.c). A shareable pool's pages are
+     * mapped from ipc_fd, a memfd, at the file offset of their arena offset (past the header);
+     * an imported pool (no allocations of its own) maps the exporter's whole file at `window`. */
+    bool shareable, imported;
+    int ipc_fd;
+    struct sim_ipc_header *ipc; /* the file's header and export table, mapped shared */
+    char *window;
+    size_t window_size;
+    uint32_t *free_slots;    /* exporter: export slots free again (under the pool's lock) */
+    uint32_t n_free_slots, cap_free_slots;
     sim_chunk *chunks;
     sim_seg *free_segs;
     sim_pool *next_in_device;
@@ -275,6 +299,10 @@ typedef struct {
     unsigned workers;        /* live worker threads */
     pthread_cond_t workers_cv;
     sim_device devices[SIM_MAX_DEVICES];
+    /* Peers (sim_copy.c): CUDASIM_PEER_ACCESS=1 read at start, and which device has enabled
+     * access to which (cudaDeviceEnablePeerAccess: [current][peer]); exclusive lock. */
+    bool peer_access;
+    bool peer_enabled[SIM_MAX_DEVICES][SIM_MAX_DEVICES];
 } sim_state;
 
 extern sim_state sim_g;
@@ -408,6 +436,26 @@ void sim_graphs_reset(void);
 /* cudaDeviceReset, exclusive lock, the device idle: ends the device's captures, destroys its
  * executable graphs and returns its graph memory (graphs stay, to be instantiated afresh). */
 void sim_graphs_device_reset(int device);
+
+/* ---- sim_stream.c / sim_pool.c / sim_copy.c: copies, peers ---- */
+/* Exclusive lock: enqueues a copy of count > 0 bytes on s as cudaMemcpyAsync does (capture,
+ * the legacy stream's implicit sync, the range and stream-order checks; with check_access, the
+ * access of s's device to pool memory: cudaMemcpyPeerAsync stages and needs none). */
+cudaError_t sim_copy_enqueue(sim_stream *s, void *dst, const void *src, size_t count,
+                             bool dst_dev, bool src_dev, bool check_access);
+/* Blocks (releasing the exclusive lock) until s has executed op `seq`, without counting as a
+ * host synchronize that observes frees (cudaMemcpy, cudaMemcpyPeer). */
+void sim_stream_wait_done(sim_stream *s, uint64_t seq);
+/* Either lock mode: the device whose memory holds p (its arena, or an imported pool's window),
+ * or -1 for host memory and graph memory. */
+int sim_device_of(const void *p);
+/* Exclusive lock: may device `device` read (or, with write, write) [p, p+n)? Pool memory of
+ * another device needs a grant (cudaMemPoolSetAccess); anything else is not checked here. */
+bool sim_range_access_ok(const void *p, size_t n, int device, bool write);
+/* sim_copy.c: CUDASIM_PEER_ACCESS=1 with two devices or more: every pair may be peers. */
+bool sim_peers_possible(void);
+/* sim_copy.c, exclusive lock: device `device` has left peer access to and from it (reset). */
+void sim_peer_device_reset(int device);
 
 /* ---- sim_core.c: device capacity (pools' pages and graph-owned memory) ---- */
 /* Counts `bytes` more (or, with release, fewer) physical memory on `device` against its capacity;
