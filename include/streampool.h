@@ -269,7 +269,12 @@ typedef struct sp_request_config {
 
 SP_API int sp_request_begin_with(sp_pool *pool, cudaStream_t stream,
                                  const sp_request_config *cfg, sp_request *out);
-/* sp_alloc on the request's pool and stream, the allocation counted in the request. */
+/* sp_alloc on the request's pool and stream, the allocation counted in the request.
+ * Any thread may allocate into a request while another ends it: each such allocation either
+ * joins the request (SP_OK; the end frees it, counted in freed_at_end, so its pointer is valid
+ * only until the end returns) or, when the end took the request's allocations first, gets
+ * SP_ERR_REQUEST_ENDED with *ptr unchanged and nothing held. Never both, never a block left in
+ * an ended request. */
 SP_API int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes);
 /* Ends the request: frees what it left live, settles its frees (flags: 0 or
  * SP_REQUEST_SYNCHRONIZED) and fills *out if not NULL (out->size must be set). */

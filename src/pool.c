@@ -780,6 +780,15 @@ void sp__pool_admit_release(sp_pool *pool, uint64_t claim)
         (void)sp__current_add(&pool->limit_used, -(int64_t)claim);
 }
 
+bool sp__pool_tag_given(uint64_t tag)
+{
+    /* pool ids are given in order from 1: a tag past the last one given names no pool (tags
+     * keep the low bits of the id, so after 2^24 pools every tag has been given) */
+    uint64_t next = atomic_load_explicit(&next_pool_id, memory_order_relaxed);
+    uint64_t mask = (1ull << (64 - SP_REQ_SEQ_BITS)) - 1;
+    return tag >= 1 && (next > mask || tag < next);
+}
+
 bool sp__pool_reported(sp_pool *pool)
 {
     /* The default pool exists from sp_runtime_create on, whether or not the program ever uses

@@ -98,6 +98,10 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream
 int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim);
 /* Gives back what is left of an admitted request's claim, at its end. */
 void sp__pool_admit_release(sp_pool *pool, uint64_t claim);
+/* Whether `tag` (a request id's high bits, SP_REQ_SEQ_BITS) is that of a pool ever made in the
+ * process: an id with another pool's tag is SP_ERR_WRONG_POOL, one with no pool's is
+ * SP_ERR_NO_REQUEST. */
+bool sp__pool_tag_given(uint64_t tag);
 /* Whether reports (stats, summaries, metrics, the OOM report) show the pool: every pool but a
  * default pool that has not been used. */
 bool sp__pool_reported(sp_pool *pool);
