@@ -342,6 +342,20 @@ SP_API int sp_pool_destroy(sp_pool *pool);
  * limit past a synchronize. */
 SP_API int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes);
 
+/* Changes the pool's limit at run time (bytes, rounded down to whole 2 MiB driver pages as at
+ * creation; 0: no limit), safe while other threads allocate. Lowering it gives the pool's
+ * cache above the new limit back to the device at once; live allocations stay valid, and new
+ * ones that need memory from the driver get SP_ERR_LIMIT until the pool holds less than the
+ * limit. A limit below one page or below the pool's reservation is refused (SP_ERR_CONFIG, with
+ * a message: sp_config_error) and changes nothing. Raising it lets the pool grow past the
+ * limit it was created with: the cudaMemPool of a pool made with a limit is capped (maxSize) at
+ * it, and a cap is fixed at creation, so a limit raised past it moves the pool to a new
+ * cudaMemPool capped at the new limit (0: uncapped), its reservation taken there first; the old
+ * one keeps only the pool's segments still from it, and goes at the pool's destroy. A pool
+ * adopted with sp_pool_adopt keeps its owner's cudaMemPool and cap. Held bytes never pass the
+ * highest limit in force while they were claimed. */
+SP_API int sp_pool_set_limit(sp_pool *pool, uint64_t bytes);
+
 /* Changes how many freed bytes the pool keeps (held - active; UINT64_MAX: no cap); over it,
  * the pool gives wholly free, settled slabs and segments back to the driver, largest first. */
 SP_API int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes);

@@ -104,7 +104,7 @@ static void describe_pool(sp_pool *p, sp_oom_pool *out)
     out->active = active;
     out->cached = held > active ? held - active : 0;
     uint64_t used;
-    (void)sp__cuda_pool_usage(p->cuda_pool, &out->reserved, &used);
+    (void)sp__pool_cuda_usage(p, &out->reserved, &used);
     out->limit = p->cfg.limit;
     out->reservation = p->cfg.reserve;
     out->priority = p->cfg.priority;
