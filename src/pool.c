@@ -881,6 +881,12 @@ int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
     if (limit && fresh > limit)
         fresh = limit; /* near the limit a fresh allocation takes only what it needs */
     uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+    /* Judged from exact figures: the streams' caches keep their live-byte deltas back (up to
+     * stats_flush_bytes each) for speed, and a free still unflushed there makes its bytes look
+     * live, not cached: a request that only the pool's cache keeps out would be refused
+     * forever. Flushed here, only when the limit has no room without the cache. */
+    if (limit && cur > limit - fresh)
+        (void)sp__pool_active_bytes(pool);
     if (limit && cur > limit - fresh && cur + fresh - limit <= cached_now(pool)) {
         /* the pool's own cache makes the room: it goes back first, its streams' frees settled
          * as a trim settles them (the pool's driver calls, none of the request's). Where even
