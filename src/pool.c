@@ -388,13 +388,60 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_b
 
 void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
 {
-    if (sp__cuda_free(b->ptr, stream) == SP_OK) {
-        count(pool, SP_COUNT_driver_frees);
-        sp__usage_add(pool, 0, 0, -(int64_t)b->size);
-    } else {
-        count(pool, SP_COUNT_give_back_failures); /* still counted as held: not forgotten */
+    /* asked again at once: inside a capture the free is the graph's free node, and only then
+     * does each launch of the graph give the memory back itself */
+    for (int tries = 0; tries < CLEANUP_TRIES; tries++) {
+        if (sp__cuda_free(b->ptr, stream) == SP_OK) {
+            count(pool, SP_COUNT_driver_frees);
+            sp__usage_add(pool, 0, 0, -(int64_t)b->size);
+            free(b);
+            return;
+        }
+        count(pool, SP_COUNT_give_back_failures);
     }
-    free(b);
+    /* refused for good: still counted as held, and kept (forgotten, it would stay reserved for
+     * the life of the process: a launched graph's allocation lives until it is freed) */
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    b->next = pool->refused_frees;
+    pool->refused_frees = b;
+    sp_mutex_unlock(&pool->lock);
+}
+
+/* Gives back the bypass blocks whose free the driver refused, on the service stream, outside
+ * any capture; the driver's "invalid value" means it holds nothing there (a graph never
+ * launched, or one whose launch freed it with a later node), and the block goes. Returns
+ * SP_OK once none is left, else the first error. */
+static int give_back_refused_frees(sp_pool *pool)
+{
+    int err = SP_OK;
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_block *list = pool->refused_frees, *kept = NULL;
+    pool->refused_frees = NULL;
+    sp_mutex_unlock(&pool->lock);
+    for (sp_block *b = list, *next; b; b = next) {
+        next = b->next;
+        int rc = sp__cuda_free(b->ptr, pool->rt->service);
+        if (rc == SP_OK || sp_last_cuda_error() == cudaErrorInvalidValue) {
+            count(pool, rc == SP_OK ? SP_COUNT_driver_frees : SP_COUNT_give_back_failures);
+            sp__usage_add(pool, 0, 0, -(int64_t)b->size);
+            free(b);
+            continue;
+        }
+        if (err == SP_OK)
+            err = rc;
+        b->next = kept;
+        kept = b;
+    }
+    if (kept) {
+        sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+        sp_block *tail = kept;
+        while (tail->next)
+            tail = tail->next;
+        tail->next = pool->refused_frees;
+        pool->refused_frees = kept;
+        sp_mutex_unlock(&pool->lock);
+    }
+    return err;
 }
 
 /* ---- giving cached memory back ---- */
@@ -638,12 +685,15 @@ static int give_back_everything(sp_pool *pool)
                 break;
         }
     }
+    int rrc = give_back_refused_frees(pool);
+    if (err == SP_OK)
+        err = rrc;
     /* what went back on the service stream: a failed synchronize loses nothing (a destroyed
      * cudaMemPool releases its memory once its frees are done, rule 7) */
     int rc = sp__cuda_stream_sync(pool->rt->service);
     if (err == SP_OK)
         err = rc;
-    if (!pool->segments.segments && !pool->slabs.segments)
+    if (!pool->segments.segments && !pool->slabs.segments && !pool->refused_frees)
         return SP_OK;
     return err != SP_OK ? err : SP_ERR_CUDA;
 }
@@ -676,6 +726,10 @@ int sp__pool_free(sp_pool *pool)
      * give back, and every call would fail alike, so the pool goes (sp_last_cuda_error tells) */
     if (rc != SP_OK && !sp__cuda_context_lost())
         return rc;
+    for (sp_block *b = pool->refused_frees, *next; b; b = next) {
+        next = b->next; /* a lost context took their memory */
+        free(b);
+    }
     for (struct sp_retired_cuda_pool *r = pool->retired_cuda_pools, *next; r; r = next) {
         next = r->next; /* a lost context: nothing left to destroy them with */
         free(r);

@@ -66,6 +66,9 @@ struct sp_pool {
     struct sp_req *requests[SP_REQ_BUCKETS];
     uint64_t request_seq;
     atomic_uint_least64_t limit_stuck;
+    /* capture bypass blocks whose cudaFreeAsync the driver refused (a captured free among
+     * them), under `lock`: still held, given back at a synchronized give-back or the destroy */
+    sp_block *refused_frees;
     sp_pool *next;
 };
 
