@@ -297,6 +297,22 @@ static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
     return want;
 }
 
+/* The driver refused `bytes` for lack of memory: the device's, or the cap (maxSize) of the
+ * pool's cudaMemPool, which is its limit. The cap counts the cudaMemPool's reserved pages, and
+ * those include the pages of frees still pending on other threads' streams, which no trim can
+ * release yet while the ledger has room: read afterwards (alloc.c, after a give-back and a
+ * retry), the cudaMemPool's figures may no longer show it, and the refusal was reported as the
+ * device out of memory (issue 27 item 9). Told now from the device instead: a device with the
+ * pages free did not refuse, the cap did. */
+static int cap_or_device(sp_pool *pool, uint64_t bytes)
+{
+    uint64_t free_b = 0, total = 0;
+    if (pool->cuda_cap && sp__cuda_mem_info(pool->rt->device, &free_b, &total) == SP_OK &&
+        free_b >= sp__round_up(bytes, SP_DRIVER_GRANULARITY))
+        return SP_ERR_LIMIT;
+    return SP_ERR_OUT_OF_MEMORY;
+}
+
 int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_stream_cache *me,
                   cudaStream_t stream, sp_block **out)
 {
@@ -313,7 +329,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     if (rc != SP_OK) {
         sp__segment_discard(s);
         held_unclaim(pool, bytes);
-        return rc;
+        return rc == SP_ERR_OUT_OF_MEMORY ? cap_or_device(pool, bytes) : rc;
     }
     count(pool, SP_COUNT_driver_allocs);
     /* the allocation is ordered on `stream` only: tag it like a free there, so another stream
