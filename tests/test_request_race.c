@@ -142,6 +142,7 @@ static void allocations_racing_the_end_join_or_are_refused(void **state)
         ended_total += w[i].ended;
     }
     refused = ended_total;
+    assert_int_equal(freed_total, joined_total);
     assert_int_equal(joined_total + refused, (uint64_t)ROUNDS * ALLOCATORS * PER_ROUND);
     CK(cudaStreamSynchronize(s));
     sp_stats ps = stats_of(pool);
