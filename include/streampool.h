@@ -360,9 +360,13 @@ SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
  *   trace              FILE: the runtime's allocation trace (below); not per pool
  *   check_free_order   0 | 1: the runtime checks cross-stream frees (sp_free); not per pool
  * Sizes are bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "KB" too; any
- * case, blanks allowed before the suffix), or a share of the device's total memory ("80%",
- * "12.5%", as PyTorch's set_per_process_memory_fraction states it: of the runtime's device, or of
- * the current device in sp_config_apply); "max" (any case) where the key allows it. A key
+ * case, blanks allowed before the suffix; a fraction with a suffix, "0.5G", rounded down to
+ * bytes), or a share of the device's total memory ("80%", "12.5%", up to 1000%, as PyTorch's
+ * set_per_process_memory_fraction states it: of the runtime's device, or of the current device
+ * in sp_config_apply); "max" (any case) where the key allows it. A pool's limit above its
+ * device's memory, however written (bytes, suffix, share, or cfg.limit in code), is clamped to
+ * the device at sp_pool_create with a "streampool: warning:" line on stderr (unless
+ * SP_ALLOC_CONF_QUIET), and every report shows the limit in force: whole driver pages. A key
  * prefixed with a pool name and a dot ("llama-70b.limit:40G") applies to that pool only and
  * wins over the unprefixed key; an unprefixed key applies to every pool, except `reserve`,
  * which applies to the default pool only (memory set aside for every tenant is never meant;
@@ -391,7 +395,9 @@ SP_API const char *sp_config_error(void);
  * ignored. Writes them, each once, separated by ',' into buf (snprintf-style, NUL-terminated
  * when len > 0) and returns how many there are (0: every name matched), or a negative status.
  * Call it once the server has created its pools. sp_runtime_destroy also prints one warning line
- * per such name on stderr ("streampool: warning: ..."), unless SP_ALLOC_CONF_QUIET is set. */
+ * per such name on stderr ("streampool: warning: ..."), unless SP_ALLOC_CONF_QUIET is set to
+ * anything but "" or "0". A name whose sp_pool_create failed (out of memory, say) is not counted
+ * here, and its warning says that the creation failed. */
 SP_API int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len);
 
 /* ---- out of memory ---- */
