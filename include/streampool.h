@@ -646,6 +646,8 @@ SP_API void sp_text_free(char *text);
  *   streampool_pool_reserved_bytes, streampool_pool_used_bytes   gauges from the driver
  *   streampool_<counter>_total            counter  every SP_STATS_COUNTERS entry
  *   streampool_pools                      gauge    pools of the runtime (no pool label)
+ *   streampool_limit_bytes                gauge    the limit in force, whole driver pages; only
+ *                                                  pools with a limit (alert on held / limit)
  * with # HELP and # TYPE lines from the X-macro lists above. Writes into buf (NUL-terminated
  * when len > 0) and sets *needed to the length the whole text needs, excluding the NUL: a
  * buffer of at least *needed + 1 bytes holds all of it. Returns SP_OK or the first error a
