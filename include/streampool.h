@@ -269,6 +269,20 @@ typedef struct sp_request_config {
 
 SP_API int sp_request_begin_with(sp_pool *pool, cudaStream_t stream,
                                  const sp_request_config *cfg, sp_request *out);
+/* The footprint to declare (issue 27, item 5): into *out, what allocations of sizes[0..count)
+ * may take from the pool's limit, each as a fresh allocation takes it from the driver (a 2 MiB
+ * slab for a request of at most 1 MiB, its size in whole 2 MiB pages above; 0 for a size 0),
+ * summed: with expected_bytes from here, a request admitted by sp_request_begin_with never
+ * fails on its pool's limit for those allocations, whatever other streams do meanwhile (what is
+ * left of a fresh slab may serve them, so the figure is a sum, not a packing). It counts
+ * allocations, not bytes live at once: a request that frees and allocates again may declare
+ * less, as its frees come back from its stream's cache. SP_ERR_NEVER_FITS if one size is larger
+ * than the pool's limit in force, SP_ERR_TOO_LARGE if one is over SP_MAX_ALLOC. No CUDA call.
+ *   size_t sizes[] = {4096, 3 << 20, 700 << 10};
+ *   sp_request_config rq = SP_REQUEST_CONFIG_INIT;
+ *   sp_pool_footprint(pool, sizes, 3, &rq.expected_bytes);   // 2 + 4 + 2 MiB: 8 MiB */
+SP_API int sp_pool_footprint(const sp_pool *pool, const size_t *sizes, size_t count,
+                             uint64_t *out);
 /* sp_alloc on the request's pool and stream, the allocation counted in the request. */
 SP_API int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes);
 /* Ends the request: frees what it left live, settles its frees (flags: 0 or
