@@ -222,7 +222,12 @@ typedef uint64_t sp_request;              /* 0 is never a request */
 /* The end's promise: the host synchronized the request's stream after the last work that used
  * the request's memory, and every free made on that stream up to sp_request_end (by any thread)
  * is complete on the device. The end then settles all of the stream's frees with no CUDA call;
- * a promise that does not hold lets another stream reuse memory still in use. */
+ * a promise that does not hold lets another stream reuse memory still in use. A free another
+ * thread made on the request's stream is covered too: a server that frees across threads must
+ * synchronize the stream after such a free before it ends a request there with the hint. Under
+ * check_free_order:1 (sp_free) an end with the hint that finds a free on the stream still
+ * pending returns SP_ERR_UNORDERED_FREE (sp_config_error names the stream) after ending the
+ * request as without the hint (its frees fenced). */
 #define SP_REQUEST_SYNCHRONIZED 1u
 
 /* A request's figures, returned by its end. */
