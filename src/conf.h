@@ -26,6 +26,13 @@ void sp__conf_free(sp_conf *c);
 #define SP__CONF_SYNTAX (-2)
 int sp__config_for_pool(sp_runtime *rt, const char *name, const sp_pool_config *code,
                         sp_pool_config *out);
+/* The limit in force for a pool `name` configured with *limit (0: none): clamped to the
+ * device's memory with a warning on stderr (unless SP_ALLOC_CONF_QUIET), then rounded down to
+ * whole driver pages; SP_ERR_CONFIG (with the message) for a limit below one page. For
+ * sp__config_for_pool, and for a limit changed at run time (sp_pool_set_limit), so that both
+ * show the same figure (rt->lock held, or the runtime not yet shared: it caches the device's
+ * size). */
+int sp__config_limit_in_force(sp_runtime *rt, const char *name, uint64_t *limit);
 /* Sets the message sp_config_error() returns (printf-style) and returns `status`: for errors
  * other than SP_ERR_CONFIG that a caller needs words for (a struct's .size, a busy runtime). */
 int sp__errorf(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

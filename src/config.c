@@ -666,6 +666,37 @@ static const char *human(uint64_t b, char buf[32])
     return buf;
 }
 
+int sp__config_limit_in_force(sp_runtime *rt, const char *name, uint64_t *limit)
+{
+    if (*limit && *limit < SP_DRIVER_GRANULARITY)
+        return sp__errorf(SP_ERR_CONFIG,
+                          "pool '%s': its limit of %llu bytes is below the driver's granularity "
+                          "of %llu bytes (the device gives whole pages: the smallest limit is "
+                          "one page)",
+                          name, (unsigned long long)*limit,
+                          (unsigned long long)SP_DRIVER_GRANULARITY);
+    uint64_t total = 0;
+    conf_ctx own = {rt->device, false, 0};
+    conf_ctx *ctx = rt->conf ? &rt->conf->ctx : &own;
+    if (*limit && device_total(ctx, &total) == SP_OK && total && *limit > total) {
+        /* a limit the device cannot hold, however written (bytes, a suffix, a share above
+         * 100%, code), is the device: said once, so that an operator who copied an 80 GiB
+         * server's settings to a 16 GiB one learns that the limit is not the one written */
+        char a[32], b[32];
+        uint64_t in_pages = total / SP_DRIVER_GRANULARITY * SP_DRIVER_GRANULARITY;
+        if (!quiet())
+            fprintf(stderr,
+                    "streampool: warning: pool '%s': its limit of %s is more than device %d's "
+                    "memory; clamped to %s (the device in whole pages)\n",
+                    name, human(*limit, a), rt->device, human(in_pages, b));
+        *limit = in_pages;
+    }
+    /* whole driver pages, what the pool can hold (a 3 MiB limit holds 2 MiB), so that every
+     * report shows what the pool is held to */
+    *limit = *limit / SP_DRIVER_GRANULARITY * SP_DRIVER_GRANULARITY;
+    return SP_OK;
+}
+
 int sp__config_for_pool(sp_runtime *rt, const char *name, const sp_pool_config *code,
                         sp_pool_config *out)
 {
@@ -682,32 +713,9 @@ int sp__config_for_pool(sp_runtime *rt, const char *name, const sp_pool_config *
         rc = apply_conf(rt->conf, name, &merged, &rt->conf->ctx, NULL, 0);
     if (rc != SP_OK)
         return rc;
-    if (merged.limit && merged.limit < SP_DRIVER_GRANULARITY)
-        return sp__errorf(SP_ERR_CONFIG,
-                          "pool '%s': its limit of %llu bytes is below the driver's granularity "
-                          "of %llu bytes (the device gives whole pages: the smallest limit is "
-                          "one page)",
-                          name, (unsigned long long)merged.limit,
-                          (unsigned long long)SP_DRIVER_GRANULARITY);
-    uint64_t total = 0;
-    conf_ctx own = {rt->device, false, 0};
-    conf_ctx *ctx = rt->conf ? &rt->conf->ctx : &own;
-    if (merged.limit && device_total(ctx, &total) == SP_OK && total && merged.limit > total) {
-        /* a limit the device cannot hold, however written (bytes, a suffix, a share above
-         * 100%), is the device: said once, so that an operator who copied an 80 GiB server's
-         * settings to a 16 GiB one learns that the limit is not the one written */
-        char a[32], b[32];
-        uint64_t in_pages = total / SP_DRIVER_GRANULARITY * SP_DRIVER_GRANULARITY;
-        if (!quiet())
-            fprintf(stderr,
-                    "streampool: warning: pool '%s': its limit of %s is more than device %d's "
-                    "memory; clamped to %s (the device in whole pages)\n",
-                    name, human(merged.limit, a), rt->device, human(in_pages, b));
-        merged.limit = in_pages;
-    }
-    /* the limit in force: whole driver pages, what the pool can hold (a 3 MiB limit holds
-     * 2 MiB), so that every report shows what the pool is held to */
-    merged.limit = merged.limit / SP_DRIVER_GRANULARITY * SP_DRIVER_GRANULARITY;
+    rc = sp__config_limit_in_force(rt, name, &merged.limit);
+    if (rc != SP_OK)
+        return rc;
     *out = merged;
     return SP_OK;
 }
