@@ -222,7 +222,12 @@ typedef uint64_t sp_request;              /* 0 is never a request */
 /* The end's promise: the host synchronized the request's stream after the last work that used
  * the request's memory, and every free made on that stream up to sp_request_end (by any thread)
  * is complete on the device. The end then settles all of the stream's frees with no CUDA call;
- * a promise that does not hold lets another stream reuse memory still in use. */
+ * a promise that does not hold lets another stream reuse memory still in use. A free another
+ * thread made on the request's stream is covered too: a server that frees across threads must
+ * synchronize the stream after such a free before it ends a request there with the hint. Under
+ * check_free_order:1 (sp_free) an end with the hint that finds a free on the stream still
+ * pending returns SP_ERR_UNORDERED_FREE (sp_config_error names the stream) after ending the
+ * request as without the hint (its frees fenced). */
 #define SP_REQUEST_SYNCHRONIZED 1u
 
 /* A request's figures, returned by its end. */
@@ -269,6 +274,20 @@ typedef struct sp_request_config {
 
 SP_API int sp_request_begin_with(sp_pool *pool, cudaStream_t stream,
                                  const sp_request_config *cfg, sp_request *out);
+/* The footprint to declare (issue 27, item 5): into *out, what allocations of sizes[0..count)
+ * may take from the pool's limit, each as a fresh allocation takes it from the driver (a 2 MiB
+ * slab for a request of at most 1 MiB, its size in whole 2 MiB pages above; 0 for a size 0),
+ * summed: with expected_bytes from here, a request admitted by sp_request_begin_with never
+ * fails on its pool's limit for those allocations, whatever other streams do meanwhile (what is
+ * left of a fresh slab may serve them, so the figure is a sum, not a packing). It counts
+ * allocations, not bytes live at once: a request that frees and allocates again may declare
+ * less, as its frees come back from its stream's cache. SP_ERR_NEVER_FITS if one size is larger
+ * than the pool's limit in force, SP_ERR_TOO_LARGE if one is over SP_MAX_ALLOC. No CUDA call.
+ *   size_t sizes[] = {4096, 3 << 20, 700 << 10};
+ *   sp_request_config rq = SP_REQUEST_CONFIG_INIT;
+ *   sp_pool_footprint(pool, sizes, 3, &rq.expected_bytes);   // 2 + 4 + 2 MiB: 8 MiB */
+SP_API int sp_pool_footprint(const sp_pool *pool, const size_t *sizes, size_t count,
+                             uint64_t *out);
 /* sp_alloc on the request's pool and stream, the allocation counted in the request.
  * Any thread may allocate into a request while another ends it: each such allocation either
  * joins the request (SP_OK; the end frees it, counted in freed_at_end, so its pointer is valid
@@ -379,9 +398,13 @@ SP_API int sp_pool_trim(sp_pool *pool, size_t keep_bytes);
  *   trace              FILE: the runtime's allocation trace (below); not per pool
  *   check_free_order   0 | 1: the runtime checks cross-stream frees (sp_free); not per pool
  * Sizes are bytes with an optional K, M, G or T suffix (powers of 1024; "KiB", "KB" too; any
- * case, blanks allowed before the suffix), or a share of the device's total memory ("80%",
- * "12.5%", as PyTorch's set_per_process_memory_fraction states it: of the runtime's device, or of
- * the current device in sp_config_apply); "max" (any case) where the key allows it. A key
+ * case, blanks allowed before the suffix; a fraction with a suffix, "0.5G", rounded down to
+ * bytes), or a share of the device's total memory ("80%", "12.5%", up to 1000%, as PyTorch's
+ * set_per_process_memory_fraction states it: of the runtime's device, or of the current device
+ * in sp_config_apply); "max" (any case) where the key allows it. A pool's limit above its
+ * device's memory, however written (bytes, suffix, share, or cfg.limit in code), is clamped to
+ * the device at sp_pool_create with a "streampool: warning:" line on stderr (unless
+ * SP_ALLOC_CONF_QUIET), and every report shows the limit in force: whole driver pages. A key
  * prefixed with a pool name and a dot ("llama-70b.limit:40G") applies to that pool only and
  * wins over the unprefixed key; an unprefixed key applies to every pool, except `reserve`,
  * which applies to the default pool only (memory set aside for every tenant is never meant;
@@ -410,7 +433,9 @@ SP_API const char *sp_config_error(void);
  * ignored. Writes them, each once, separated by ',' into buf (snprintf-style, NUL-terminated
  * when len > 0) and returns how many there are (0: every name matched), or a negative status.
  * Call it once the server has created its pools. sp_runtime_destroy also prints one warning line
- * per such name on stderr ("streampool: warning: ..."), unless SP_ALLOC_CONF_QUIET is set. */
+ * per such name on stderr ("streampool: warning: ..."), unless SP_ALLOC_CONF_QUIET is set to
+ * anything but "" or "0". A name whose sp_pool_create failed (out of memory, say) is not counted
+ * here, and its warning says that the creation failed. */
 SP_API int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len);
 
 /* ---- out of memory ---- */
@@ -659,6 +684,8 @@ SP_API void sp_text_free(char *text);
  *   streampool_pool_reserved_bytes, streampool_pool_used_bytes   gauges from the driver
  *   streampool_<counter>_total            counter  every SP_STATS_COUNTERS entry
  *   streampool_pools                      gauge    pools of the runtime (no pool label)
+ *   streampool_limit_bytes                gauge    the limit in force, whole driver pages; only
+ *                                                  pools with a limit (alert on held / limit)
  * with # HELP and # TYPE lines from the X-macro lists above. Writes into buf (NUL-terminated
  * when len > 0) and sets *needed to the length the whole text needs, excluding the NUL: a
  * buffer of at least *needed + 1 bytes holds all of it. Returns SP_OK or the first error a

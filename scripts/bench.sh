@@ -6,7 +6,7 @@
 # Writes build-bench/bench.json and build-bench/bench.svg beside the table it prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --bench # what sp-bench needs, not the test-only packages
 build=build-bench
 if [ -d "$build" ]; then
   meson setup --reconfigure "$build" -Dbuildtype=release -Dtests=disabled | sed -n '/^streampool /,$p'

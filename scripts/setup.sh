@@ -8,15 +8,25 @@
 # check the metrics text and the example server's scrape, and clang++ (Debian's clang) builds
 # streampool.hpp's test beside g++. Run as root, setup.sh installs them too, so that every test
 # runs; otherwise it names them and those tests skip without them (fail under CI=true).
-# `setup.sh --list` prints both lists and installs nothing.
+# `setup.sh --list` prints the lists and installs nothing. `setup.sh --bench` (scripts/bench.sh)
+# installs only what building sp-bench needs: no test framework, no test-only package (Debian's
+# prometheus is a daemon that a systemd host would start), no recommended packages.
 set -euo pipefail
 packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils
           libmicrohttpd-dev)
 test_packages=(prometheus python3-prometheus-client clang)
+bench_packages=(meson ninja-build pkg-config gcc libc6-dev python3)
 if [ "${1:-}" = --list ]; then
   echo "required: ${packages[*]}"
   echo "test-only: ${test_packages[*]}"
+  echo "bench: ${bench_packages[*]}"
   exit 0
+fi
+apt_flags=()
+if [ "${1:-}" = --bench ]; then
+  packages=("${bench_packages[@]}")
+  test_packages=()
+  apt_flags=(--no-install-recommends)
 fi
 missing() { # prints the packages of "$@" that are not installed
   for p in "$@"; do
@@ -29,7 +39,7 @@ if [ "$(id -u)" -eq 0 ]; then
   if [ $((${#need[@]} + ${#need_tests[@]})) -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq "${need[@]}" "${need_tests[@]}" >/dev/null
+    apt-get install -y -qq "${apt_flags[@]}" "${need[@]}" "${need_tests[@]}" >/dev/null
   fi
 else
   if [ ${#need[@]} -gt 0 ]; then

@@ -1,5 +1,5 @@
 /* Configuration strings (config.c): parsing and checking alloc_conf / SP_ALLOC_CONF for the
- * pools and the runtime. Calls only the leaves. */
+ * pools and the runtime, from the one table of keys (conf_keys.h). Calls only the leaves. */
 #ifndef SP_CONF_H
 #define SP_CONF_H
 
@@ -7,26 +7,41 @@
 
 /* ---- config.c ---- */
 
+/* Both conf strings of a runtime, parsed once (config.c's own struct). */
+typedef struct sp_conf sp_conf;
+
 /* Checks a merged pool config (reserve within limit, a known policy); SP_ERR_CONFIG with the
  * message otherwise. */
 int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
-/* SP_ALLOC_CONF's syntax applied to cfg for pool_name, a percentage ("limit:80%") taken of
- * `device`'s memory, or of the caller's current device (SP__CONF_CURRENT), or read as 0 where the
- * string is only checked (SP__CONF_SYNTAX). sp_config_apply is this with SP__CONF_CURRENT. */
+/* Parses the runtime's alloc_conf and SP_ALLOC_CONF (either NULL: none; both copied) for
+ * `device`, checking every entry whichever pool it names; SP_ERR_CONFIG with the message for
+ * sp_config_error, SP_ERR_NO_HOST_MEMORY. Linear in the strings' length. */
+int sp__conf_new(const char *alloc_conf, const char *env, int device, sp_conf **out);
+void sp__conf_free(sp_conf *c);
+/* The configuration of a new pool `name`: the code's (`code`, NULL: defaults), then
+ * rt->conf's alloc_conf, then its SP_ALLOC_CONF; checked, its limit clamped to the device's
+ * memory (with a warning) and put in whole driver pages, the limit in force (rt->lock held, or
+ * the runtime not yet shared). */
 #define SP__CONF_CURRENT (-1)
 #define SP__CONF_SYNTAX (-2)
-int sp__config_apply_on(sp_pool_config *cfg, const char *pool_name, const char *conf, int device,
-                        char *err, size_t errlen);
+int sp__config_for_pool(sp_runtime *rt, const char *name, const sp_pool_config *code,
+                        sp_pool_config *out);
+/* The limit in force for a pool `name` configured with *limit (0: none): clamped to the
+ * device's memory with a warning on stderr (unless SP_ALLOC_CONF_QUIET), then rounded down to
+ * whole driver pages; SP_ERR_CONFIG (with the message) for a limit below one page. For
+ * sp__config_for_pool, and for a limit changed at run time (sp_pool_set_limit), so that both
+ * show the same figure (rt->lock held, or the runtime not yet shared: it caches the device's
+ * size). */
+int sp__config_limit_in_force(sp_runtime *rt, const char *name, uint64_t *limit);
 /* Sets the message sp_config_error() returns (printf-style) and returns `status`: for errors
  * other than SP_ERR_CONFIG that a caller needs words for (a struct's .size, a busy runtime). */
 int sp__errorf(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* SP_ERR_INVALID for a versioned struct whose .size (`got`) is too small, with a message naming
  * the call, the type and the field. */
 int sp__bad_size(const char *call, const char *type, size_t got);
-/* Allocates rt->conf_pools_seen for the pool-prefixed keys of both conf strings. */
-int sp__config_seen_init(sp_runtime *rt);
-/* Notes that a pool called `name` exists, for sp_runtime_check_config (rt->lock held). */
-void sp__config_pool_created(sp_runtime *rt, const char *name);
+/* Notes that the creation of a pool called `name` returned `status` (SP_OK: it exists), for
+ * sp_runtime_check_config and the warnings: a failed one was no typo (rt->lock held). */
+void sp__config_pool_created(sp_runtime *rt, const char *name, int status);
 /* Prints a warning on stderr for each conf pool name no pool has had (rt->lock held). */
 void sp__config_warn_unused(sp_runtime *rt);
 /* The value of the runtime key trace:FILE (SP_ALLOC_CONF wins over alloc_conf), copied into

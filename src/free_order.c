@@ -13,6 +13,7 @@
  * be waiting for the allocating stream (cudaStreamWaitEvent), which CUDA gives no way to ask
  * about: that free passes. So does one ordered after the allocation but not after a later use
  * of the block on the allocating stream (the mark is the allocation's). */
+#include <sched.h>
 #include <stdlib.h>
 
 #include "free_order.h"
@@ -29,11 +30,23 @@ struct sp_free_mark {
     struct sp_free_mark *next;
 };
 
+/* Where a stream's latest free stands in its order: an event recorded there by each checked
+ * free, so that an end with SP_REQUEST_SYNCHRONIZED can tell a free still pending on the
+ * request's stream (made after the server's synchronize, by any thread) from frees that are
+ * complete, as the hint promises. One per stream the check has seen, kept until the runtime's
+ * destroy. */
+typedef struct free_point {
+    sp_stream_key key;
+    cudaEvent_t event;
+    struct free_point *next;
+} free_point;
+
 struct sp_free_order {
-    pthread_mutex_t lock;      /* the buckets and the spares; no CUDA call under it */
+    pthread_mutex_t lock;      /* the buckets, the spares and the points; no CUDA call under it */
     int device;
     sp_free_mark *buckets[BUCKETS];
     sp_free_mark *spares;      /* dropped marks, their events kept for the next allocation */
+    free_point *points[BUCKETS];
 };
 
 _Thread_local bool sp__free_order_inside __attribute__((tls_model("initial-exec")));
@@ -63,8 +76,14 @@ void sp__free_order_destroy(sp_free_order *fo)
 {
     if (!fo)
         return;
-    for (size_t i = 0; i < BUCKETS; i++)
+    for (size_t i = 0; i < BUCKETS; i++) {
         marks_free(fo->buckets[i]);
+        for (free_point *fp = fo->points[i], *next; fp; fp = next) {
+            next = fp->next;
+            (void)sp__cuda_event_destroy(fp->event);
+            free(fp);
+        }
+    }
     marks_free(fo->spares);
     pthread_mutex_destroy(&fo->lock);
     free(fo);
@@ -162,6 +181,90 @@ static bool unordered(sp_runtime *rt, const sp_free_mark *m, cudaStream_t stream
     return sp__cuda_event_query(m->event, false, &done) == SP_OK && !done;
 }
 
+/* ---- where each stream's latest free stands ---- */
+
+static free_point **point_bucket(sp_free_order *fo, sp_stream_key key)
+{
+    uint64_t x = ((uint64_t)(uintptr_t)key.stream >> 4) ^ key.thread;
+    x *= 0x9E3779B97F4A7C15ull;
+    return &fo->points[(x >> 32) % BUCKETS];
+}
+
+static free_point *point_find_locked(sp_free_order *fo, sp_stream_key key)
+{
+    for (free_point *fp = *point_bucket(fo, key); fp; fp = fp->next)
+        if (fp->key.stream == key.stream && fp->key.thread == key.thread)
+            return fp;
+    return NULL;
+}
+
+/* Records a free's place on `stream` (best effort: without an event, that stream's ends are not
+ * checked). */
+static void note_free_point(sp_runtime *rt, cudaStream_t stream)
+{
+    sp_free_order *fo = rt->free_order;
+    sp_stream_key key = sp__stream_key(stream);
+    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    free_point *fp = point_find_locked(fo, key);
+    sp_mutex_unlock(&fo->lock);
+    if (!fp) { /* the stream's first checked free: its event, made outside the lock */
+        free_point *made = calloc(1, sizeof *made);
+        if (!made)
+            return;
+        if (sp__cuda_event_create(fo->device, &made->event) != SP_OK) {
+            free(made);
+            return;
+        }
+        made->key = key;
+        sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+        if (!(fp = point_find_locked(fo, key))) { /* another thread may have made one */
+            free_point **b = point_bucket(fo, key);
+            made->next = *b;
+            *b = fp = made;
+            made = NULL;
+        }
+        sp_mutex_unlock(&fo->lock);
+        if (made) {
+            (void)sp__cuda_event_destroy(made->event);
+            free(made);
+        }
+    }
+    (void)sp__cuda_event_record(fp->event, stream);
+}
+
+/* How often a pending free point is asked again before the end calls it pending: on a GPU an
+ * event just recorded on an idle stream completes a few microseconds later, which is no
+ * breach; a free behind the stream's real work stays pending far longer. */
+#define POINT_POLLS 256
+
+bool sp__free_order_settled(sp_runtime *rt, cudaStream_t stream, int *rc)
+{
+    sp_free_order *fo = rt->free_order;
+    if (!fo || sp__capture_possible(rt))
+        return true;
+    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    free_point *fp = point_find_locked(fo, sp__stream_key(stream));
+    sp_mutex_unlock(&fo->lock);
+    bool done = true, idle = true;
+    for (int i = 0; fp && i < POINT_POLLS; i++) {
+        if (sp__cuda_event_query(fp->event, false, &done) != SP_OK || done)
+            return true;
+        if (sp__cuda_stream_query(stream, &idle) != SP_OK || idle)
+            return true; /* everything on the stream is complete, its frees with it */
+        sched_yield();
+    }
+    if (!fp)
+        return true;
+    int status = sp__errorf(SP_ERR_UNORDERED_FREE,
+                            "sp_request_end(SP_REQUEST_SYNCHRONIZED) on stream %p: a free on "
+                            "that stream is still pending (made after its last synchronize, by "
+                            "this thread or another); its frees were fenced as without the hint",
+                            (void *)stream);
+    if (*rc == SP_OK)
+        *rc = status;
+    return false;
+}
+
 int sp__free_order_check(sp_runtime *rt, void *ptr, cudaStream_t stream, sp_free_mark **taken)
 {
     sp_free_order *fo = rt->free_order;
@@ -169,9 +272,11 @@ int sp__free_order_check(sp_runtime *rt, void *ptr, cudaStream_t stream, sp_free
     sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
     sp_free_mark *m = take_locked(fo, ptr);
     sp_mutex_unlock(&fo->lock);
-    if (!m)
-        return SP_OK;
-    if (!unordered(rt, m, stream, sp__stream_key(stream))) {
+    if (!m || !unordered(rt, m, stream, sp__stream_key(stream))) {
+        /* the free goes ahead: its place on the stream, for an end with the hint (no event is
+         * recorded on a capturing stream: it would join the capture) */
+        if (!sp__capture_possible(rt))
+            note_free_point(rt, stream);
         *taken = m;
         return SP_OK;
     }

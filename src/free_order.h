@@ -5,6 +5,7 @@
 #define SP_FREE_ORDER_H
 
 #include "runtime.h"
+#include "cache.h"
 
 /* The marks of one runtime: for each live block allocated while the check was on, an event
  * recorded on its stream right after sp_alloc returned it. */
@@ -43,5 +44,11 @@ int sp__free_order_check(sp_runtime *rt, void *ptr, cudaStream_t stream, sp_free
 void sp__free_order_put_back(sp_runtime *rt, sp_free_mark *m);
 /* The mark of a free that went through. */
 void sp__free_order_drop(sp_runtime *rt, sp_free_mark *m);
+/* For sp_request_end with SP_REQUEST_SYNCHRONIZED on `stream`: true if the hint may settle the
+ * stream's frees (the check is off, or no free made on the stream is pending); false if one is
+ * still pending, a breach of the hint's promise, and then *rc becomes SP_ERR_UNORDERED_FREE
+ * (unless it holds an error already) with sp_config_error's message: the end fences the frees
+ * as without the hint instead. */
+bool sp__free_order_settled(sp_runtime *rt, cudaStream_t stream, int *rc);
 
 #endif /* SP_FREE_ORDER_H */

@@ -14,6 +14,7 @@
 typedef struct {
     char name[SP_POOL_NAME_MAX + 1];
     sp_stats st;
+    uint64_t limit;     /* the limit in force (whole pages; 0: none), from sp_pool_get_config */
 } pool_figures;
 
 typedef struct {
@@ -68,6 +69,20 @@ static void render(out *o, size_t npools_total)
     family(o, "streampool_" #f "_total", "counter", text, offsetof(sp_stats, f));
     SP_STATS_COUNTERS(SP_METRIC_COUNTER)
 #undef SP_METRIC_COUNTER
+    /* the limit in force, so that an operator can alert on held / limit: only pools that have
+     * one (a 0 there would make that ratio infinite for every pool without a limit) */
+    sp__appendf(o->buf, o->len, &o->used,
+                "# HELP streampool_limit_bytes the pool's limit in force: most bytes it may hold "
+                "from the device, in whole driver pages (pools without a limit have no sample)\n"
+                "# TYPE streampool_limit_bytes gauge\n");
+    for (size_t i = 0; i < o->npools; i++) {
+        if (!o->pools[i].limit)
+            continue;
+        sp__appendf(o->buf, o->len, &o->used, "streampool_limit_bytes{device=\"%d\",pool=",
+                    o->device);
+        sp__append_label_value(o->buf, o->len, &o->used, o->pools[i].name);
+        sp__appendf(o->buf, o->len, &o->used, "} %llu\n", (unsigned long long)o->pools[i].limit);
+    }
     /* one figure per pool makes no sense for the pool count: the runtime's, unlabelled but for
      * the device */
     sp__appendf(o->buf, o->len, &o->used,
@@ -97,6 +112,9 @@ int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t 
         memcpy(pools[i].name, p->name, sizeof pools[i].name);
         pools[i].st.size = sizeof pools[i].st;
         int prc = sp_pool_stats(p, &pools[i].st);
+        sp_pool_config cfg = {.size = sizeof cfg};
+        if (sp_pool_get_config(p, &cfg) == SP_OK)
+            pools[i].limit = cfg.limit;
         if (rc == SP_OK)
             rc = prc;
         i++;

@@ -144,28 +144,6 @@ static int check_limit(const char *name, const sp_pool_config *cfg)
     return SP_OK;
 }
 
-/* The pool's configuration: the caller's, then the runtime's alloc_conf, then SP_ALLOC_CONF. */
-static int merge_config(const sp_runtime *rt, const char *name, const sp_pool_config *cfg,
-                        sp_pool_config *out)
-{
-    sp_pool_config merged = SP_POOL_CONFIG_INIT;
-    if (cfg) {
-        /* callers built against an older, shorter struct get defaults for the fields they lack */
-        if (cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
-            return sp__bad_size("sp_pool_create", "sp_pool_config", cfg->size);
-        memcpy(&merged, cfg, cfg->size < sizeof merged ? cfg->size : sizeof merged);
-        merged.size = sizeof merged;
-    }
-    int rc = sp__config_check(&merged, NULL, 0);
-    if (rc == SP_OK)
-        rc = sp__config_apply_on(&merged, name, rt->alloc_conf, rt->device, NULL, 0);
-    if (rc == SP_OK)
-        rc = sp__config_apply_on(&merged, name, rt->env_conf, rt->device, NULL, 0);
-    if (rc == SP_OK)
-        *out = merged;
-    return rc;
-}
-
 /* Obtains the reservation from the device once, and frees it at once into the cudaMemPool,
  * which keeps it (threshold >= reserve) for this pool alone. The synchronize makes the free
  * known complete, so any stream of the pool may reuse it (CUDA-SEMANTICS 11c). *held is the
@@ -219,7 +197,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     if (len == 0 || len > SP_POOL_NAME_MAX)
         return SP_ERR_INVALID;
     sp_pool_config merged;
-    int rc = merge_config(rt, name, cfg, &merged);
+    int rc = sp__config_for_pool(rt, name, cfg, &merged); /* the limit in force, in pages */
     if (rc == SP_OK)
         rc = check_limit(name, &merged);
     if (rc != SP_OK)

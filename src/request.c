@@ -13,6 +13,7 @@
 #include "fence.h"
 #include "heap.h"
 #include "format.h"
+#include "free_order.h"
 #include "ptrmap.h"
 #include "request.h"
 #include "runtime.h"
@@ -206,7 +207,7 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
     if (c && sp__capture_possible(pool->rt) && sp__cache_capturing(c, &capturing) != SP_OK)
         capturing = true;
     if (c && !capturing) {
-        if (flags & SP_REQUEST_SYNCHRONIZED)
+        if ((flags & SP_REQUEST_SYNCHRONIZED) && sp__free_order_settled(pool->rt, r->stream, &rc))
             sp__cache_settle_synchronized(c);
         else if (sp__cache_fence_frees(c))
             r->st.fences_recorded = 1; /* the pool counted it where it was recorded */

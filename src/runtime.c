@@ -77,34 +77,27 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         memcpy(&config, cfg, cfg->size < sizeof config ? cfg->size : sizeof config);
         config.size = sizeof config;
     }
-    /* both strings are checked whole now, so that a typo fails here, not at some pool */
-    sp_pool_config scratch = SP_POOL_CONFIG_INIT;
-    const char *env = getenv("SP_ALLOC_CONF");
-    int rc = sp__config_apply_on(&scratch, NULL, config.alloc_conf, SP__CONF_SYNTAX, NULL, 0);
-    if (rc == SP_OK)
-        rc = sp__config_apply_on(&scratch, NULL, env, SP__CONF_SYNTAX, NULL, 0);
+    /* both strings are parsed whole now, so that a typo fails here, not at some pool */
+    sp_conf *conf = NULL;
+    int rc = sp__conf_new(config.alloc_conf, getenv("SP_ALLOC_CONF"), device, &conf);
     if (rc != SP_OK)
         return rc;
     rc = sp__cuda_check_device(device);
-    if (rc != SP_OK)
+    if (rc != SP_OK) {
+        sp__conf_free(conf);
         return rc;
+    }
     sp_runtime *rt = calloc(1, sizeof *rt);
-    if (!rt)
+    if (!rt) {
+        sp__conf_free(conf);
         return SP_ERR_NO_HOST_MEMORY;
+    }
     rt->device = device;
     rt->cfg = config;
     rt->cfg.alloc_conf = NULL; /* the caller's string need not outlive this call */
-    if ((config.alloc_conf && !(rt->alloc_conf = strdup(config.alloc_conf))) ||
-        (env && !(rt->env_conf = strdup(env))) || sp__config_seen_init(rt) != SP_OK) {
-        free(rt->alloc_conf);
-        free(rt->env_conf);
-        free(rt);
-        return SP_ERR_NO_HOST_MEMORY;
-    }
+    rt->conf = conf;
     if (pthread_mutex_init(&rt->lock, NULL) != 0) {
-        free(rt->conf_pools_seen);
-        free(rt->alloc_conf);
-        free(rt->env_conf);
+        sp__conf_free(rt->conf);
         free(rt);
         return SP_ERR_NO_HOST_MEMORY;
     }
@@ -120,6 +113,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
             rc = sp__pool_new(rt, "default", NULL, NULL, &rt->default_pool);
             if (rc == SP_OK) {
                 rt->default_pool->is_default = true;
+                sp__config_pool_created(rt, "default", SP_OK);
                 rt->pools = rt->default_pool;
                 sp__trace_autostart(rt);
                 runtime_register(rt);
@@ -132,9 +126,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         sp__fence_pool_destroy(&rt->fences);
     }
     pthread_mutex_destroy(&rt->lock);
-    free(rt->conf_pools_seen);
-    free(rt->alloc_conf);
-    free(rt->env_conf);
+    sp__conf_free(rt->conf);
     free(rt);
     return rc;
 }
@@ -227,9 +219,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp__ptrmap_free(&rt->ptrmap);
     pthread_mutex_destroy(&rt->lock);
     free(rt->capturing);
-    free(rt->conf_pools_seen);
-    free(rt->alloc_conf);
-    free(rt->env_conf);
+    sp__conf_free(rt->conf);
     free(rt);
     return SP_OK;
 }
@@ -265,12 +255,14 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
     sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
     sp_pool *pool = NULL;
-    if (rc == SP_OK)
+    if (rc == SP_OK) {
         rc = sp__pool_new(rt, name, adopt, cfg, &pool);
+        /* a pool the device had no memory for is no typo in the conf strings */
+        sp__config_pool_created(rt, name, rc);
+    }
     if (rc == SP_OK) {
         pool->next = rt->pools;
         rt->pools = pool;
-        sp__config_pool_created(rt, name);
         *out = pool;
     }
     sp_mutex_unlock(&rt->lock);

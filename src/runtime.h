@@ -21,17 +21,14 @@ struct sp_runtime {
     sp_ptrmap ptrmap;
     sp_usage usage;
     atomic_uint_least64_t captures;      /* declared captures in progress */
-    char *alloc_conf;                    /* sp_runtime_config.alloc_conf, copied */
-    char *env_conf;                      /* SP_ALLOC_CONF, copied */
+    struct sp_conf *conf;                /* config.c: alloc_conf and SP_ALLOC_CONF, parsed;
+                                            its pool names' states under `lock` */
     sp_oom_callback oom_cb;
     void *oom_user;
     sp_oom_report last_oom;              /* under `lock` */
     sp_stream_key *capturing;
     size_t capturing_len, capturing_cap;
     _Atomic(struct sp_trace *) trace;    /* trace.c: NULL until a trace is first started */
-    uint64_t *conf_pools_seen;           /* config.c, under `lock`: bit i set once a pool named
-                                            by the i-th pool-prefixed conf key has existed (a
-                                            bit per such key; NULL if none) */
     sp_runtime *next_runtime;            /* in the process's list, for threads that exit */
     struct sp_free_order *free_order;    /* free_order.c: check_free_order:1's marks; NULL off */
 };

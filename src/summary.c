@@ -144,7 +144,10 @@ int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed)
         int prc = sp_pool_stats(p, &r->st);
         if (rc == SP_OK)
             rc = prc;
-        r->limit = p->cfg.limit;
+        /* the limit in force (whole pages), read under the pool's lock as the API gives it:
+         * it may change at run time */
+        sp_pool_config cfg = {.size = sizeof cfg};
+        r->limit = sp_pool_get_config(p, &cfg) == SP_OK ? cfg.limit : 0;
     }
     sp_mutex_unlock(&rt->lock);
     if (!rows)

@@ -19,7 +19,7 @@ int main(int argc, char **argv)
     CHECK(sp_runtime_create(0, NULL, &rt));
     CHECK(sp_runtime_default_pool(rt, &pools[0]));
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 64 << 20;
+    cfg.limit = 65 << 20; /* 64 MiB in force: whole driver pages */
     CHECK(sp_pool_create(rt, "llama", &cfg, &pools[1]));
     CHECK(sp_pool_create(rt, "we\"ird\\pool \xe6\xa8\xa1\xe5\x9e\x8b", NULL, &pools[2]));
     cudaStream_t s[2];

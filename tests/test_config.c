@@ -227,6 +227,50 @@ static void cache_limit_gives_blocks_back(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
+/* Issue 29: a mebibyte of distinct pool keys (a fleet with tens of thousands of tenants) applies,
+ * each pool gets its own value wherever its key stands, and a key set twice at the two ends of
+ * the string is still found. Parsing is linear (bench/conf_parse.c measures it); this checks
+ * what it gives, not how fast. */
+static void a_mebibyte_of_pool_keys_applies(void **state)
+{
+    (void)state;
+    size_t cap = 1 << 20, used = 0, n = 0;
+    char *conf = malloc(cap + 64);
+    assert_non_null(conf);
+    while (used + 40 < cap) {
+        used += (size_t)snprintf(conf + used, cap + 64 - used, "%st%06zu.priority:%zu",
+                                 n ? "," : "", n, n % 1000);
+        n++;
+    }
+    setenv("SP_ALLOC_CONF", conf, 1);
+    setenv("SP_ALLOC_CONF_QUIET", "1", 1);
+    sp_runtime *rt;
+    SP(sp_runtime_create(0, NULL, &rt));
+    assert_int_equal(sp_runtime_check_config(rt, NULL, 0), (int)n);
+    size_t pick[] = {0, 1, n / 2, n - 2, n - 1};
+    for (size_t i = 0; i < 5; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%06zu", pick[i]);
+        sp_pool *pool;
+        SP(sp_pool_create(rt, name, NULL, &pool));
+        sp_pool_config got = {.size = sizeof got};
+        SP(sp_pool_get_config(pool, &got));
+        assert_int_equal(got.priority, (int)(pick[i] % 1000));
+        SP(sp_pool_destroy(pool));
+    }
+    assert_int_equal(sp_runtime_check_config(rt, NULL, 0), (int)n - 5);
+    SP(sp_runtime_destroy(rt));
+    /* the first pool's key again at the very end: refused, naming it */
+    snprintf(conf + used, cap + 64 - used, ",t000000.priority:3");
+    setenv("SP_ALLOC_CONF", conf, 1);
+    sp_runtime *bad = NULL;
+    assert_int_equal(sp_runtime_create(0, NULL, &bad), SP_ERR_CONFIG);
+    assert_non_null(strstr(sp_config_error(), "'t000000.priority' is set twice"));
+    unsetenv("SP_ALLOC_CONF");
+    unsetenv("SP_ALLOC_CONF_QUIET");
+    free(conf);
+}
+
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
@@ -239,6 +283,7 @@ int main(void)
         T(environment_and_code_reach_pools),
         T(release_threshold_stays_within_reserve_and_limit),
         T(cache_limit_gives_blocks_back),
+        T(a_mebibyte_of_pool_keys_applies),
 #undef T
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);

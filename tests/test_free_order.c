@@ -5,7 +5,9 @@
  * with the block still live; off, sp_alloc and sp_free make no CUDA call for it. Streams are held
  * by host-function gates that the test thread opens (cudasim: call counts and its stream-order
  * checks, which fault where a GPU would race). */
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "support/sp_test_support.h"
 
@@ -201,16 +203,120 @@ static void off_the_hot_path_makes_no_call(void **state)
         if (!on) {
             assert_int_equal(alloc_calls, 0);
             assert_int_equal(free_calls, 0);
-        } else { /* the mark, and one query that finds it complete */
+        } else { /* the mark; one query that finds it complete, and the free's place on s1
+                  * (its event made at s1's first checked free, on the runtime's device), for
+                  * a synchronized end */
             assert_int_equal(records, 1);
-            assert_int_equal(free_calls, 1);
+            assert_int_equal(free_calls, 4);
+            assert_int_equal(cudasimCallCount("cudaGetDevice"), 1);
             assert_int_equal(cudasimCallCount("cudaEventQuery"), 1);
+            assert_int_equal(cudasimCallCount("cudaEventCreateWithFlags") +
+                                 cudasimCallCount("cudaEventCreate"), 1);
+            assert_int_equal(cudasimCallCount("cudaEventRecord"), 2);
         }
         CK(cudaStreamSynchronize(s1));
         drop_stream(rt, s0);
         drop_stream(rt, s1);
         destroy_runtime(rt);
     }
+}
+
+/* ---- SP_REQUEST_SYNCHRONIZED's rule (issue 27, item 10) ----
+ * The hint promises that every free made on the request's stream is complete, whoever made it.
+ * Another thread frees a block on the request's stream after the server's synchronize, behind
+ * work still queued there (a gate): ending the request with the hint breaks the promise. */
+
+typedef struct {
+    sp_pool *pool;
+    void *ptr;
+    cudaStream_t stream;
+    int rc;
+} free_job;
+
+static void *free_on_thread(void *arg)
+{
+    free_job *j = arg;
+    j->rc = sp_free(j->pool, j->ptr, j->stream);
+    return NULL;
+}
+
+/* Returns sp_request_end's status, and the request's fences in *fences. The block the other
+ * thread freed is never handed to another stream before its stream got past the free. */
+static int end_after_a_pending_free(const char *alloc_conf, uint64_t *fences)
+{
+    sp_runtime *rt = runtime_with(alloc_conf);
+    sp_pool *pool = default_pool(rt);
+    cudaStream_t s = new_stream(), other = new_stream();
+    sp_request req;
+    SP(sp_request_begin(pool, s, "synchronized", &req));
+    void *kv, *shared;
+    SP(sp_request_alloc(pool, req, &kv, 64 * KiB));
+    SP(sp_alloc(pool, &shared, 64 * KiB, s)); /* a block of the server's, used on s too */
+    CK(cudaStreamSynchronize(s));             /* the server's synchronize */
+    gate *g = gate_new();
+    gate_hold(g, s);                          /* s still has work that uses `shared` */
+    free_job j = {pool, shared, s, -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, free_on_thread, &j), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    SP(j.rc);
+    sp_request_stats st = {.size = sizeof st};
+    int rc = sp_request_end(pool, req, SP_REQUEST_SYNCHRONIZED, &st);
+    *fences = st.fences_recorded;
+    if (rc == SP_ERR_UNORDERED_FREE) {
+        /* fenced instead: another stream does not get `shared` while s is held */
+        void *q;
+        SP(sp_alloc(pool, &q, 64 * KiB, other));
+        assert_ptr_not_equal(q, shared);
+        SP(sp_free(pool, q, other));
+    }
+    gate_open(g);
+    no_fault();
+    drop_stream(rt, s);
+    drop_stream(rt, other);
+    destroy_runtime(rt);
+    return rc;
+}
+
+static void synchronized_end_after_a_pending_free_is_caught(void **state)
+{
+    (void)state;
+    uint64_t fences = 9;
+    assert_int_equal(end_after_a_pending_free("check_free_order:1", &fences),
+                     SP_ERR_UNORDERED_FREE);
+    assert_non_null(strstr(sp_config_error(), "a free on that stream is still pending"));
+    assert_int_equal(fences, 1); /* the end fenced the frees, as without the hint */
+    /* off, nothing asks: the breach goes unseen (and the hint settles at once) */
+    assert_int_equal(end_after_a_pending_free(NULL, &fences), SP_OK);
+    assert_int_equal(fences, 0);
+}
+
+/* The rule kept: the other thread's free, then the server's synchronize, then the end with the
+ * hint: SP_OK, no fence. */
+static void synchronized_end_after_a_completed_free_passes(void **state)
+{
+    (void)state;
+    sp_runtime *rt = runtime_with("check_free_order:1");
+    sp_pool *pool = default_pool(rt);
+    cudaStream_t s = new_stream();
+    sp_request req;
+    SP(sp_request_begin(pool, s, "synchronized", &req));
+    void *kv, *shared;
+    SP(sp_request_alloc(pool, req, &kv, 64 * KiB));
+    SP(sp_alloc(pool, &shared, 64 * KiB, s));
+    free_job j = {pool, shared, s, -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, free_on_thread, &j), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    SP(j.rc);
+    CK(cudaStreamSynchronize(s));
+    sp_request_stats st = {.size = sizeof st};
+    SP(sp_request_end(pool, req, SP_REQUEST_SYNCHRONIZED, &st));
+    assert_int_equal(st.fences_recorded, 0);
+    assert_int_equal(st.freed_at_end, 1);
+    no_fault();
+    drop_stream(rt, s);
+    destroy_runtime(rt);
 }
 
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
@@ -222,6 +328,8 @@ int main(void)
         T(missing_order_is_an_error),
         T(status_and_config),
         T(off_the_hot_path_makes_no_call),
+        T(synchronized_end_after_a_pending_free_is_caught),
+        T(synchronized_end_after_a_completed_free_passes),
     };
     return cmocka_run_group_tests_name("free_order", tests, NULL, NULL);
 }

@@ -294,7 +294,7 @@ static void limit_between_pages_rounds_down(void **state)
     sp_pool *pool;
     SP(sp_pool_create(rt, "three", &cfg, &pool));
     SP(sp_pool_get_config(pool, &got));
-    assert_int_equal(got.limit, 3 * MiB); /* as configured; in force: 2 MiB */
+    assert_int_equal(got.limit, 2 * MiB); /* the limit in force, in whole pages */
     cudaStream_t s = new_stream();
     void *a, *b = (void *)0x9, *c = (void *)0x9;
     SP(sp_alloc(pool, &a, 2 * MiB, s));

@@ -13,7 +13,7 @@ import tempfile
 TEST_ONLY = "prometheus python3-prometheus-client"
 
 
-def run_setup(setup, uid):
+def run_setup(setup, uid, *args):
     with tempfile.TemporaryDirectory() as bin_dir:
         log = os.path.join(bin_dir, "apt.log")
         stubs = {
@@ -29,7 +29,7 @@ def run_setup(setup, uid):
             os.chmod(path, 0o755)
         env = {k: v for k, v in os.environ.items() if k != "CI"}
         env["PATH"] = bin_dir + os.pathsep + env["PATH"]
-        proc = subprocess.run(["bash", setup], env=env, capture_output=True, text=True)
+        proc = subprocess.run(["bash", setup, *args], env=env, capture_output=True, text=True)
         apt = open(log).read() if os.path.exists(log) else ""
         return proc.returncode, proc.stderr, apt
 
@@ -47,6 +47,18 @@ def main():
     rc, err, apt = run_setup(setup, 1000)
     if rc == 0 or apt or f"{TEST_ONLY}" not in err:
         failures.append(f"not root: exit {rc}, apt-get {apt!r}, stderr {err!r}")
+    # the benchmark's set-up (scripts/bench.sh): what building sp-bench needs, nothing of the
+    # tests', no recommended packages (issue 27, item 10)
+    rc, err, apt = run_setup(setup, 0, "--bench")
+    install = [line.split() for line in apt.splitlines() if line.startswith("install")]
+    bench = listing.split("bench: ", 1)[1].split() if "bench: " in listing else []
+    got = [w for w in install[0] if not w.startswith("-")][1:] if install else []
+    if (rc != 0 or not bench or sorted(got) != sorted(bench) or
+            "--no-install-recommends" not in (install[0] if install else [])):
+        failures.append(f"--bench: exit {rc}, apt-get {apt!r}, bench list {bench}")
+    bench_sh = os.path.join(os.path.dirname(setup), "bench.sh")
+    if "scripts/setup.sh --bench" not in open(bench_sh).read():
+        failures.append("scripts/bench.sh does not run setup.sh --bench")
     spec = importlib.util.spec_from_file_location("test_metrics", metrics)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -74,7 +74,10 @@ static int load_line(char *line, const char *where, sp_runtime *rt, tenant *t, c
         return rc;
     }
     snprintf(t->name, sizeof t->name, "%s", field[0]);
-    t->limit = cfg.limit;
+    /* the limit in force (whole pages, at most the device), what the pool is held to: the 413
+     * check and the summary use it */
+    sp_pool_config got = {.size = sizeof got};
+    t->limit = sp_pool_get_config(t->pool, &got) == SP_OK ? got.limit : cfg.limit;
     t->reserve = cfg.reserve;
     return SP_OK;
 }

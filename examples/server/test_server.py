@@ -262,6 +262,10 @@ def run(tap, srv, load_py):
         tap.ok(status == want, f"{method} {path[:60]}: {want}", f"{status} {body}")
 
     text, m = srv.metrics()
+    limits = {t: m.get(("streampool_limit_bytes", pool(t))) for t in ("alpha", "beta", "tiny", "gamma")}
+    tap.ok(limits == {"alpha": 256 * MiB, "beta": 128 * MiB, "tiny": 64 * MiB, "gamma": None},
+           "streampool_limit_bytes: each tenant's limit in force; none for gamma (no limit)",
+           str(limits))
     promtool = shutil.which("promtool")
     if promtool:
         check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
