@@ -469,6 +469,10 @@ if root is not None:
           held and order[-2:] == ["held-halo", "held"] and "series" in order[:-2] and
           held[0].get("stroke") not in fills and held[0].get("stroke-dasharray") is None,
           (order, fills, held and held[0].attrib))
+    areas = [path_points(p.get("d")[:-2]) for p in root.iter(NS + "path") if p.get("data-series")]
+    check("dense timeline: each stacked area is one step per pixel column (its envelope)",
+          areas and all(len(a) <= 4 * len({int(x) for x, _ in a}) + 4 for a in areas),
+          [(len(a), len({int(x) for x, _ in a})) for a in areas])
     pts = path_points(held[0].get("d")) if held else []
     columns = {int(x) for x, _ in pts}
     check("dense timeline: the held line has at most two points per pixel column, left to "
