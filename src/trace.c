@@ -67,12 +67,12 @@ typedef struct thread_buf {
     trace_event *chunks[MAX_CHUNKS];
     uint64_t memo_pool_id[8];        /* pool id -> index, for this thread's recent pools */
     uint32_t memo_index[8];
-    /* the label of the stream this thread last recorded on, as of sp__stream_labels_changes
-     * == name_changes (owner only) */
-    bool name_known;
-    unsigned name_changes;
-    uint64_t name_stream;
-    uint32_t name_index;
+    /* the labels of the streams this thread last recorded on (an index into trace->names), as
+     * of sp__stream_labels_changes == name_changes (owner only); a thread that allocates on one
+     * stream and frees on another looks neither up again */
+    unsigned name_changes, name_known, name_next;
+    uint64_t name_stream[4];
+    uint32_t name_index[4];
     struct thread_buf *next;
 } thread_buf;
 
@@ -140,6 +140,7 @@ static thread_buf *my_buf(struct sp_trace *t)
     if (b) {
         memo.uid = uid;
         memo.buf = b;
+        b->name_known = 0; /* a buffer taken over from an exited thread: its streams' keys */
     }
     return b;
 }
@@ -189,9 +190,13 @@ static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *
                            cudaStream_t stream)
 {
     unsigned changes = atomic_load_explicit(&sp__stream_labels_changes, memory_order_relaxed);
-    if (b->name_known && b->name_stream == (uint64_t)(uintptr_t)stream &&
-        b->name_changes == changes)
-        return b->name_index;
+    if (b->name_changes != changes) { /* a label changed somewhere: look each up again */
+        b->name_changes = changes;
+        b->name_known = 0;
+    }
+    for (unsigned k = 0; k < b->name_known; k++)
+        if (b->name_stream[k] == (uint64_t)(uintptr_t)stream)
+            return b->name_index[k];
     stream_name label;
     /* the label table's mutex (a leaf) first and alone, then the trace's */
     sp__stream_label(rt, sp__stream_key(stream), label, sizeof label);
@@ -220,10 +225,9 @@ static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *
         }
         sp_mutex_unlock(&t->lock);
     }
-    b->name_known = true;
-    b->name_stream = (uint64_t)(uintptr_t)stream;
-    b->name_changes = changes;
-    b->name_index = i;
+    unsigned k = b->name_known < 4 ? b->name_known++ : b->name_next++ % 4;
+    b->name_stream[k] = (uint64_t)(uintptr_t)stream;
+    b->name_index[k] = i;
     return i;
 }
 
