@@ -184,8 +184,8 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
 }
 
 /* The index in t->names of the label `stream` has now (0: none, or host memory ran out). Looked
- * up only when this thread records on another stream than last time or a label changed since:
- * one relaxed load per event otherwise. */
+ * up only when the stream is not among this thread's last four or a label changed since: one
+ * relaxed load and a short scan per event otherwise. */
 static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *rt,
                            cudaStream_t stream)
 {
