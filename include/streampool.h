@@ -706,6 +706,10 @@ SP_API int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, 
  *              counter track per pool (requested, held, reserved bytes), an instant event per
  *              call on its thread's track, and process-wide instants for oom, limit, reclaim
  *              (an allocation that needed other memory given back) and trim.
+ * One time base: the CSV's Time (seconds) and the JSON's ts (microseconds) count from the start.
+ * The start records each pool's held and reserved bytes, the JSON's first counters (ts 0), so a
+ * trace started mid-run shows what was already held; `requested` counts calls in the trace. A
+ * stream's label is the one it had when the call was recorded (released streams keep theirs).
  * Start it with sp_runtime_trace_start or with the key trace:PATH in SP_ALLOC_CONF (the
  * runtime's first trace, written when it is destroyed; PATH-2, PATH-3... for further runtimes of
  * the process). Off, sp_alloc and sp_free pay one predictable branch. A stop while other threads

@@ -22,6 +22,7 @@ typedef struct label {
 
 static pthread_mutex_t labels_lock = PTHREAD_MUTEX_INITIALIZER;
 static label *labels;
+atomic_uint sp__stream_labels_changes;
 
 static label **label_find(const sp_runtime *rt, sp_stream_key key)
 {
@@ -55,6 +56,7 @@ int sp_stream_set_name(sp_runtime *rt, cudaStream_t stream, const char *name)
         else
             rc = SP_ERR_NO_HOST_MEMORY;
     }
+    atomic_fetch_add_explicit(&sp__stream_labels_changes, 1, memory_order_relaxed);
     sp_mutex_unlock(&labels_lock);
     return rc;
 }
@@ -114,5 +116,6 @@ void sp__stream_labels_forget(const sp_runtime *rt, const cudaStream_t *stream)
             l = &(*l)->next;
         }
     }
+    atomic_fetch_add_explicit(&sp__stream_labels_changes, 1, memory_order_relaxed);
     sp_mutex_unlock(&labels_lock);
 }

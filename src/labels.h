@@ -7,6 +7,10 @@
 
 /* ---- labels.c ---- */
 
+/* Moves (under the label table's mutex) after every change to the table: a reader that saw
+ * the same figure last time (the trace, per event) knows its copy of a label is still right. */
+extern atomic_uint sp__stream_labels_changes;
+
 /* The label of a stream (exact key), or of any thread's stream with that handle, into out
  * ("" if none). Takes the label table's mutex: after runtime->lock, before nothing. */
 void sp__stream_label(const sp_runtime *rt, sp_stream_key key, char *out, size_t len);

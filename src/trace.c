@@ -7,7 +7,13 @@
  * The outcome of an allocation is read from what the call did: a successful driver allocation
  * by this thread means fresh, a stream wait on a fence means wait, another stream's block taken
  * (the pool's cross_stream_reuses moved) means steal, anything else a hit on the stream's own
- * cache. Under concurrent steals in the same pool a hit may be labelled a steal. */
+ * cache. Under concurrent steals in the same pool a hit may be labelled a steal.
+ *
+ * One time base: every event's time, the CSV's Time column and the JSON's ts are nanoseconds
+ * since the trace started, and the start records each pool's held and reserved bytes (the
+ * baseline) as counters at time 0, so a trace started mid-run shows what was already held.
+ * A stream's label is copied when an event on it is recorded, not when the files are written:
+ * streams are usually released (forgetting their labels) before the runtime writes its trace. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +54,7 @@ typedef struct {
     uint64_t held;                   /* the pool's held bytes after the call */
     uint64_t reserved;               /* the cudaMemPool's reserved bytes, or NO_SAMPLE */
     uint32_t pool;                   /* index into trace->pools */
+    uint32_t name;                   /* the stream's label then: index into trace->names */
     uint8_t kind, outcome;
     int16_t status;
 } trace_event;
@@ -60,6 +67,12 @@ typedef struct thread_buf {
     trace_event *chunks[MAX_CHUNKS];
     uint64_t memo_pool_id[8];        /* pool id -> index, for this thread's recent pools */
     uint32_t memo_index[8];
+    /* the labels of the streams this thread last recorded on (an index into trace->names), as
+     * of sp__stream_labels_changes == name_changes (owner only); a thread that allocates on one
+     * stream and frees on another looks neither up again */
+    unsigned name_changes, name_known, name_next;
+    uint64_t name_stream[4];
+    uint32_t name_index[4];
     struct thread_buf *next;
 } thread_buf;
 
@@ -67,6 +80,8 @@ typedef struct {
     uint64_t id;
     char name[SP_POOL_NAME_MAX + 1];
 } pool_name;
+
+typedef char stream_name[SP_STREAM_NAME_MAX + 1];
 
 struct sp_trace {
     pthread_mutex_t lock;            /* thread list, pool names, start and stop */
@@ -80,6 +95,13 @@ struct sp_trace {
     uint32_t nthreads;
     pool_name *pools;
     uint32_t npools, cap_pools;
+    /* every label recorded, once each; [0] is "" (no label). Only grows, like pools: a thread
+     * still inside a call of the last trace may hold an index */
+    stream_name *names;
+    uint32_t nnames, cap_names;
+    /* the baseline: held and reserved bytes of pools[0..nbase) when the trace started */
+    uint64_t *base_held, *base_reserved;
+    uint32_t nbase;
 };
 
 static atomic_uint_least64_t next_uid = 1;
@@ -118,8 +140,31 @@ static thread_buf *my_buf(struct sp_trace *t)
     if (b) {
         memo.uid = uid;
         memo.buf = b;
+        b->name_known = 0; /* a buffer taken over from an exited thread: its streams' keys */
     }
     return b;
+}
+
+/* pool_index under t->lock, without the thread's memo */
+static uint32_t pool_index_locked(struct sp_trace *t, const sp_pool *pool)
+{
+    uint32_t i;
+    for (i = 0; i < t->npools && t->pools[i].id != pool->id; i++)
+        ;
+    if (i == t->npools) {
+        if (t->npools == t->cap_pools) {
+            uint32_t cap = t->cap_pools ? t->cap_pools * 2 : 8;
+            pool_name *grown = realloc(t->pools, cap * sizeof *grown);
+            if (!grown)
+                return UINT32_MAX;
+            t->pools = grown;
+            t->cap_pools = cap;
+        }
+        t->pools[i].id = pool->id;
+        memcpy(t->pools[i].name, pool->name, sizeof t->pools[i].name);
+        t->npools++;
+    }
+    return i;
 }
 
 /* The pool's index in the trace's name table; UINT32_MAX if host memory ran out. */
@@ -128,28 +173,61 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
     unsigned slot = (unsigned)(pool->id % 8);
     if (b->memo_pool_id[slot] == pool->id)
         return b->memo_index[slot];
-    uint32_t i;
     sp_mutex_lock(&t->lock, SP_RANK_TRACE);
-    for (i = 0; i < t->npools && t->pools[i].id != pool->id; i++)
-        ;
-    if (i == t->npools) {
-        if (t->npools == t->cap_pools) {
-            uint32_t cap = t->cap_pools ? t->cap_pools * 2 : 8;
-            pool_name *grown = realloc(t->pools, cap * sizeof *grown);
-            if (!grown) {
-                sp_mutex_unlock(&t->lock);
-                return UINT32_MAX;
-            }
-            t->pools = grown;
-            t->cap_pools = cap;
-        }
-        t->pools[i].id = pool->id;
-        memcpy(t->pools[i].name, pool->name, sizeof t->pools[i].name);
-        t->npools++;
-    }
+    uint32_t i = pool_index_locked(t, pool);
     sp_mutex_unlock(&t->lock);
+    if (i == UINT32_MAX)
+        return i;
     b->memo_pool_id[slot] = pool->id;
     b->memo_index[slot] = i;
+    return i;
+}
+
+/* The index in t->names of the label `stream` has now (0: none, or host memory ran out). Looked
+ * up only when the stream is not among this thread's last four or a label changed since: one
+ * relaxed load and a short scan per event otherwise. */
+static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *rt,
+                           cudaStream_t stream)
+{
+    unsigned changes = atomic_load_explicit(&sp__stream_labels_changes, memory_order_relaxed);
+    if (b->name_changes != changes) { /* a label changed somewhere: look each up again */
+        b->name_changes = changes;
+        b->name_known = 0;
+    }
+    for (unsigned k = 0; k < b->name_known; k++)
+        if (b->name_stream[k] == (uint64_t)(uintptr_t)stream)
+            return b->name_index[k];
+    stream_name label;
+    /* the label table's mutex (a leaf) first and alone, then the trace's */
+    sp__stream_label(rt, sp__stream_key(stream), label, sizeof label);
+    uint32_t i = 0;
+    if (label[0]) {
+        sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+        for (i = 1; i < t->nnames && strcmp(t->names[i], label) != 0; i++)
+            ;
+        if (i == t->nnames || t->nnames == 0) {
+            if (t->nnames + 1 >= t->cap_names) {
+                uint32_t cap = t->cap_names ? t->cap_names * 2 : 8;
+                stream_name *grown = realloc(t->names, cap * sizeof *grown);
+                if (grown) {
+                    t->names = grown;
+                    t->cap_names = cap;
+                }
+            }
+            if (t->nnames + 1 < t->cap_names) {
+                if (t->nnames == 0)
+                    t->names[t->nnames++][0] = '\0';
+                i = t->nnames++;
+                memcpy(t->names[i], label, sizeof label);
+            } else {
+                i = 0;
+            }
+        }
+        sp_mutex_unlock(&t->lock);
+    }
+    unsigned k = b->name_known < 4 ? b->name_known++ : b->name_next++ % 4;
+    b->name_stream[k] = (uint64_t)(uintptr_t)stream;
+    b->name_index[k] = i;
     return i;
 }
 
@@ -176,6 +254,7 @@ static void record_at(struct sp_trace *t, sp_pool *pool, int kind, int outcome, 
         .held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed),
         .reserved = reserved,
         .pool = pi,
+        .name = name_index(t, b, pool->rt, stream),
         .kind = (uint8_t)kind,
         .outcome = (uint8_t)outcome,
         .status = (int16_t)status,
@@ -294,6 +373,36 @@ void sp__trace_request(sp_pool *pool, sp_request id, cudaStream_t stream, uint64
 
 /* ---- start and stop ---- */
 
+/* Under runtime->lock and t->lock: every pool's held and reserved bytes as the trace starts,
+ * written as counters at time 0. Without them a trace started mid-run draws held 0 until each
+ * pool's first traced event, though the memory was held all along. */
+static int baseline(struct sp_trace *t, sp_runtime *rt)
+{
+    for (sp_pool *p = rt->pools; p; p = p->next)
+        if (pool_index_locked(t, p) == UINT32_MAX)
+            return SP_ERR_NO_HOST_MEMORY;
+    uint64_t *held = calloc(t->npools ? t->npools : 1, sizeof *held);
+    uint64_t *reserved = calloc(t->npools ? t->npools : 1, sizeof *reserved);
+    if (!held || !reserved) {
+        free(held);
+        free(reserved);
+        return SP_ERR_NO_HOST_MEMORY;
+    }
+    for (sp_pool *p = rt->pools; p; p = p->next) {
+        uint32_t i = pool_index_locked(t, p); /* found: added above */
+        uint64_t used;
+        held[i] = atomic_load_explicit(&p->usage.held.current, memory_order_relaxed);
+        if (sp__cuda_pool_usage(p->cuda_pool, &reserved[i], &used) != SP_OK)
+            reserved[i] = 0;
+    }
+    free(t->base_held);
+    free(t->base_reserved);
+    t->base_held = held;
+    t->base_reserved = reserved;
+    t->nbase = t->npools;
+    return SP_OK;
+}
+
 int sp_runtime_trace_start(sp_runtime *rt, const char *path)
 {
     if (!rt || !path || !path[0])
@@ -316,11 +425,21 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     char *copy = strdup(path);
     if (!copy)
         return SP_ERR_NO_HOST_MEMORY;
+    /* runtime->lock keeps the pool list still while the baseline is read */
+    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     sp_mutex_lock(&t->lock, SP_RANK_TRACE);
     if (atomic_load(&t->on)) {
         sp_mutex_unlock(&t->lock);
+        sp_mutex_unlock(&rt->lock);
         free(copy);
         return SP_ERR_BUSY;
+    }
+    int rc = baseline(t, rt);
+    if (rc != SP_OK) {
+        sp_mutex_unlock(&t->lock);
+        sp_mutex_unlock(&rt->lock);
+        free(copy);
+        return rc;
     }
     free(t->path);
     t->path = copy;
@@ -335,6 +454,7 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     atomic_store(&t->on, true);
     atomic_fetch_add(&sp__tracing, 1);
     sp_mutex_unlock(&t->lock);
+    sp_mutex_unlock(&rt->lock);
     return SP_OK;
 }
 
@@ -402,14 +522,27 @@ static void json_ts(FILE *f, uint64_t ns)
     fprintf(f, "\"ts\":%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
 }
 
+/* A counter event on the pool's track: requested (by allocations made during the trace), held
+ * and reserved bytes. */
+static void write_counter(FILE *json, int pid, const char *pool, uint64_t t_ns,
+                          uint64_t requested, uint64_t held, uint64_t reserved)
+{
+    fprintf(json, ",\n{\"name\":\"pool ");
+    char quoted[8 * (SP_POOL_NAME_MAX + 1) + 4];
+    size_t used = 0;
+    sp__append_json_string(quoted, sizeof quoted, &used, pool);
+    quoted[used - 1] = '\0'; /* drop the closing quote: the name continues */
+    fprintf(json, "%s\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,", quoted + 1, pid);
+    json_ts(json, t_ns);
+    fprintf(json, ",\"args\":{\"requested\":%llu,\"held\":%llu,\"reserved\":%llu}}",
+            (unsigned long long)requested, (unsigned long long)held,
+            (unsigned long long)reserved);
+}
+
 static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tids,
                        const sp_runtime *rt, size_t dropped)
 {
     int device = rt->device;
-    /* stream labels as they are now; the last one is remembered, streams come in runs */
-    uint64_t label_stream = 0;
-    char label[SP_STREAM_NAME_MAX + 1] = "";
-    bool label_known = false;
     int pid = device + 1; /* trace viewers treat pid 0 as the kernel's */
     size_t plen = strlen(t->path);
     char *jpath = malloc(plen + 6);
@@ -434,7 +567,9 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
     if (rc == SP_OK) {
         fputs("Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome,StreamName\n", csv);
         fprintf(json, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"streampool %s\","
-                      "\"device\":%d,\"dropped_events\":%zu},\"traceEvents\":[\n",
+                      "\"device\":%d,\"dropped_events\":%zu,\"time_base\":\"ts: microseconds "
+                      "since the trace started, the CSV's Time in seconds since the same start\"},"
+                      "\"traceEvents\":[\n",
                 sp_version_string(), device, dropped);
         fprintf(json, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
                       "\"args\":{\"name\":\"streampool device %d\"}}",
@@ -443,18 +578,20 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
             fprintf(json, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,"
                           "\"args\":{\"name\":\"thread %ld\"}}",
                     pid, tids[i], tids[i]);
+        /* the baseline: what each pool held as the trace started, at time 0 */
+        for (uint32_t i = 0; i < t->nbase; i++) {
+            reserved[i] = t->base_reserved[i];
+            if (t->base_held[i] || t->base_reserved[i])
+                write_counter(json, pid, t->pools[i].name, 0, 0, t->base_held[i],
+                              t->base_reserved[i]);
+        }
     }
     for (size_t i = 0; rc == SP_OK && i < n; i++) {
         trace_event *e = &ev[i].e;
         const char *pool = t->pools[e->pool].name;
+        const char *label = e->name ? t->names[e->name] : "";
         long tid = tids[ev[i].thread];
         bool counters = false;
-        if (!label_known || label_stream != (uint64_t)e->stream) {
-            sp__stream_label_any_thread(rt, (cudaStream_t)(uintptr_t)e->stream, label,
-                                        sizeof label);
-            label_stream = (uint64_t)e->stream;
-            label_known = true;
-        }
         if (e->kind == EV_ALLOC && e->status == SP_OK) {
             size_t s = map_slot(&map, e->ptr);
             map.keys[s] = e->ptr;
@@ -515,18 +652,9 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
             json_name(json, label);
         }
         fputs("}}", json);
-        if (counters || e->kind > EV_FREE) { /* the pool's counter track */
-            fprintf(json, ",\n{\"name\":\"pool ");
-            char quoted[8 * (SP_POOL_NAME_MAX + 1) + 4];
-            size_t used = 0;
-            sp__append_json_string(quoted, sizeof quoted, &used, pool);
-            quoted[used - 1] = '\0'; /* drop the closing quote: the name continues */
-            fprintf(json, "%s\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,", quoted + 1, pid);
-            json_ts(json, e->t_ns);
-            fprintf(json, ",\"args\":{\"requested\":%llu,\"held\":%llu,\"reserved\":%llu}}",
-                    (unsigned long long)requested[e->pool], (unsigned long long)e->held,
-                    (unsigned long long)reserved[e->pool]);
-        }
+        if (counters || e->kind > EV_FREE) /* the pool's counter track */
+            write_counter(json, pid, pool, e->t_ns, requested[e->pool], e->held,
+                          reserved[e->pool]);
     }
     if (rc == SP_OK) {
         fputs("\n]}\n", json);
@@ -646,6 +774,9 @@ void sp__trace_destroy(sp_runtime *rt)
         free(b);
     }
     free(t->pools);
+    free(t->names);
+    free(t->base_held);
+    free(t->base_reserved);
     free(t->path);
     pthread_mutex_destroy(&t->lock);
     free(t);

@@ -293,6 +293,128 @@ static void trace_from_alloc_conf(void **state)
     unsetenv("SP_ALLOC_CONF");
 }
 
+/* A trace started while 60 MiB are held (issue 27 item 7): the JSON's first counter of the pool
+ * is its baseline at ts 0 with the held and reserved bytes of that moment, and the CSV's Time
+ * and the JSON's ts of the same call are one time base (seconds and microseconds since the
+ * start). */
+static void trace_started_mid_run_records_a_baseline(void **state)
+{
+    (void)state;
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    cudaStream_t s = new_stream();
+    void *big, *p;
+    SP(sp_alloc(pool, &big, 60 << 20, s));
+    sp_stats st = stats_of(pool);
+    assert_true(st.held.current >= 60u << 20);
+    char path[64], jpath[80];
+    snprintf(path, sizeof path, "%s/midrun.csv", dir);
+    snprintf(jpath, sizeof jpath, "%s.json", path);
+    SP(sp_runtime_trace_start(rt, path));
+    SP(sp_alloc(pool, &p, 1000, s));
+    SP(sp_free(pool, p, s));
+    SP(sp_runtime_trace_stop(rt));
+    char *json = slurp(jpath);
+    char expect[256];
+    snprintf(expect, sizeof expect,
+             "{\"name\":\"pool default\",\"ph\":\"C\",\"pid\":1,\"tid\":0,\"ts\":0.000,"
+             "\"args\":{\"requested\":0,\"held\":%llu,\"reserved\":%llu}}",
+             (unsigned long long)st.held.current, (unsigned long long)st.pool_reserved);
+    char *first_counter = strstr(json, "\"ph\":\"C\"");
+    char *base = strstr(json, expect);
+    assert_non_null(base);
+    assert_true(first_counter == base + strlen("{\"name\":\"pool default\","));
+    /* the allocation's row and its instant: the same moment in both files */
+    char *csv = slurp(path);
+    char *row = strchr(csv, '\n') + 1;
+    unsigned long long sec, usec;
+    assert_int_equal(sscanf(strchr(row, ',') + 1, "%llu.%llu,allocate", &sec, &usec), 2);
+    char *alloc = strstr(json, "{\"name\":\"alloc\",\"ph\":\"i\"");
+    assert_non_null(alloc);
+    unsigned long long ts_us, ts_frac;
+    assert_int_equal(sscanf(strstr(alloc, "\"ts\":") + 5, "%llu.%llu", &ts_us, &ts_frac), 2);
+    assert_int_equal(ts_us, sec * 1000000 + usec);
+    /* its counter after it: the 60 MiB still held, the 1000 bytes requested */
+    char *after = strstr(alloc, "\"ph\":\"C\"");
+    assert_non_null(after);
+    unsigned long long req, held;
+    assert_int_equal(sscanf(strstr(after, "\"args\":"), "\"args\":{\"requested\":%llu,\"held\":%llu",
+                            &req, &held), 2);
+    assert_int_equal(req, 1000);
+    assert_true(held >= 60u << 20);
+    free(csv);
+    free(json);
+    SP(sp_free(pool, big, s));
+    drop_stream(rt, s);
+    SP(sp_runtime_destroy(rt));
+}
+
+/* Stream labels are copied as the calls are recorded (issue 27 item 7): README's teardown order
+ * releases the streams (forgetting their labels) before the runtime is destroyed and writes the
+ * trace; every row still names its stream, a rename shows from the next call on, and a call made
+ * before the stream was named has no name. */
+static void trace_keeps_stream_names_set_before_release(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof path, "%s/names.csv", dir);
+    sp_runtime *rt;
+    sp_pool *pool;
+    SP(sp_runtime_create(0, NULL, &rt));
+    SP(sp_runtime_default_pool(rt, &pool));
+    SP(sp_runtime_trace_start(rt, path)); /* left on: the destroy writes it */
+    cudaStream_t s1 = new_stream(), s2 = new_stream();
+    void *p;
+    SP(sp_alloc(pool, &p, 1000, s1)); /* not named yet */
+    SP(sp_free(pool, p, s1));
+    SP(sp_stream_set_name(rt, s1, "decode"));
+    SP(sp_stream_set_name(rt, s2, "prefill \"x\""));
+    SP(sp_alloc(pool, &p, 2000, s1));
+    SP(sp_free(pool, p, s1));
+    SP(sp_alloc(pool, &p, 3000, s2));
+    SP(sp_free(pool, p, s2));
+    SP(sp_stream_set_name(rt, s1, "decode-2"));
+    SP(sp_alloc(pool, &p, 4000, s1));
+    SP(sp_free(pool, p, s1));
+    drop_stream(rt, s1); /* the labels are forgotten here */
+    drop_stream(rt, s2);
+    SP(sp_runtime_destroy(rt)); /* writes the files */
+    char *csv = slurp(path);
+    char *rows = rows_without_thread_and_time(csv);
+    /* pointers and outcomes vary with the allocator's reuse: each row's last field, its
+     * stream name, is compared */
+    const char *names[] = {"", "", "\"decode\"", "\"decode\"", "\"prefill \"\"x\"\"\"",
+                           "\"prefill \"\"x\"\"\"", "\"decode-2\"", "\"decode-2\""};
+    int k = 0;
+    for (char *line = rows; *line; line = strchr(line, '\n') + 1, k++) {
+        assert_true(k < 8);
+        char *end = strchr(line, '\n');
+        /* the name is the field after the Outcome column: the 8th of these 8 */
+        char *f = line;
+        for (int c = 0; c < 7; c++) {
+            if (*f == '"') { /* a quoted field */
+                f++;
+                while (!(f[0] == '"' && f[1] != '"'))
+                    f += f[0] == '"' ? 2 : 1;
+                f++;
+            } else {
+                while (*f != ',')
+                    f++;
+            }
+            assert_int_equal(*f, ',');
+            f++;
+        }
+        size_t len = (size_t)(end - f);
+        if (strlen(names[k]) != len || strncmp(f, names[k], len) != 0)
+            fail_msg("row %d: stream name %.*s, expected %s", k, (int)len, f, names[k]);
+    }
+    assert_int_equal(k, 8);
+    free(rows);
+    free(csv);
+}
+
 #ifdef SP_CUDASIM
 typedef struct {
     sp_pool *pool;
@@ -369,6 +491,8 @@ int main(void)
         T(trace_restarts_while_threads_allocate),
         T(trace_names_the_process_of_its_events),
         T(trace_from_alloc_conf),
+        T(trace_started_mid_run_records_a_baseline),
+        T(trace_keeps_stream_names_set_before_release),
 #ifdef SP_CUDASIM
         T(trace_records_calls_made_by_the_oom_callback),
 #endif

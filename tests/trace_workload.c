@@ -1,6 +1,8 @@
 /* Helper of test_trace.py: a fixed pseudo-random workload on three pools and four streams from
  * one thread, traced to argv[1] (sp_runtime_trace_start); prints the runtime's requested.peak
- * (exact: stats_flush_bytes 0) for the test to compare with a replay of the trace. */
+ * (exact: stats_flush_bytes 0) for the test to compare with a replay of the trace. With a second
+ * argument N, N MiB are allocated before the trace starts and freed after it stops: a trace
+ * started mid-run, whose Perfetto file must show them held from its start. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -11,8 +13,8 @@ enum { SLOTS = 64, STEPS = 3000 };
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: trace_workload TRACE_FILE\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: trace_workload TRACE_FILE [MiB_HELD_BEFORE]\n");
         return 2;
     }
     sp_runtime_config rc = SP_RUNTIME_CONFIG_INIT;
@@ -26,6 +28,9 @@ int main(int argc, char **argv)
     cudaStream_t s[4];
     for (int i = 0; i < 4; i++)
         CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+    void *before = NULL;
+    if (argc == 3)
+        CHECK(sp_alloc(pools[0], &before, (size_t)atoi(argv[2]) << 20, s[0]));
     CHECK(sp_runtime_trace_start(rt, argv[1]));
     void *ptr[SLOTS] = {0};
     int where[SLOTS];
@@ -46,6 +51,8 @@ int main(int argc, char **argv)
         if (ptr[slot])
             CHECK(sp_free(pools[where[slot]], ptr[slot], s[0]));
     CHECK(sp_runtime_trace_stop(rt));
+    if (before)
+        CHECK(sp_free(pools[0], before, s[0]));
     sp_stats st = {.size = sizeof st};
     CHECK(sp_runtime_stats(rt, &st));
     printf("%llu\n", (unsigned long long)st.requested.peak);
