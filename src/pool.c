@@ -12,6 +12,7 @@
 #include "status.h"
 #include "trace.h"
 #include "introspect.h"
+#include "share_guard.h"
 
 static atomic_uint_least64_t next_pool_id = 1;
 
@@ -238,7 +239,9 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
             rc = sp__cuda_pool_set_threshold(adopt, effective_threshold(&merged));
     } else {
         /* the driver holds the pool to the limit in pages as well */
-        rc = sp__cuda_pool_create(rt->device, pool->limit_bytes, &pool->cuda_pool);
+        rc = merged.share == SP_SHARE_POSIX_FD /* exportable: share.c */
+                 ? sp__cuda_pool_create_shareable(rt->device, pool->limit_bytes, &pool->cuda_pool)
+                 : sp__cuda_pool_create(rt->device, pool->limit_bytes, &pool->cuda_pool);
         pool->owns_cuda_pool = rc == SP_OK;
         if (rc == SP_OK)
             rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&merged));
@@ -627,6 +630,7 @@ int sp__pool_free(sp_pool *pool)
     if (rc != SP_OK && !sp__cuda_context_lost())
         return rc;
     sp__requests_free(pool->requests); /* open ones without live allocations (live ones make it busy) */
+    sp__share_free(pool); /* its exports' tables (a held block is live: it made the pool busy) */
     sp__heap_destroy(&pool->slabs);
     sp__heap_destroy(&pool->segments);
     sp__pool_drop_fences(pool);

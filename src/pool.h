@@ -49,6 +49,12 @@ struct sp_pool {
     struct sp_req *requests[SP_REQ_BUCKETS];
     uint64_t request_seq;
     atomic_uint_least64_t limit_stuck;
+    /* peer.c: the devices that may write the pool's memory (cfg.peers_read_write), read without
+     * a lock by allocations on other devices' streams */
+    atomic_uint_least64_t peer_writers;
+    /* share_guard.c: the pool's exports and the blocks held for importers; NULL until the
+     * first sp_pool_export */
+    _Atomic(struct sp_share *) share;
     sp_pool *next;
 };
 

@@ -69,6 +69,7 @@
     X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties) \
     X(cudaStreamGetId) X(cudaDeviceCanAccessPeer) X(cudaMemPoolGetAccess) \
     X(cudaMemPoolExportPointer) X(cudaMemPoolImportPointer) X(cudaDeviceReset) \
+    X(cudaStreamGetDevice) \
     SIM_GRAPH_APIS(X)
 
 /* Graph capture and graphs (sim_graph.c). */
