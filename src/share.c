@@ -353,8 +353,10 @@ int sp_import_block(sp_import *imp, const sp_block_handle *h, void **ptr)
         for (size_t i = 0; i < imp->nrecs && !r; i++)
             if (imp->recs[i].ptr == p)
                 r = &imp->recs[i]; /* imported again, or a released record reused */
-        if (!r && grow((void **)&imp->recs, &imp->cap_recs, imp->nrecs, sizeof *imp->recs))
+        if (!r && grow((void **)&imp->recs, &imp->cap_recs, imp->nrecs, sizeof *imp->recs)) {
             r = &imp->recs[imp->nrecs++];
+            r->count = 0;
+        }
         if (!r) {
             rc = SP_ERR_NO_HOST_MEMORY;
         } else {
