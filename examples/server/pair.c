@@ -162,9 +162,10 @@ static void serve(worker *w, int conn)
     for (size_t i = 0; i < w->n && rc == SP_OK; i++) {
         pair_msg m = {.type = MSG_TENANT, .tenant = (uint32_t)i, .bytes = w->n};
         strcpy(m.name, w->t[i].name);
-        rc = io(conn, &m, sizeof m, 1) ? SP_ERR_IO : sp_pool_export(w->t[i].pool, conn, &w->t[i].exp);
+        rc = io(conn, &m, sizeof m, 1) ? SP_ERR_IO
+                                       : sp_pool_export(w->t[i].pool, conn, &w->t[i].exp);
     }
-    void *live[1] = {NULL}; /* the block of the request in flight, of tenant live_t */
+    void *live = NULL; /* the block of the request in flight, of tenant live_t */
     uint32_t live_t = 0;
     while (rc == SP_OK && !stopping) {
         pair_msg m;
@@ -173,23 +174,23 @@ static void serve(worker *w, int conn)
         if (m.type == MSG_REQ && m.tenant < w->n) {
             tenant *t = &w->t[m.tenant];
             pair_msg g = {.type = MSG_GRANT, .id = m.id, .bytes = m.bytes};
-            g.status = sp_alloc(t->pool, &live[0], m.bytes, w->stream);
+            g.status = sp_alloc(t->pool, &live, m.bytes, w->stream);
             live_t = m.tenant;
-            if (g.status == SP_OK && (g.status = sp_export_block(t->exp, live[0], &g.handle)) !=
+            if (g.status == SP_OK && (g.status = sp_export_block(t->exp, live, &g.handle)) !=
                                          SP_OK)
-                (void)sp_free(t->pool, live[0], w->stream);
+                (void)sp_free(t->pool, live, w->stream);
             if (g.status != SP_OK)
-                live[0] = NULL;
+                live = NULL;
             rejected += g.status != SP_OK;
             if (io(conn, &g, sizeof g, 1))
                 break;
-        } else if (m.type == MSG_READY && m.tenant == live_t && live[0]) {
+        } else if (m.type == MSG_READY && m.tenant == live_t && live) {
             tenant *t = &w->t[m.tenant];
             pair_msg d = {.type = MSG_DONE, .id = m.id};
-            d.mismatched = check_input(w, live[0], m.id, m.bytes);
+            d.mismatched = check_input(w, live, m.id, m.bytes);
             /* served: freed in stream order; held by the guard if the front end kept it */
-            d.status = sp_free(t->pool, live[0], w->stream);
-            live[0] = NULL;
+            d.status = sp_free(t->pool, live, w->stream);
+            live = NULL;
             served++;
             bytes_checked += m.bytes;
             mismatched += d.mismatched;
@@ -200,8 +201,8 @@ static void serve(worker *w, int conn)
             break; /* not the protocol: drop the front end */
         }
     }
-    if (live[0]) /* the front end went in the middle of a request: it is over */
-        (void)sp_free(w->t[live_t].pool, live[0], w->stream);
+    if (live) /* the front end went in the middle of a request: it is over */
+        (void)sp_free(w->t[live_t].pool, live, w->stream);
     uint64_t held_before = 0, held_bytes_before = 0;
     for (size_t i = 0; i < w->n; i++) {
         sp_stats st = pool_stats(w->t[i].pool);
@@ -223,7 +224,8 @@ static void serve(worker *w, int conn)
            "\"importer_held_bytes\":%llu,\"importer_reclaims\":%llu,\"active\":%llu}\n",
            (unsigned long long)served, (unsigned long long)rejected,
            (unsigned long long)bytes_checked, (unsigned long long)mismatched,
-           (unsigned long long)held_before, (unsigned long long)held_bytes_before, freed, (unsigned long long)held,
+           (unsigned long long)held_before, (unsigned long long)held_bytes_before, freed,
+           (unsigned long long)held,
            (unsigned long long)held_bytes, (unsigned long long)reclaims,
            (unsigned long long)active);
     fflush(stdout);
