@@ -806,7 +806,7 @@ SP_API int sp_pool_dump_live(sp_pool *pool, sp_live_callback cb, void *user);
  * and answers SP_ERR_NO_ACCESS without one, whatever the stream's own cache holds; a revoked or
  * lowered grant applies to the next allocation at once. A stream's device is asked of CUDA once
  * per (pool, stream) (cudaStreamGetDevice; for the NULL, legacy and per-thread handles, the
- * device current at that first allocation). A peer stream's frees are fenced with events of the
+ * device current at that first allocation), and never on a machine with one device. A peer stream's frees are fenced with events of the
  * pool's device, which CUDA cannot record on another device's stream: other streams reuse its
  * freed memory only after a synchronize (a trim, a stream release); its own allocations reuse
  * it at once. The grants show in sp_pool_get_config, the stats (peers_read_write, peers_read),

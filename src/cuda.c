@@ -43,12 +43,22 @@ static void device_leave(const device_scope *scope)
         (void)cudaSetDevice(scope->previous);
 }
 
+/* The device count the latest sp__cuda_check_device saw (0: none yet): with one device, every
+ * stream is of the pool's device, and peer.c need not ask a stream's. */
+static atomic_int known_devices;
+
+int sp__cuda_known_device_count(void)
+{
+    return atomic_load_explicit(&known_devices, memory_order_relaxed);
+}
+
 int sp__cuda_check_device(int device)
 {
     int count = 0, pools = 0;
     int rc = check(cudaGetDeviceCount(&count));
     if (rc != SP_OK)
         return rc;
+    atomic_store_explicit(&known_devices, count, memory_order_relaxed);
     if (device < 0 || device >= count) { /* what CUDA itself says of such a device */
         sp__set_cuda_error((int)cudaErrorInvalidDevice);
         return SP_ERR_NO_DEVICE;

@@ -40,6 +40,8 @@ int sp__cuda_device_sync(int device);
 /* many devices and processes (peer.c, share.c): access flags are sp_access values */
 int sp__cuda_pool_create_shareable(int device, uint64_t max_size, cudaMemPool_t *out);
 int sp__cuda_stream_device(cudaStream_t stream, int *device);
+/* How many devices sp__cuda_check_device (every sp_runtime_create) last found; 0: none yet. */
+int sp__cuda_known_device_count(void);
 int sp__cuda_device_count(int *count);
 int sp__cuda_can_access_peer(int device, int peer, bool *can);
 int sp__cuda_pool_set_access(cudaMemPool_t pool, int device, int flags);

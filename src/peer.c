@@ -21,8 +21,10 @@ int sp__peer_admit(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream)
     if (state == SP_PEER_UNKNOWN) {
         /* the NULL, legacy and per-thread handles name the current device's stream: CUDA
          * answers with it, which is kept like any other stream's */
-        int device = 0;
-        int rc = sp__cuda_stream_device(stream, &device);
+        int device = pool->rt->device;
+        /* one device on the machine: every stream is the pool's, and no CUDA call is made */
+        int rc = sp__cuda_known_device_count() == 1 ? SP_OK
+                                                    : sp__cuda_stream_device(stream, &device);
         if (rc != SP_OK)
             return rc;
         state = device == pool->rt->device ? SP_PEER_OWN : device + 1;
