@@ -869,7 +869,10 @@ typedef struct sp_import sp_import;       /* an imported pool (importer side) */
 SP_API int sp_pool_export(sp_pool *pool, int sock, sp_export **out);
 /* Exports the live block ptr of the export's pool to its importer. Exporting it again gives the
  * same slot. SP_ERR_BAD_POINTER / SP_ERR_WRONG_POOL for a pointer that is not a live block of
- * the pool; SP_ERR_LIMIT if 4096 blocks are exported and not freed already. */
+ * the pool; SP_ERR_LIMIT if 4096 blocks are exported and not freed already;
+ * SP_ERR_NOT_SUPPORTED for an allocation of an open request (its end frees it, held or not:
+ * allocate what another process will use with sp_alloc). Do not free ptr on another thread
+ * while this call runs. */
 SP_API int sp_export_block(sp_export *exp, void *ptr, sp_block_handle *out);
 /* Frees, each on the stream of its sp_free, the blocks the guard held whose importer has
  * released them, closed or died since; *freed (if not NULL) gets how many. */

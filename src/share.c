@@ -83,7 +83,7 @@ int sp_pool_export(sp_pool *pool, int sock, sp_export **out)
 }
 
 typedef struct {
-    bool live;
+    bool live, in_request;
     void *base;
     uint64_t requested;
 } block_view;
@@ -97,6 +97,7 @@ static void view_block(sp_block *b, void *arg)
     v->live = true;
     v->base = b->seg ? b->seg->ptr : b->ptr; /* a capture's bypass block is its own */
     v->requested = b->requested;
+    v->in_request = b->req != NULL;
 }
 
 int sp_export_block(sp_export *exp, void *ptr, sp_block_handle *out)
@@ -114,6 +115,10 @@ int sp_export_block(sp_export *exp, void *ptr, sp_block_handle *out)
     sp__ptrmap_visit(&pool->rt->ptrmap, ptr, view_block, &v);
     if (l.info.state != SP_POINTER_LIVE || !v.live)
         return SP_ERR_BAD_POINTER; /* freed: nothing to export */
+    /* a request's end frees its allocations whatever another process holds: the guard could
+     * not keep such a block, so it is not exported */
+    if (v.in_request)
+        return SP_ERR_NOT_SUPPORTED;
     sp_block_handle h;
     memset(&h, 0, sizeof h);
     int rc = sp__cuda_pool_export_pointer(v.base, h.cuda);

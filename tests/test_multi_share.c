@@ -372,6 +372,13 @@ static void test_misuse(void **state)
     sp_block_handle h, ho, hx;
     assert_int_equal(sp_export_block(exp, o, &h), SP_ERR_WRONG_POOL);
     assert_int_equal(sp_export_block(exp, (char *)p + 256, &h), SP_ERR_BAD_POINTER);
+    /* a request's allocation: its end would free it under the importer */
+    sp_request req;
+    void *r = NULL;
+    SP(sp_request_begin(pool, s, "req", &req));
+    SP(sp_request_alloc(pool, req, &r, 8 * KIB));
+    assert_int_equal(sp_export_block(exp, r, &h), SP_ERR_NOT_SUPPORTED);
+    SP(sp_request_end(pool, req, 0, NULL));
     SP(sp_export_block(exp, p, &h));
     SP(sp_export_block(exp_other, o, &ho));
     SP(sp_export_block(exp, x, &hx));
