@@ -31,7 +31,7 @@ int main(int argc, char **argv)
     for (;;) {
         multi_cmd c;
         if (multi_io(sock, &c, sizeof c, 0) != 0)
-            return 0; /* the test closed its end */
+            c.op = OP_EXIT; /* the test closed its end */
         multi_reply r = {0, 0};
         switch (c.op) {
         case OP_IMPORT_POOL:
@@ -83,7 +83,13 @@ int main(int argc, char **argv)
             imp = NULL;
             break;
         case OP_EXIT:
-            return 0;
+            /* what is left goes: the import (releasing its imports), the stream, the runtime */
+            free(host);
+            r.rc = imp ? sp_import_close(imp) : SP_OK;
+            (void)cudaStreamDestroy(s);
+            if (r.rc == SP_OK)
+                r.rc = sp_runtime_destroy(rt);
+            return r.rc == SP_OK ? 0 : 7;
         default:
             r.rc = SP_ERR_INVALID;
         }
