@@ -7,7 +7,7 @@
 
 #include "multi_proto.h"
 
-#define MAX_IMPORTS 64
+#define MAX_IMPORTS 4096
 
 int main(int argc, char **argv)
 {
@@ -24,7 +24,7 @@ int main(int argc, char **argv)
     if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
         return 5;
     sp_import *imp = NULL;
-    void *ptrs[MAX_IMPORTS];
+    static void *ptrs[MAX_IMPORTS];
     uint32_t n = 0;
     unsigned char *host = NULL;
     size_t host_len = 0;

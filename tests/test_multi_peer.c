@@ -248,6 +248,31 @@ static void test_peer_stream_allocations(void **state)
     destroy_runtime(rt);
 }
 
+/* cudaStreamGetDevice, which the check asks: a stream's own device, and for the NULL and
+ * per-thread handles the current device's. */
+static void test_stream_device(void **state)
+{
+    (void)state;
+    cudaStream_t s1 = stream_on(1), s0 = stream_on(0);
+    int d = -1;
+    CK(cudaStreamGetDevice(s1, &d));
+    assert_int_equal(d, 1);
+    CK(cudaStreamGetDevice(s0, &d));
+    assert_int_equal(d, 0);
+    CK(cudaSetDevice(1));
+    CK(cudaStreamGetDevice(NULL, &d));
+    assert_int_equal(d, 1);
+    CK(cudaStreamGetDevice(cudaStreamPerThread, &d));
+    assert_int_equal(d, 1);
+    CK(cudaSetDevice(0));
+    CK(cudaStreamGetDevice(cudaStreamLegacy, &d));
+    assert_int_equal(d, 0);
+    assert_int_equal(cudaStreamGetDevice(s0, NULL), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    CK(cudaStreamDestroy(s0));
+    CK(cudaStreamDestroy(s1));
+}
+
 /* The pool's own device pays nothing for the peers: streams of device 0, the NULL and the
  * per-thread streams allocate as before, with no grant anywhere. */
 static void test_own_streams_unaffected(void **state)
@@ -288,6 +313,7 @@ int main(void)
         cmocka_unit_test_teardown(test_peer_reads_and_writes, teardown_two),
         cmocka_unit_test_teardown(test_peer_stream_allocations, teardown_two),
         cmocka_unit_test_teardown(test_own_streams_unaffected, teardown_two),
+        cmocka_unit_test_teardown(test_stream_device, teardown_two),
     };
     return cmocka_run_group_tests(tests, setup_two, NULL);
 }

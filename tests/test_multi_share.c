@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -27,6 +28,8 @@ typedef struct {
     pid_t pid;
     int sock;
 } importer;
+
+static sp_runtime *sp_runtime_of_test; /* for the threads of test_threads_share */
 
 /* fork and exec of the importer, its end of a socket pair inherited as its only extra fd */
 static importer start_importer(void)
@@ -418,6 +421,88 @@ static void test_misuse(void **state)
     destroy_runtime(rt);
 }
 
+/* Threads on their own streams export, free and poll at once while the importer imports and
+ * releases between them: every block is freed exactly once, nothing stays held or live. */
+typedef struct {
+    sp_pool *pool;
+    sp_export *exp;
+    importer *im;
+    pthread_mutex_t *talk; /* one command at a time on the importer's socket */
+    int failures;
+} share_job;
+
+#define JOB_THREADS 4
+#define JOB_ROUNDS 50
+
+static void *share_worker(void *arg)
+{
+    share_job *j = arg;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        j->failures++;
+        return NULL;
+    }
+    for (int i = 0; i < JOB_ROUNDS; i++) {
+        void *p = NULL;
+        sp_block_handle h;
+        size_t bytes = (i % 2) ? 64 * KIB : 3 * MIB;
+        if (sp_alloc(j->pool, &p, bytes, s) != SP_OK || sp_export_block(j->exp, p, &h) != SP_OK) {
+            j->failures++;
+            continue;
+        }
+        pthread_mutex_lock(j->talk);
+        multi_cmd c = {.op = OP_IMPORT_BLOCK, .handle = h};
+        multi_reply r = {-1, 0};
+        bool ok = multi_io(j->im->sock, &c, sizeof c, 1) == 0 &&
+                  multi_io(j->im->sock, &r, sizeof r, 0) == 0 && r.rc == SP_OK;
+        pthread_mutex_unlock(j->talk);
+        j->failures += !ok;
+        j->failures += sp_free(j->pool, p, s) != SP_OK; /* held: imported */
+        pthread_mutex_lock(j->talk);
+        c = (multi_cmd){.op = OP_RELEASE, .index = r.index};
+        ok = ok && multi_io(j->im->sock, &c, sizeof c, 1) == 0 &&
+             multi_io(j->im->sock, &r, sizeof r, 0) == 0 && r.rc == SP_OK;
+        pthread_mutex_unlock(j->talk);
+        j->failures += !ok;
+        j->failures += sp_pool_share_poll(j->pool, NULL) != SP_OK;
+    }
+    (void)cudaStreamSynchronize(s);
+    j->failures += sp_stream_release(sp_runtime_of_test, s) != SP_OK;
+    (void)cudaStreamDestroy(s);
+    return NULL;
+}
+
+static void test_threads_share(void **state)
+{
+    (void)state;
+    sp_runtime *rt = exact_runtime();
+    sp_runtime_of_test = rt;
+    sp_pool *pool = shared_pool(rt, "tenant", 0);
+    importer im = start_importer();
+    sp_export *exp = export_to(pool, &im);
+    pthread_mutex_t talk = PTHREAD_MUTEX_INITIALIZER;
+    share_job jobs[JOB_THREADS];
+    pthread_t th[JOB_THREADS];
+    for (int i = 0; i < JOB_THREADS; i++) {
+        jobs[i] = (share_job){pool, exp, &im, &talk, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, share_worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < JOB_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(jobs[i].failures, 0);
+    }
+    SP(sp_pool_share_poll(pool, NULL)); /* what the last polls left */
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.importer_held, 0);
+    assert_int_equal(st.imported_blocks, 0);
+    assert_int_equal(st.active.current, 0);
+    assert_int_equal(st.frees, JOB_THREADS * JOB_ROUNDS);
+    assert_int_equal(st.allocs, JOB_THREADS * JOB_ROUNDS);
+    finish(&im);
+    SP(sp_pool_destroy(pool));
+    destroy_runtime(rt);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -428,6 +513,7 @@ int main(void)
         cmocka_unit_test_teardown(test_importer_closes, teardown_runtimes),
         cmocka_unit_test_teardown(test_limit_counts_held, teardown_runtimes),
         cmocka_unit_test_teardown(test_misuse, teardown_runtimes),
+        cmocka_unit_test_teardown(test_threads_share, teardown_runtimes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
