@@ -473,6 +473,16 @@ static void memcpy_refusals_and_peer_copies_without_peer_access(void **state)
     for (int i = 0; i < N; i++)
         assert_int_equal(back[i], 0x77);
     CK(cudaSetDevice(0));
+    /* cudaMemcpyPeer synchronizes with the devices' streams: not while one of them captures */
+    cudaStream_t c;
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    CK(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed));
+    assert_int_equal(cudaMemcpyPeer(p2, 0, r, 1, N), cudaErrorStreamCaptureUnsupported);
+    assert_int_equal(cudaStreamEndCapture(c, &graph), cudaErrorStreamCaptureInvalidated);
+    assert_null(graph);
+    CK(cudaStreamDestroy(c));
+    (void)cudaGetLastError();
     /* a plain copy on device 0 reading device 1's pool memory: no access, a device fault */
     CK(cudaMemcpyAsync(back, r, N, cudaMemcpyDefault, s));
     assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
@@ -694,6 +704,73 @@ static void ipc_in_one_process_refusals_sharing_and_accounting(void **state)
     CK(cudaMemPoolDestroy(shared));
     CK(cudaSetDevice(0));
     unsetenv("CUDASIM_DEVICE_COUNT");
+}
+
+/* Threads, each on its own stream, allocate from one shareable pool, export, import into one
+ * imported pool, write through the import and read through the original, then free both (the
+ * frees take the shared allocator path on their streams). Run under ThreadSanitizer. */
+typedef struct {
+    cudaMemPool_t shared, imp;
+    int seed, failures;
+} ipc_thread_arg;
+
+static void *ipc_thread(void *arg)
+{
+    ipc_thread_arg *a = arg;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        a->failures++;
+        return NULL;
+    }
+    for (int i = 0; i < 40; i++) {
+        size_t n = 512u * (size_t)(1 + (a->seed * 7 + i) % 9);
+        unsigned char byte = (unsigned char)(a->seed * 16 + i), back[8] = {0};
+        void *p = NULL, *q = NULL;
+        struct cudaMemPoolPtrExportData data;
+        if (cudaMallocFromPoolAsync(&p, n, a->shared, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess || cudaMemPoolExportPointer(&data, p) ||
+            cudaMemPoolImportPointer(&q, a->imp, &data) ||
+            cudaMemsetAsync(q, byte, n, s) != cudaSuccess ||
+            cudaMemcpyAsync(back, (char *)p + n - 8, 8, cudaMemcpyDeviceToHost, s) ||
+            cudaFreeAsync(q, s) != cudaSuccess || cudaFreeAsync(p, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess) {
+            a->failures++;
+            break;
+        }
+        for (int k = 0; k < 8; k++)
+            a->failures += back[k] != byte;
+    }
+    cudaStreamDestroy(s);
+    return NULL;
+}
+
+static void ipc_under_threads(void **state)
+{
+    (void)state;
+    struct cudaMemPoolProps props = {.allocType = cudaMemAllocationTypePinned,
+                                     .handleTypes = cudaMemHandleTypePosixFileDescriptor,
+                                     .location = {.type = cudaMemLocationTypeDevice, .id = 0}};
+    cudaMemPool_t shared, imp;
+    CK(cudaMemPoolCreate(&shared, &props));
+    int fd = -1;
+    CK(cudaMemPoolExportToShareableHandle(&fd, shared, cudaMemHandleTypePosixFileDescriptor, 0));
+    CK(cudaMemPoolImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
+                                            cudaMemHandleTypePosixFileDescriptor, 0));
+    close(fd);
+    enum { T = 4 };
+    pthread_t t[T];
+    ipc_thread_arg args[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (ipc_thread_arg){shared, imp, i + 1, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, ipc_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(args[i].failures, 0);
+    }
+    assert_true(pool_attr(shared, cudaMemPoolAttrUsedMemCurrent) == 0);
+    CK(cudaMemPoolDestroy(imp));
+    CK(cudaMemPoolDestroy(shared));
 }
 
 /* Issue 22 item 19: cudaDeviceReset destroys what the current device's context holds in this
@@ -1117,6 +1194,7 @@ int main(void)
         T(memcpy_refusals_and_peer_copies_without_peer_access),
         T(peer_access_grants_and_enforcement),
         T(ipc_in_one_process_refusals_sharing_and_accounting),
+        T(ipc_under_threads),
         T(device_reset_destroys_the_context_state),
         T(illegal_address_is_sticky_and_reported_at_execution),
         T(copies_after_a_fault_do_not_run),

@@ -53,7 +53,8 @@
  *    block still pending on another stream, fault (sticky cudaErrorIllegalAddress) when they
  *    execute; a cudaFree of stream-ordered memory with such a use pending faults at once. A
  *    use or allocation that has already executed is never a fault: the check flags only what
- *    could still run out of order. Graph-launched copies and memsets are not tracked.
+ *    could still run out of order. Graph-launched copies and memsets are not tracked
+ *    (nor checked for pool access).
  *  - A host function that calls any CUDA API gets cudaErrorNotPermitted (rule 19).
  *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
@@ -165,7 +166,9 @@
  *    order, or pool memory the current device has no access to, faults as cudaMemcpyAsync does.
  *  - cudaMemcpyPeer needs no peer access (CUDA stages it): it waits for the work of the current,
  *    source and destination devices (without observing frees), copies, and returns, so it is
- *    serialized with their pending and later work as documented. cudaMemcpyPeerAsync is queued on
+ *    serialized with their pending and later work as documented; like cudaDeviceSynchronize it
+ *    fails (cudaErrorStreamCaptureUnsupported, invalidating the capture) while one of their
+ *    streams captures. cudaMemcpyPeerAsync is queued on
  *    its stream (of any device) like cudaMemcpyAsync, without an access check. Both refuse a bad
  *    ordinal (cudaErrorInvalidDevice) and a pointer outside the named device's memory
  *    (cudaErrorInvalidValue; cudaMemcpyPeer also a range not inside a live allocation, and graph

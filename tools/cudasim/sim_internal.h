@@ -1,5 +1,6 @@
 /* cudasim internals shared by sim_core.c (devices, errors, handles, counters, faults),
- * sim_stream.c (streams, events, host functions, copies) and sim_pool.c (memory).
+ * sim_stream.c (streams, events, host functions, copies), sim_pool.c (memory, pool access, IPC)
+ * and sim_copy.c (synchronous and peer copies, peer access).
  *
  * Locking. sim_g.lock is a writer-preferring rwlock (sim_rwlock). Every call takes it
  * exclusively (sim_lock) except the hot path of cudaMallocAsync / cudaMallocFromPoolAsync /
