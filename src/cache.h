@@ -77,8 +77,8 @@ struct sp_stream_cache {
     uint64_t allocs, live_requested, live_active, peak_requested, peak_active;
     uint64_t steals_taken, steals_given;
     /* peer.c: the stream's device as it matters to the pool: SP_PEER_UNKNOWN until its first
-     * allocation asks, SP_PEER_OWN for the pool's device, else the device (read without a lock
-     * by every allocation: one predictable branch) */
+     * allocation asks, SP_PEER_OWN for the pool's device, else that device + 1 (read without a
+     * lock by every allocation: one predictable branch) */
     atomic_int peer;
     sp_stream_cache *next_in_pool;
     sp_stream_cache *next_in_bucket;
