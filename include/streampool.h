@@ -879,7 +879,9 @@ SP_API int sp_export_block(sp_export *exp, void *ptr, sp_block_handle *out);
 SP_API int sp_pool_share_poll(sp_pool *pool, size_t *freed);
 
 /* Importer side. Receives an export from `sock` and names it `name` in rt (unique among rt's
- * imports; the device is rt's). SP_ERR_IO if no export arrives (the exporter closed). */
+ * imports; the device is rt's: SP_ERR_NO_DEVICE for a pool of another device). SP_ERR_IO if no
+ * export arrives (the exporter closed). Close every import (sp_import_close) before
+ * sp_runtime_destroy(rt). */
 SP_API int sp_pool_import(sp_runtime *rt, int sock, const char *name, sp_import **out);
 SP_API int sp_import_find(sp_runtime *rt, const char *name, sp_import **out);
 /* Maps an exported block: *ptr gets its address in this process, readable and writable by rt's
