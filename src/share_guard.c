@@ -129,12 +129,17 @@ static bool importer_alive(sp_export *e)
     int n = poll(&p, 1, 0);
     if (n == 0 || (n < 0 && errno == EINTR))
         return true;
-    char byte;
-    if (n > 0 && !(p.revents & (POLLHUP | POLLERR | POLLNVAL)) &&
-        recv(e->alive_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
-        return true; /* it wrote something (it never does): alive */
-    e->gone = true;
-    return false;
+    bool gone = n < 0 || (p.revents & (POLLHUP | POLLERR | POLLNVAL));
+    if (!gone && (p.revents & POLLIN)) {
+        /* readable without a hang-up: an end of file is a close; bytes (it never writes any)
+         * or a read that would block are not */
+        char byte;
+        ssize_t r = recv(e->alive_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        gone = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    if (gone)
+        e->gone = true;
+    return !gone;
 }
 
 int sp__share_export_new(sp_pool *pool, sp_export **out, int *table_fd, int *importer_fd)
