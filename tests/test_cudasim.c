@@ -722,7 +722,7 @@ static void *ipc_thread(void *arg)
         a->failures++;
         return NULL;
     }
-    for (int i = 0; i < 40; i++) {
+    for (int i = 0; i < 16; i++) {
         size_t n = 512u * (size_t)(1 + (a->seed * 7 + i) % 9);
         unsigned char byte = (unsigned char)(a->seed * 16 + i), back[8] = {0};
         void *p = NULL, *q = NULL;
