@@ -65,6 +65,10 @@ SP_API const char *sp_version_string(void);
     X(REQUEST_ENDED, -17, "the request has already ended")                                    \
     X(NO_REQUEST, -18, "no such request")                                                       \
     X(NEVER_FITS, -19, "larger than the pool's limit can ever hold")                            \
+    X(NO_ACCESS, -40, "the stream's device has no read-write access to the pool")              \
+    X(IMPORT_RELEASED, -41, "the imported block was already released")                         \
+    X(FOREIGN_HANDLE, -42, "the handle was exported by another pool or to another importer")   \
+    X(STALE_HANDLE, -43, "the exported block was freed before it was imported")                \
     X(UNORDERED_FREE, -30, "free on another stream not ordered after the allocating stream")
 
 enum {
@@ -322,10 +326,16 @@ typedef struct sp_pool_config {
                                           order), even with that stream's work still queued */
     int priority;                      /* on another pool's out-of-memory, lower priorities give
                                           their cached memory back first */
+    /* many devices and processes (below: "pools across devices and processes") */
+    uint64_t peers_read_write;         /* bit d: device d may read and write the pool's memory
+                                          (granted at creation: sp_pool_set_access) */
+    uint64_t peers_read;               /* bit d: device d may read it (read-write wins) */
+    int share;                         /* an sp_share_handle: SP_SHARE_POSIX_FD makes the pool
+                                          exportable to other processes (sp_pool_export) */
 } sp_pool_config;
 
 #define SP_POOL_CONFIG_INIT                                                                    \
-    {sizeof(sp_pool_config), UINT64_MAX, SP_CROSS_STREAM_BALANCED, 0, 0, UINT64_MAX, 0}
+    {sizeof(sp_pool_config), UINT64_MAX, SP_CROSS_STREAM_BALANCED, 0, 0, UINT64_MAX, 0, 0, 0, 0}
 
 /* Creates a pool named `name` (1..SP_POOL_NAME_MAX bytes, unique in the runtime) with its own
  * cudaMemPool_t. cfg NULL: defaults. The name must be well-formed UTF-8 without control
@@ -527,7 +537,7 @@ SP_API size_t sp_size_class(size_t bytes);
 
 /* ---- stats ---- */
 
-#define SP_STATS_VERSION 4
+#define SP_STATS_VERSION 5
 
 typedef struct {
     uint64_t current, peak, total;
@@ -618,6 +628,18 @@ typedef struct {
     X(reserve, "bytes", "the pools' reservations: device memory kept for them alone")           \
     X(reserve_idle, "bytes", "reserved but not held: max(reserve - held, 0) per pool")
 
+/* Peers and processes (stats version 5), in SP_STATS_STREAMS' form: G(...) point-in-time,
+ * C(...) a count that only grows. A grant is one (pool, peer device) pair; an importer is one
+ * sp_pool_export to a process that has not closed or died. */
+#define SP_STATS_MULTI(G, C)                                                                    \
+    G(peers_read_write, "", "peer devices granted read-write access (a grant per pool)")      \
+    G(peers_read, "", "peer devices granted read-only access (a grant per pool)")             \
+    G(importers, "", "processes the pools are exported to, alive as last seen")               \
+    G(imported_blocks, "", "exported blocks an importer holds now")                           \
+    G(importer_held, "", "blocks the exporter freed, kept until their importer releases them") \
+    G(importer_held_bytes, "", "bytes of those blocks")                                       \
+    C(importer_reclaims, "", "held blocks given back because their importer died or closed")
+
 typedef struct sp_stats {
     uint32_t size;      /* set by the caller: sizeof(sp_stats) */
     uint32_t version;   /* set by the library: SP_STATS_VERSION */
@@ -647,6 +669,10 @@ typedef struct sp_stats {
 #define SP_STATS_FIELD(name, text) uint64_t name;
     SP_STATS_COUNTERS_4(SP_STATS_FIELD)
 #undef SP_STATS_FIELD
+    /* version 5: peers and processes (SP_STATS_MULTI) */
+#define SP_STATS_GAUGE_FIELD(name, unit, text) uint64_t name;
+    SP_STATS_MULTI(SP_STATS_GAUGE_FIELD, SP_STATS_GAUGE_FIELD)
+#undef SP_STATS_GAUGE_FIELD
 } sp_stats;
 
 /* Fills *out (out->size must be set) for one pool, or for all pools of a runtime. */
@@ -819,6 +845,108 @@ typedef int (*sp_live_callback)(const sp_live_alloc *a, void *user);
 /* Calls cb for every live allocation of the pool, oldest first (largest age_allocs; then by
  * pointer). Returns how many it reported, or a negative status. */
 SP_API int sp_pool_dump_live(sp_pool *pool, sp_live_callback cb, void *user);
+
+/* ---- pools across devices and processes ----
+ *
+ * PEERS. A pool's memory lives on its runtime's device; sp_pool_set_access lets a peer device
+ * read it (SP_ACCESS_READ) or read and write it (SP_ACCESS_READ_WRITE), as cudaMemPoolSetAccess
+ * does, for every block of the pool, live or cached, at once. sp_pool_config.peers_read_write
+ * and .peers_read grant the same at creation. Blocks go only to streams whose device may write
+ * them: sp_alloc (and sp_request_alloc) on a stream of another device needs a read-write grant,
+ * and answers SP_ERR_NO_ACCESS without one, whatever the stream's own cache holds; a revoked or
+ * lowered grant applies to the next allocation at once. A stream's device is asked of CUDA once
+ * per (pool, stream) (cudaStreamGetDevice; for the NULL, legacy and per-thread handles, the
+ * device current at that first allocation), and never on a machine with one device. A peer stream's frees are fenced with events of the
+ * pool's device, which CUDA cannot record on another device's stream: other streams reuse its
+ * freed memory only after a synchronize (a trim, a stream release); its own allocations reuse
+ * it at once. The grants show in sp_pool_get_config, the stats (peers_read_write, peers_read),
+ * the JSON and the Prometheus text.
+ *
+ * PROCESSES. A pool created with .share = SP_SHARE_POSIX_FD (its cudaMemPool then has a POSIX
+ * file descriptor handle) can be exported, once per importing process, over a connected
+ * AF_UNIX socket; the importer names it in its runtime and imports blocks the exporter exports
+ * to it as sp_block_handle values (any byte channel carries them). The exporter allocates and
+ * frees; its tenant's limit counts every byte, imported or not. The importer reads and writes
+ * the blocks and releases them (never frees them).
+ *
+ * The lifetime guard (README: "Two processes on one pool"): each export shares a small table with
+ * its importer (a memfd both map): a slot per exported block with a count of the importer's live
+ * imports, and a socket pair whose importer end only the importer holds. An sp_free by the
+ * exporter of a block whose importer still holds an import does not free it: the block stays
+ * live, counted (importer_held), until the importer releases it, or closes its import, or dies
+ * (the kernel closes its end of the pair; the exporter sees the hang-up): sp_pool_share_poll,
+ * which the exporter calls from its loop, then frees it on the stream of that sp_free. */
+
+typedef enum {
+    SP_ACCESS_NONE = 0,
+    SP_ACCESS_READ = 1,
+    SP_ACCESS_READ_WRITE = 3,
+} sp_access;
+
+/* Grants `device` access to the pool's memory (SP_ACCESS_NONE revokes). The pool's own device
+ * always reads and writes: anything else for it is SP_ERR_INVALID. SP_ERR_NO_DEVICE for a device
+ * that does not exist; SP_ERR_NOT_SUPPORTED where it cannot reach the pool's device
+ * (cudaDeviceCanAccessPeer says 0) or is numbered 64 or above. Revoke only once the peer's work
+ * no longer uses the pool's memory (as with cudaMemPoolSetAccess). */
+SP_API int sp_pool_set_access(sp_pool *pool, int device, sp_access access);
+/* The access in force for `device`, as the pool granted it. */
+SP_API int sp_pool_get_access(sp_pool *pool, int device, sp_access *out);
+
+typedef enum {
+    SP_SHARE_NONE = 0,
+    SP_SHARE_POSIX_FD = 1,                /* cudaMemHandleTypePosixFileDescriptor */
+} sp_share_handle;
+
+/* An exported block: what the importer needs to map it and to find its slot. streampool carves
+ * blocks from larger driver allocations, and CUDA exports whole allocations: `cuda` is the
+ * export of the block's slab or segment, which the importer maps once however many of its
+ * blocks it imports, and `offset` the block's place in it. */
+typedef struct sp_block_handle {
+    uint64_t token;                       /* the export's: a handle of another export is refused */
+    uint32_t slot, gen;
+    uint64_t bytes;                       /* as the exporter asked for them */
+    uint64_t offset;                      /* of the block in its driver allocation */
+    unsigned char cuda[64];               /* cudaMemPoolPtrExportData of that allocation */
+} sp_block_handle;
+
+typedef struct sp_export sp_export;       /* one importing process of one pool (exporter side) */
+typedef struct sp_import sp_import;       /* an imported pool (importer side) */
+
+/* Exports a shareable pool to the process at the other end of `sock`, a connected AF_UNIX
+ * stream socket: sends it the pool's handle and the guard's table and socket (one message with
+ * SCM_RIGHTS). SP_ERR_NOT_SUPPORTED if the pool was not created shareable; SP_ERR_IO if the
+ * message could not be sent. *out lives as long as the pool. */
+SP_API int sp_pool_export(sp_pool *pool, int sock, sp_export **out);
+/* Exports the live block ptr of the export's pool to its importer. Exporting it again gives the
+ * same slot. SP_ERR_BAD_POINTER / SP_ERR_WRONG_POOL for a pointer that is not a live block of
+ * the pool; SP_ERR_LIMIT if 4096 blocks are exported and not freed already;
+ * SP_ERR_NOT_SUPPORTED for an allocation of an open request (its end frees it, held or not:
+ * allocate what another process will use with sp_alloc). Do not free ptr on another thread
+ * while this call runs. */
+SP_API int sp_export_block(sp_export *exp, void *ptr, sp_block_handle *out);
+/* Frees, each on the stream of its sp_free, the blocks the guard held whose importer has
+ * released them, closed or died since; *freed (if not NULL) gets how many. */
+SP_API int sp_pool_share_poll(sp_pool *pool, size_t *freed);
+
+/* Importer side. Receives an export from `sock` and names it `name` in rt (unique among rt's
+ * imports; the device is rt's: SP_ERR_NO_DEVICE for a pool of another device). SP_ERR_IO if no
+ * export arrives (the exporter closed). Close every import (sp_import_close) before
+ * sp_runtime_destroy(rt). */
+SP_API int sp_pool_import(sp_runtime *rt, int sock, const char *name, sp_import **out);
+SP_API int sp_import_find(sp_runtime *rt, const char *name, sp_import **out);
+/* Maps an exported block: *ptr gets its address in this process, readable and writable by rt's
+ * device. SP_ERR_FOREIGN_HANDLE for a handle exported by another pool or to another importer,
+ * SP_ERR_STALE_HANDLE if the exporter freed the block before this import. Importing the same
+ * block twice counts two imports, each released on its own. */
+SP_API int sp_import_block(sp_import *imp, const sp_block_handle *h, void **ptr);
+/* Releases an import: frees it in stream order on `stream` (cudaFreeAsync) and synchronizes
+ * `stream`, so that the exporter reuses the block only after this process's work on it, then
+ * tells the exporter. SP_ERR_IMPORT_RELEASED for a block released already (as often as it was
+ * imported), SP_ERR_BAD_POINTER for a pointer this import never mapped. */
+SP_API int sp_import_release(sp_import *imp, void *ptr, cudaStream_t stream);
+/* Releases every import still live (on the legacy stream) and closes the import: the exporter
+ * gets back every block it held for it. */
+SP_API int sp_import_close(sp_import *imp);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,8 @@
 #include "introspect.h"
 #include "request.h"
 #include "free_order.h"
+#include "peer.h"
+#include "share_guard.h"
 
 _Thread_local uint64_t sp__thread_misses;
 
@@ -47,6 +49,13 @@ static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t by
 #define TO_BINS 1
 
 static int alloc_off_bins(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream);
+
+/* peer.c: a stream of another device is handed a block only with a read-write grant; a stream
+ * of the pool's own device pays this one branch */
+static inline int peer_check(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream)
+{
+    return sp_unlikely(sp__peer_check_wanted(c)) ? sp__peer_admit(pool, c, stream) : SP_OK;
+}
 
 /* What a free decided under its cache's lock, for the steps after it. */
 typedef struct {
@@ -101,6 +110,9 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
         sp_stream_cache *c = sp__cache_get(pool, key);
         if (sp_unlikely(!c))
             return SP_ERR_NO_HOST_MEMORY;
+        int prc = peer_check(pool, c, stream);
+        if (sp_unlikely(prc != SP_OK))
+            return prc;
         sp_spin_lock(&c->lock);
         if (sp_unlikely(c->released)) { /* released meanwhile: look the stream up again */
             sp_spin_unlock(&c->lock);
@@ -135,6 +147,13 @@ int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
         return SP_ERR_INVALID;
     if (sp_unlikely(!ptr))
         return SP_OK;
+    /* share_guard.c: a block another process imported and still holds stays live until it
+     * releases it (sp_pool_share_poll frees it then) */
+    if (sp_unlikely(atomic_load_explicit(&pool->share, memory_order_acquire) != NULL)) {
+        int held = sp__share_hold(pool, ptr, stream);
+        if (held != 0)
+            return held > 0 ? SP_OK : held;
+    }
     sp_block *b = NULL;
     int rc = sp__ptrmap_take_for_free(&pool->rt->ptrmap, ptr, pool, &b);
     if (sp_unlikely(rc != SP_OK)) {
@@ -291,6 +310,8 @@ static int alloc_off_bins(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t 
             return SP_ERR_NO_HOST_MEMORY;
         bool capturing = false;
         int rc = sp__cache_capturing(c, &capturing);
+        if (rc == SP_OK)
+            rc = peer_check(pool, c, stream);
         if (rc != SP_OK)
             return rc;
         if (capturing)
@@ -309,6 +330,9 @@ static int alloc_large(sp_pool *pool, sp_stream_key key, size_t bytes, cudaStrea
     sp_stream_cache *c = sp__cache_get(pool, key);
     if (sp_unlikely(!c))
         return SP_ERR_NO_HOST_MEMORY;
+    int prc = peer_check(pool, c, stream);
+    if (sp_unlikely(prc != SP_OK))
+        return prc;
     sp__fence_early(c); /* before this request's work: the fence follows the last frees */
     size_t size = large_size(bytes);
     /* first the stream's own park, under its spin lock: a pair that reuses its own range

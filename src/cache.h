@@ -76,9 +76,16 @@ struct sp_stream_cache {
     /* per-stream figures (introspect.h), under `lock` like the counters above */
     uint64_t allocs, live_requested, live_active, peak_requested, peak_active;
     uint64_t steals_taken, steals_given;
+    /* peer.c: the stream's device as it matters to the pool: SP_PEER_UNKNOWN until its first
+     * allocation asks, SP_PEER_OWN for the pool's device, else that device + 1 (read without a
+     * lock by every allocation: one predictable branch) */
+    atomic_int peer;
     sp_stream_cache *next_in_pool;
     sp_stream_cache *next_in_bucket;
 };
+
+#define SP_PEER_UNKNOWN 0
+#define SP_PEER_OWN (-1)
 
 sp_stream_key sp__stream_key(cudaStream_t stream);
 bool sp__this_threads_stream(sp_stream_key key);

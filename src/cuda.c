@@ -43,12 +43,22 @@ static void device_leave(const device_scope *scope)
         (void)cudaSetDevice(scope->previous);
 }
 
+/* The device count the latest sp__cuda_check_device saw (0: none yet): with one device, every
+ * stream is of the pool's device, and peer.c need not ask a stream's. */
+static atomic_int known_devices;
+
+int sp__cuda_known_device_count(void)
+{
+    return atomic_load_explicit(&known_devices, memory_order_relaxed);
+}
+
 int sp__cuda_check_device(int device)
 {
     int count = 0, pools = 0;
     int rc = check(cudaGetDeviceCount(&count));
     if (rc != SP_OK)
         return rc;
+    atomic_store_explicit(&known_devices, count, memory_order_relaxed);
     if (device < 0 || device >= count) { /* what CUDA itself says of such a device */
         sp__set_cuda_error((int)cudaErrorInvalidDevice);
         return SP_ERR_NO_DEVICE;
@@ -287,4 +297,102 @@ int sp__cuda_device_sync(int device)
         rc = check(cudaDeviceSynchronize());
     device_leave(&scope);
     return rc;
+}
+
+/* ---- many devices and processes (peer.c, share.c) ---- */
+
+int sp__cuda_pool_create_shareable(int device, uint64_t max_size, cudaMemPool_t *out)
+{
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+#if CUDART_VERSION >= 12020
+    props.maxSize = (size_t)max_size;
+#else
+    (void)max_size;
+#endif
+    return check(cudaMemPoolCreate(out, &props));
+}
+
+int sp__cuda_stream_device(cudaStream_t stream, int *device)
+{
+#if CUDART_VERSION >= 12080
+    return check(cudaStreamGetDevice(stream, device));
+#else
+    (void)stream; /* older runtimes cannot say: the caller's device is the stream's */
+    return check(cudaGetDevice(device));
+#endif
+}
+
+int sp__cuda_device_count(int *count)
+{
+    return check(cudaGetDeviceCount(count));
+}
+
+int sp__cuda_can_access_peer(int device, int peer, bool *can)
+{
+    int yes = 0;
+    int rc = check(cudaDeviceCanAccessPeer(&yes, device, peer));
+    *can = rc == SP_OK && yes;
+    return rc;
+}
+
+int sp__cuda_pool_set_access(cudaMemPool_t pool, int device, int flags)
+{
+    struct cudaMemAccessDesc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.location.type = cudaMemLocationTypeDevice;
+    desc.location.id = device;
+    desc.flags = flags == 3   ? cudaMemAccessFlagsProtReadWrite
+                 : flags == 1 ? cudaMemAccessFlagsProtRead
+                              : cudaMemAccessFlagsProtNone;
+    return check(cudaMemPoolSetAccess(pool, &desc, 1));
+}
+
+int sp__cuda_pool_get_access(cudaMemPool_t pool, int device, int *flags)
+{
+    struct cudaMemLocation loc;
+    memset(&loc, 0, sizeof loc);
+    loc.type = cudaMemLocationTypeDevice;
+    loc.id = device;
+    enum cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
+    int rc = check(cudaMemPoolGetAccess(&f, pool, &loc));
+    *flags = f == cudaMemAccessFlagsProtReadWrite ? 3 : f == cudaMemAccessFlagsProtRead ? 1 : 0;
+    return rc;
+}
+
+int sp__cuda_pool_export_fd(cudaMemPool_t pool, int *fd)
+{
+    int handle = -1;
+    int rc = check(cudaMemPoolExportToShareableHandle(&handle, pool,
+                                                      cudaMemHandleTypePosixFileDescriptor, 0));
+    *fd = handle;
+    return rc;
+}
+
+int sp__cuda_pool_import_fd(int fd, cudaMemPool_t *out)
+{
+    /* the handle of a POSIX fd is the fd itself, passed by value in the pointer */
+    return check(cudaMemPoolImportFromShareableHandle(out, (void *)(intptr_t)fd,
+                                                      cudaMemHandleTypePosixFileDescriptor, 0));
+}
+
+int sp__cuda_pool_export_pointer(void *ptr, unsigned char data[64])
+{
+    struct cudaMemPoolPtrExportData d;
+    memset(&d, 0, sizeof d);
+    int rc = check(cudaMemPoolExportPointer(&d, ptr));
+    memcpy(data, &d, sizeof d < 64 ? sizeof d : 64);
+    return rc;
+}
+
+int sp__cuda_pool_import_pointer(cudaMemPool_t pool, const unsigned char data[64], void **ptr)
+{
+    struct cudaMemPoolPtrExportData d;
+    memset(&d, 0, sizeof d);
+    memcpy(&d, data, sizeof d < 64 ? sizeof d : 64);
+    return check(cudaMemPoolImportPointer(ptr, pool, &d));
 }

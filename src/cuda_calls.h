@@ -37,6 +37,19 @@ int sp__cuda_stream_sync(cudaStream_t stream);
 int sp__cuda_stream_query(cudaStream_t stream, bool *idle);
 int sp__cuda_stream_is_capturing(cudaStream_t stream, bool *capturing);
 int sp__cuda_device_sync(int device);
+/* many devices and processes (peer.c, share.c): access flags are sp_access values */
+int sp__cuda_pool_create_shareable(int device, uint64_t max_size, cudaMemPool_t *out);
+int sp__cuda_stream_device(cudaStream_t stream, int *device);
+/* How many devices sp__cuda_check_device (every sp_runtime_create) last found; 0: none yet. */
+int sp__cuda_known_device_count(void);
+int sp__cuda_device_count(int *count);
+int sp__cuda_can_access_peer(int device, int peer, bool *can);
+int sp__cuda_pool_set_access(cudaMemPool_t pool, int device, int flags);
+int sp__cuda_pool_get_access(cudaMemPool_t pool, int device, int *flags);
+int sp__cuda_pool_export_fd(cudaMemPool_t pool, int *fd);
+int sp__cuda_pool_import_fd(int fd, cudaMemPool_t *out);
+int sp__cuda_pool_export_pointer(void *ptr, unsigned char data[64]);
+int sp__cuda_pool_import_pointer(cudaMemPool_t pool, const unsigned char data[64], void **ptr);
 /* Successful cudaMallocFromPoolAsync and cudaStreamWaitEvent calls made by this thread: how
  * the trace tells a fresh block and a wait on a fence from a cache hit. */
 extern _Thread_local uint64_t sp__cuda_thread_mallocs, sp__cuda_thread_waits;

@@ -63,6 +63,7 @@ static void render(out *o, size_t npools_total)
     family(o, "streampool_" #f "_total", "counter", text, offsetof(sp_stats, f));
     SP_STATS_STREAMS(SP_METRIC_GAUGE, SP_METRIC_STREAM_COUNTER)
     SP_STATS_RESERVE(SP_METRIC_GAUGE)
+    SP_STATS_MULTI(SP_METRIC_GAUGE, SP_METRIC_STREAM_COUNTER)
 #undef SP_METRIC_STREAM_COUNTER
 #undef SP_METRIC_GAUGE
 #define SP_METRIC_COUNTER(f, text)                                                            \

@@ -12,6 +12,7 @@
 #include "status.h"
 #include "trace.h"
 #include "introspect.h"
+#include "share_guard.h"
 
 static atomic_uint_least64_t next_pool_id = 1;
 
@@ -228,7 +229,9 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         /* the driver holds the pool to the limit in pages as well (raised past it, the pool
          * moves to a new cudaMemPool: sp_pool_set_limit) */
         cudaMemPool_t made = NULL;
-        rc = sp__cuda_pool_create(rt->device, pool->limit_bytes, &made);
+        rc = merged.share == SP_SHARE_POSIX_FD /* exportable: share.c */
+                 ? sp__cuda_pool_create_shareable(rt->device, pool->limit_bytes, &made)
+                 : sp__cuda_pool_create(rt->device, pool->limit_bytes, &made);
         pool->cuda_pool = made;
         pool->cuda_cap = pool->limit_bytes;
         pool->owns_cuda_pool = rc == SP_OK;
@@ -729,6 +732,7 @@ int sp__pool_free(sp_pool *pool)
         free(r);
     }
     sp__requests_free(pool->requests); /* open ones without live allocations (live ones make it busy) */
+    sp__share_free(pool); /* its exports' tables (a held block is live: it made the pool busy) */
     sp__heap_destroy(&pool->slabs);
     sp__heap_destroy(&pool->segments);
     sp__pool_drop_fences(pool);
@@ -840,13 +844,27 @@ int sp_pool_set_limit(sp_pool *pool, uint64_t bytes)
     sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
+    /* the limit in force, as a pool created with it would have: clamped to the device (with a
+     * warning), in whole pages (config.c, under rt->lock, which ranks before pool->lock) */
+    sp_mutex_lock(&pool->rt->lock, SP_RANK_RUNTIME);
+    int rc = bytes ? sp__config_limit_in_force(pool->rt, pool->name, &bytes) : SP_OK;
+    sp_mutex_unlock(&pool->rt->lock);
+    if (rc != SP_OK)
+        return rc;
     sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_pool_config cfg = pool->cfg;
     cfg.limit = bytes;
     uint64_t limit = limit_in_pages(&cfg);
-    int rc = check_limit(pool->name, &cfg);
+    rc = check_limit(pool->name, &cfg);
+    bool past_cap = pool->owns_cuda_pool && pool->cuda_cap && (!limit || limit > pool->cuda_cap);
+    if (rc == SP_OK && past_cap && cfg.share == SP_SHARE_POSIX_FD)
+        /* another process imported this cudaMemPool by its handle: a new one would not be it */
+        rc = sp__errorf(SP_ERR_NOT_SUPPORTED,
+                        "pool '%s': a shareable pool's limit cannot be raised past %llu bytes, "
+                        "the cap its exported cudaMemPool was created with",
+                        pool->name, (unsigned long long)pool->cuda_cap);
     /* past the cap of its cudaMemPool (a pool made with a limit), a new one */
-    if (rc == SP_OK && pool->owns_cuda_pool && pool->cuda_cap && (!limit || limit > pool->cuda_cap))
+    else if (rc == SP_OK && past_cap)
         rc = move_cuda_pool(pool, limit, &cfg);
     if (rc == SP_OK)
         rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&cfg));
@@ -855,7 +873,7 @@ int sp_pool_set_limit(sp_pool *pool, uint64_t bytes)
         return rc;
     }
     uint64_t old_limit = pool->limit_bytes;
-    pool->cfg.limit = bytes;
+    pool->cfg.limit = limit; /* what every report shows: the limit in force */
     /* from here every claim is judged by the new limit; one that read the old limit may still
      * complete, so held stays within the highest limit in force */
     pool->limit_bytes = limit;

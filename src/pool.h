@@ -69,6 +69,12 @@ struct sp_pool {
     /* capture bypass blocks whose cudaFreeAsync the driver refused (a captured free among
      * them), under `lock`: still held, given back at a synchronized give-back or the destroy */
     sp_block *refused_frees;
+    /* peer.c: the devices that may write the pool's memory (cfg.peers_read_write), read without
+     * a lock by allocations on other devices' streams */
+    atomic_uint_least64_t peer_writers;
+    /* share_guard.c: the pool's exports and the blocks held for importers; NULL until the
+     * first sp_pool_export */
+    _Atomic(struct sp_share *) share;
     sp_pool *next;
 };
 

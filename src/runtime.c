@@ -14,6 +14,7 @@
 #include "format.h"
 #include "free_order.h"
 #include "trace.h"
+#include "peer.h"
 
 /* ---- the process's runtimes, for threads that exit ---- */
 
@@ -252,6 +253,11 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
     if (cfg && cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
         return sp__bad_size(adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config",
                             cfg->size);
+    /* share.c: an adopted cudaMemPool has the handle types it was made with */
+    if (cfg && cfg->size >= offsetof(sp_pool_config, share) + sizeof cfg->share &&
+        (cfg->share < SP_SHARE_NONE || cfg->share > SP_SHARE_POSIX_FD ||
+         (adopt && cfg->share != SP_SHARE_NONE)))
+        return SP_ERR_CONFIG;
     sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
     sp_pool *pool = NULL;
@@ -260,6 +266,9 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
         /* a pool the device had no memory for is no typo in the conf strings */
         sp__config_pool_created(rt, name, rc);
     }
+    /* peer.c: the grants asked for at creation, or no pool */
+    if (rc == SP_OK && (rc = sp__peer_grant_initial(pool)) != SP_OK && sp__pool_free(pool) != SP_OK)
+        rc = SP_ERR_CUDA; /* its cudaMemPool could not go: unreachable with what it holds */
     if (rc == SP_OK) {
         pool->next = rt->pools;
         rt->pools = pool;

@@ -11,6 +11,8 @@
 #include "status.h"
 #include "conf.h"
 #include "format.h"
+#include "peer.h"
+#include "share_guard.h"
 
 static uint64_t load(const atomic_uint_least64_t *v)
 {
@@ -75,6 +77,8 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     st->pool_used += used;
     st->pools++;
     add_reserve(pool, st);
+    sp__peer_stats(pool, st);  /* peer.c: grants */
+    sp__share_stats(pool, st); /* share_guard.c: importers and held blocks */
     return rc;
 }
 
@@ -183,6 +187,7 @@ size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)
     SP_STATS_LAYOUT(SP_EMIT_FIELD)
     SP_STATS_STREAMS(SP_EMIT_FIELD, SP_EMIT_FIELD)
     SP_STATS_RESERVE(SP_EMIT_FIELD)
+    SP_STATS_MULTI(SP_EMIT_FIELD, SP_EMIT_FIELD)
 #undef SP_EMIT_FIELD
 #undef SP_HAS
     SP_EMIT("}");

@@ -21,9 +21,11 @@ typedef enum {
     SP_RANK_RUNTIME,      /* runtime->lock: pools and names, declared captures, OOM report */
     SP_RANK_TRACE,        /* trace.c's lock: thread list, pool names, start and stop
                            * (sp_runtime_destroy stops the trace under runtime->lock) */
+    SP_RANK_PEER,         /* peer.c: a pool's grants, held across cudaMemPoolSetAccess */
     SP_RANK_POOL,         /* pool->lock: the stream table, the cache list, the open requests */
     SP_RANK_HEAP,         /* heap->lock: the slabs or the segments of a pool, one at a time */
     SP_RANK_FENCE,        /* cache->fence_lock: a stream's fences (event record and query) */
+    SP_RANK_SHARE,        /* share_guard.c: a pool's exports, their tables and held blocks */
     /* the spin leaves: cache->lock (bins, park, hot counters), ptrmap shard locks, the trace's
      * per-thread buffer locks, the fence pool's list, a request's block list (request_list.c);
      * never one under another */

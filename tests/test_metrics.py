@@ -97,7 +97,10 @@ def main():
                   "segments": "segments", "segment_bytes": "segment_bytes", "slabs": "slabs",
                   "slab_bytes": "slab_bytes",  # SP_STATS_LAYOUT: gauges
                   "streams": "streams",  # SP_STATS_STREAMS' gauge; released_streams is a _total
-                  "reserve": "reserve_bytes", "reserve_idle": "reserve_idle_bytes"}  # SP_STATS_RESERVE
+                  "reserve": "reserve_bytes", "reserve_idle": "reserve_idle_bytes",  # SP_STATS_RESERVE
+                  # SP_STATS_MULTI's gauges; importer_reclaims is a _total
+                  **{g: g for g in ("peers_read_write", "peers_read", "importers", "imported_blocks",
+                                    "importer_held", "importer_held_bytes")}}
         for k, name in layout.items():
             expect[(f"streampool_{name}", pool)] = st[k]
         for k, v in st.items():

@@ -174,7 +174,7 @@ static void stats_json_reads_only_the_callers_struct(void **state)
     char json[4096];
     size_t n = sp_stats_json(&st, json, sizeof json);
     assert_int_equal(n, strlen(json));
-    assert_string_equal(json, "{\"version\":4,"
+    assert_string_equal(json, "{\"version\":5,"
                               "\"requested\":{\"current\":0,\"peak\":0,\"total\":0},"
                               "\"active\":{\"current\":0,\"peak\":0,\"total\":0},"
                               "\"cached\":{\"current\":0,\"peak\":0,\"total\":0},"

@@ -567,6 +567,29 @@ cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
     return cudaSuccess;
 }
 
+/* The device of a stream (CUDA 12.8); the NULL, legacy and per-thread handles name the current
+ * device's own stream. */
+cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int *device)
+{
+    cudaError_t err = sim_enter(SIM_API_cudaStreamGetDevice);
+    if (err)
+        return sim_ret(err);
+    if (!device)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    int dev = sim_current_device();
+    if (hStream != NULL && hStream != cudaStreamLegacy && hStream != cudaStreamPerThread) {
+        sim_stream *s = sim_stream_resolve(hStream, &err);
+        if (s)
+            dev = s->device;
+    }
+    sim_unlock();
+    if (err)
+        return sim_ret(err);
+    *device = dev;
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
     cudaError_t err = sim_enter(SIM_API_cudaDeviceGetAttribute);

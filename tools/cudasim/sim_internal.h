@@ -70,6 +70,7 @@
     X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties) \
     X(cudaStreamGetId) X(cudaDeviceCanAccessPeer) X(cudaMemPoolGetAccess) \
     X(cudaMemPoolExportPointer) X(cudaMemPoolImportPointer) X(cudaDeviceReset) \
+    X(cudaStreamGetDevice) \
     SIM_GRAPH_APIS(X) SIM_PEER_APIS(X)
 
 /* Copies, peers and IPC (sim_copy.c, sim_pool.c). */
