@@ -74,7 +74,7 @@ static sp_stream_cache *cache_locked_for_free(sp_pool *pool, sp_block *b, cudaSt
 static void keep_off_bins_locked(sp_stream_cache *c, sp_block *b, free_step *f);
 static void fence_after_free(sp_stream_cache *c, const free_step *f);
 static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, size_t bytes,
-                      void **ptr);
+                      sp_idle own_idle, void **ptr);
 static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void **ptr);
 static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes,
                             bool fresh, void **ptr);
@@ -131,7 +131,7 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
         }
         sp__cache_flush_locked(pool, c); /* the slow path keeps the shared figures current */
         sp_spin_unlock(&c->lock);
-        return alloc_miss(pool, c, stream, bytes, ptr);
+        return alloc_miss(pool, c, stream, bytes, sp__fence_early(c), ptr);
     }
 }
 
@@ -269,23 +269,13 @@ static void keep_off_bins_locked(sp_stream_cache *c, sp_block *b, free_step *f)
     }
 }
 
-/* A fence right behind this free, when another thread asked for one or other streams' misses
- * found this stream's frees unsettled. */
+/* A fence right behind this free, when another stream's miss wanted memory this stream freed
+ * (fence_wanted) and this thread's next step is a free: it covers every free so far. Never for a
+ * huge segment given back (the driver's now) or a capturing stream (rule 25). */
 static void fence_after_free(sp_stream_cache *c, const free_step *f)
 {
-    bool to_bin = f->to_bin, capturing = f->capturing, give_huge = f->give_huge;
-    /* another thread wants to reuse what this thread freed on its per-thread stream, or other
-     * streams' misses found this stream's frees unsettled: a fence right behind this free */
-    bool offer = atomic_load_explicit(&c->fence_wanted, memory_order_relaxed);
-    unsigned interest = atomic_load_explicit(&c->fence_interest, memory_order_relaxed);
-    if (sp_unlikely(interest != 0) && !to_bin && !capturing && !give_huge) {
-        /* (a huge segment given back is the driver's: no fence of it can help another stream);
-         * a compare-exchange: a renewal by an asker in between wins, and the count never wraps */
-        (void)atomic_compare_exchange_strong_explicit(&c->fence_interest, &interest, interest - 1,
-                                                      memory_order_relaxed, memory_order_relaxed);
-        offer = true;
-    }
-    if (sp_unlikely(offer))
+    if (sp_unlikely(atomic_load_explicit(&c->fence_wanted, memory_order_relaxed)) &&
+        !f->capturing && !f->give_huge)
         sp__cache_offer_fence(c);
 }
 
@@ -333,7 +323,8 @@ static int alloc_large(sp_pool *pool, sp_stream_key key, size_t bytes, cudaStrea
     int prc = peer_check(pool, c, stream);
     if (sp_unlikely(prc != SP_OK))
         return prc;
-    sp__fence_early(c); /* before this request's work: the fence follows the last frees */
+    /* before this request's work: what the stream completed, if another stream wanted it */
+    sp_idle own_idle = sp__fence_early(c);
     size_t size = large_size(bytes);
     /* first the stream's own park, under its spin lock: a pair that reuses its own range
      * never touches the heap's mutex, which every stream shares */
@@ -348,7 +339,7 @@ static int alloc_large(sp_pool *pool, sp_stream_key key, size_t bytes, cudaStrea
         b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, NULL);
         sp_mutex_unlock(&h->lock);
         if (!b)
-            return alloc_miss(pool, c, stream, bytes, ptr);
+            return alloc_miss(pool, c, stream, bytes, own_idle, ptr);
         sp_spin_lock(&c->lock);
         if (sp_unlikely(c->released)) {
             /* released meanwhile (its figures went to the pool): counted as a miss's is,
@@ -521,7 +512,8 @@ static int grow(sp_pool *pool, sp_heap *h, size_t size, size_t bytes, sp_stream_
 static int retry_settled(sp_pool *pool, sp_heap *h, sp_stream_cache *c, cudaStream_t stream,
                          size_t bytes, size_t size, bool small, sp_block **b, bool *fresh)
 {
-    sp_ask_budget asks = {0}; /* its own: the rungs above may have spent theirs */
+    /* its own: the rungs above may have spent theirs; memory is short, so it may ask */
+    sp_ask_budget asks = {.may_ask = true};
     if ((*b = take_freed(pool, c, stream, bytes, small, SP_TAKE_KNOWN, &asks)))
         return SP_OK;
     return grow(pool, h, size, bytes, c, stream, b, fresh);
@@ -539,7 +531,7 @@ static int retry_settled(sp_pool *pool, sp_heap *h, sp_stream_cache *c, cudaStre
  *  5. SP_ERR_OUT_OF_MEMORY, counted, with a report; at once for a request larger than the
  *     device, which no rung could help. */
 static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, size_t bytes,
-                      void **ptr)
+                      sp_idle own_idle, void **ptr)
 {
     bool small = bytes <= SP_SMALL_MAX;
     size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
@@ -564,12 +556,11 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         sp__oom_record(pool, bytes, size, stream, SP_ERR_NEVER_FITS);
         return SP_ERR_NEVER_FITS;
     }
-    sp_ask_budget asks = {0}, waits = {0};
+    sp_ask_budget asks = {.own_idle = own_idle, .may_ask = held_would_peak(pool, size)},
+                  waits = {0};
     /* pending frees may have settled since the cache limit last gave up on them */
     if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
         atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
-    if (small)
-        sp__fence_early(c); /* the large path did it already */
     sp_block *b = take_freed(pool, c, stream, bytes, small, SP_TAKE_SETTLED, &asks);
     if (!b && policy == SP_CROSS_STREAM_WAIT)
         b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits);

@@ -39,16 +39,10 @@ struct sp_stream_cache {
     /* fence state, under fence_lock (a mutex: fences mean driver calls) */
     pthread_mutex_t fence_lock;
     atomic_uint_least64_t done_epoch;  /* frees known complete */
-    /* another stream's miss found this stream's frees unsettled, or could not fence them (another
-     * thread's cudaStreamPerThread): the owner thread publishes news at its next free
-     * (sp__cache_offer_fence) or large allocation (sp__fence_early), whichever comes first */
+    /* another stream's miss wanted memory this stream freed and not known settled: the owner
+     * thread publishes what its stream completed at its next free (sp__cache_offer_fence) or
+     * large allocation or miss (sp__fence_early), whichever comes first */
     atomic_bool fence_wanted;
-    /* how many of this stream's next large frees get a fence right behind them, because another
-     * stream's miss found its frees unsettled: that fence completes with the work before the
-     * free, so the next asker learns the memory is settled even when the stream has queued
-     * more work since (a stream query would say busy, a fence recorded then would complete
-     * only after that work). Set by askers, counted down by the owner's frees. */
-    atomic_uint fence_interest;
     /* segments went back to the driver on this stream (cudaFreeAsync) since the host last
      * synchronized it for a trim: the driver releases their pages only once the host has
      * observed those frees (rule 13), which the tags, settled by a query or fence, do not say */

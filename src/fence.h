@@ -7,18 +7,20 @@
 #include "cache.h"
 
 /* A miss looks for a fenced block in at most this many other streams' caches (newest first),
- * taking first what is known settled (no CUDA call), and asks the driver (stream query, fence
- * record or query) about at most SP_STEAL_ASKS of them; a segment scan asks about at most
- * SP_STEAL_ASKS free ranges, and only once no range known usable fits. */
+ * taking what is known settled. It makes no CUDA call about another stream's frees: a pending
+ * candidate that would serve it marks its stream (fence_wanted), and that stream's own thread
+ * learns what its stream completed at its next step, in one call that settles every free it
+ * made for every later miss (sp__fence_early). Only a miss that would otherwise raise the pool's
+ * high-water mark asks about its best candidate itself (one call). sp-bench serve measured the alternatives: asking
+ * up to 8 streams with fences behind frees made 14-24 calls a request, one call per miss about
+ * the best candidate 5.0-6.6, marking only 4.6-4.9, at the same memory (0.96-1.07x raw). */
 #define SP_STEAL_PROBES 64
-#define SP_STEAL_ASKS 8
-/* An unanswered ask about a stream fences its next SP_FENCE_INTEREST large frees (one event,
- * re-recorded): enough to cover a few requests' frees until the next ask renews it, and a
- * stream no one asks about goes back to making no CUDA call on the hot path. */
-#define SP_FENCE_INTEREST 64
-/* A miss reads at most this many older fences of streams it asked already (each read is an
- * event query; sp-bench serve made 14-23 of them per request with the ask budget instead). */
-#define SP_FENCE_READS 2
+/* A miss that would raise the pool's high-water mark asks about at most this many streams (one
+ * call each: a covering fence, else the stream), and about this many released ones (their owner
+ * is gone and cannot publish: an event query of the final fence that covers their frees). */
+#define SP_STEAL_ASKS 1
+/* At most this many fences pending per stream: past it, the newest is re-recorded instead. */
+#define SP_FENCE_CAP 8
 
 /* ---- fences (fence.c) ----
  * An event recorded on a stream after some of its frees (struct sp_fence, private to fence.c);
@@ -42,16 +44,21 @@ void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f);
  * `ask`: then the stream is queried or a covering fence recorded and queried (best effort: a
  * failing call leaves it unsettled and is counted). */
 bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask);
-/* One miss asks the driver about at most SP_STEAL_ASKS streams, each at most once: a stream
- * that was busy a moment ago is not asked again within the same miss. */
+/* What one miss knows and has asked: the released streams it asked about (at most
+ * SP_STEAL_ASKS, each once), whether its own stream was idle when its thread last asked, and
+ * its coalesce. */
+typedef enum { SP_IDLE_UNKNOWN, SP_IDLE_YES, SP_IDLE_NO } sp_idle;
 typedef struct {
     int asks;
     sp_stream_cache *asked[SP_STEAL_ASKS];
-    int reads; /* queries of older fences of streams already asked, at most SP_FENCE_READS */
+    sp_idle own_idle;  /* the allocating stream, as sp__fence_early found it in this miss */
+    /* a fresh segment would raise the pool's high-water mark: one call about the best candidate
+     * may save memory, not only calls (SP_STEAL_ASKS of them) */
+    bool may_ask;
     uint32_t coalesce; /* this miss's coalesce of its heap (sp_heap.coalesces); 0 if none */
 } sp_ask_budget;
-/* sp__tag_settled within a miss's budget: asks only about a stream not yet asked; about one
- * asked already, only reads a fence recorded before (within the budget). */
+/* Is the tag settled, for a miss? By what is known; if not, marks a live stream for its owner to
+ * publish (no CUDA call), and asks about a released one within the budget (one event query). */
 bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch);
 /* Makes `stream` wait until the tag is settled (a covering fence, recorded if needed);
  * SP_OK if it now is ordered after it. */
@@ -63,12 +70,12 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch);
  * complete (a synchronize, if any went back since the last), so that a trim can release their
  * pages; for trim and out of memory only. SP_OK once observed (or none). */
 int sp__cache_observe_driver_frees(sp_stream_cache *c);
-/* Publishes what c's stream has completed when another stream's miss asked about it and found
- * its frees unsettled (fence_wanted): an idle stream settles all its frees at once, a busy one
- * gets a fence right behind them. Called by c's own thread on the large path and on a miss,
- * before it enqueues new work. No CUDA call unless asked: a stream that only hits its own cache
- * makes none. */
-void sp__fence_early(sp_stream_cache *c);
+/* Publishes what c's stream has completed when another stream's miss wanted its frees
+ * (fence_wanted): an idle stream settles all its frees at once (one query), a busy one gets a
+ * fence right behind them. Called by c's own thread on the large path and on a miss, before it
+ * enqueues new work; returns what it found of the stream (SP_IDLE_UNKNOWN if not asked). No CUDA
+ * call unless wanted: a stream that only hits its own cache makes none. */
+sp_idle sp__fence_early(sp_stream_cache *c);
 /* A released stream's final fence covering all its frees; on failure, synchronizes it. */
 int sp__cache_final_fence(sp_stream_cache *c);
 /* A segment went back to the driver with cudaFreeAsync on c's own stream `on`: notes it for a
@@ -79,13 +86,13 @@ void sp__pool_drop_fences(sp_pool *pool);
 /* A request's end with the host's word that c's stream is synchronized past every free made on
  * it so far: all of them settle, with no CUDA call. */
 void sp__cache_settle_synchronized(sp_stream_cache *c);
-/* A request's end: one fence behind all of c's frees so far, unless they are settled or a fence
- * covers them already; true if one was recorded. */
+/* A request's end in stream order: one fence behind all of c's frees so far if another stream's
+ * miss wanted c's memory (fence_wanted), unless they are settled or a fence covers them
+ * already; true if one was recorded. Nobody wanted it: no call, as for a plain free. */
 bool sp__cache_fence_frees(sp_stream_cache *c);
 /* The owner thread records a fence behind its frees so far, for another thread that asked
- * (fence_wanted: it could not record one itself on this thread's cudaStreamPerThread) or for
- * the streams whose asks found frees unsettled (fence_interest): a new fence, never a move of
- * one recorded before, unless the stream is at its cap on fences. Best effort. */
+ * (fence_wanted: another stream's miss wanted memory this stream freed): a new fence, never a
+ * move of one recorded before, unless the stream is at its cap on fences. Best effort. */
 void sp__cache_offer_fence(sp_stream_cache *c);
 
 #endif /* SP_FENCE_H */

@@ -182,15 +182,24 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
     uint32_t k = sp__class_floor(size);
     for (k = next_bin(h, k); k < SP_CLASS_COUNT && sp__class_size(k) <= most;
          k = next_bin(h, k + 1)) {
-        sp_block *best = NULL;
+        sp_block *best = NULL, *pending = NULL;
         bool best_asked = false, waited = false;
         for (sp_block *b = h->bins[k].head; b; b = b->next) {
             bool asked;
-            if (fits(b, size, most, huge) && (!best || b->size < best->size) &&
-                usable_now(b, me, mode, ab, &asked)) {
+            if (!fits(b, size, most, huge) || (best && b->size >= best->size))
+                continue;
+            if (usable_now(b, me, SP_TAKE_KNOWN, ab, &asked))
                 best = b;
-                best_asked = asked;
-            }
+            else if (!pending || b->size < pending->size)
+                pending = b;
+        }
+        /* the driver is asked (or the owner marked) about the one range that would serve the
+         * miss best, never range after range down the bin */
+        bool asked;
+        if (mode != SP_TAKE_KNOWN && pending && (!best || pending->size < best->size) &&
+            usable_now(pending, me, mode, ab, &asked)) {
+            best = pending;
+            best_asked = asked;
         }
         /* smallest first, by (size, place in the bin): a range whose wait fails (its stream
          * cannot be named, or the driver refused) hands on to the next */
@@ -481,7 +490,8 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     sp_pool *pool = h->pool;
     sp_runtime *rt = pool->rt;
     uint64_t released = 0;
-    sp_ask_budget asks = {0}; /* a miss asks about a few other streams, each once */
+    /* a give-back for memory (trim, cache limit): it may ask, each stream once */
+    sp_ask_budget asks = {.may_ask = true};
     if (!ab)
         ab = &asks;
     sp_mutex_lock(&h->lock, SP_RANK_HEAP);
@@ -515,7 +525,9 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
      * one is not waited for, and they reuse them once its work gets there. */
     cudaStream_t on = own ? stream : rt->service;
     bool sync = me && !own;
-    if (own && taken && sp__cuda_stream_query(stream, &sync) != SP_OK)
+    if (own && taken && ab->own_idle != SP_IDLE_UNKNOWN) /* its thread asked in this miss */
+        sync = ab->own_idle == SP_IDLE_YES;
+    else if (own && taken && sp__cuda_stream_query(stream, &sync) != SP_OK)
         sync = false;
     /* driver calls outside the lock; a segment the driver refuses stays the pool's */
     for (size_t i = 0; i < taken; i++)

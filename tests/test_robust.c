@@ -200,7 +200,9 @@ static void live_threads_cache_is_stolen_behind_its_fence(void **state)
 
 /* Two neighbouring ranges freed on two other streams merge only once both are settled: a miss
  * that asks the driver so while it coalesces, and takes the merged range, reuses the other
- * streams' memory behind completed fences as much as one that asked about the range it took. */
+ * streams' memory as much as one that asked about the range it took. A miss asks about one
+ * stream (its best candidate, and only when it would raise the high-water mark): b's half is
+ * settled by its host's word (a synchronized request end, no call), a's by the miss's one ask. */
 static void range_settled_by_coalescing_counts_as_reuse(void **state)
 {
     fixture *f = *state;
@@ -216,11 +218,22 @@ static void range_settled_by_coalescing_counts_as_reuse(void **state)
     CK(cudaStreamSynchronize(a));
     SP(sp_free(f->pool, y, b));                /* tagged apart: a's and b's */
     CK(cudaStreamSynchronize(b));
+    sp_request req;                            /* the host's word: b's frees are complete */
+    SP(sp_request_begin(f->pool, b, NULL, &req));
+    SP(sp_request_end(f->pool, req, SP_REQUEST_SYNCHRONIZED, NULL));
     sp_stats st = stats_of(f->pool);
     uint64_t reuses = st.cross_stream_reuses, allocs = st.driver_allocs;
     assert_int_equal(st.segments, 1);
+#ifdef SP_CUDASIM
+    cudasimResetCallCounts();
+#endif
     SP(sp_alloc(f->pool, &p, 4 * MiB, c));     /* only the two halves merged can serve it */
     assert_ptr_equal(p, whole);
+#ifdef SP_CUDASIM /* the one ask: a's stream, idle; no fence recorded */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount("cudaEventQuery"), 0);
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
+#endif
     st = stats_of(f->pool);
     assert_int_equal(st.driver_allocs, allocs);
     assert_int_equal(st.cross_stream_waits, 0);
