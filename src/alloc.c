@@ -4,7 +4,7 @@
  * back from its park under the same spin lock, else a best-fit range from the pool's segments
  * under the heap's mutex, also without a driver call when free memory fits. A miss
  * climbs one ladder, top to bottom: steal -> fresh -> give back -> reclaim -> callback -> fail. */
-#include "pool.h"
+#include "alloc.h"
 #include "classes.h"
 #include "cuda_calls.h"
 #include "ptrmap.h"
@@ -17,8 +17,6 @@
 #include "free_order.h"
 #include "peer.h"
 #include "share_guard.h"
-
-_Thread_local uint64_t sp__thread_misses;
 
 static size_t large_size(size_t bytes)
 {
@@ -45,10 +43,10 @@ static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t by
         sp__cache_flush_locked(pool, c);
 }
 
-/* sp_alloc's result for a request that its stream's bins serve (never a status: those are <= 0) */
+/* alloc_in's result for a request that its stream's bins serve (never a status: those are <= 0) */
 #define TO_BINS 1
 
-static int alloc_off_bins(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream);
+static int alloc_off_bins(sp_alloc_call *a);
 
 /* peer.c: a stream of another device is handed a block only with a read-write grant; a stream
  * of the pool's own device pays this one branch */
@@ -66,41 +64,65 @@ typedef struct {
     sp_block *evicted;        /* the park's oldest range, when a large free filled it */
 } free_step;
 
-static int alloc_large(sp_pool *pool, sp_stream_key key, size_t bytes, cudaStream_t stream,
-                       void **ptr);
+static int alloc_large(sp_alloc_call *a, sp_stream_key key);
 static int free_bypass(sp_pool *pool, sp_block *b, cudaStream_t stream);
 static sp_stream_cache *cache_locked_for_free(sp_pool *pool, sp_block *b, cudaStream_t stream,
                                               free_step *f);
 static void keep_off_bins_locked(sp_stream_cache *c, sp_block *b, free_step *f);
 static void fence_after_free(sp_stream_cache *c, const free_step *f);
-static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, size_t bytes,
-                      sp_idle own_idle, void **ptr);
-static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void **ptr);
-static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes,
-                            bool fresh, void **ptr);
-/* never inlined: the hot path keeps the shape it has without a trace */
-static int traced_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
-    __attribute__((noinline));
+static int alloc_miss(sp_alloc_call *a, sp_stream_cache *c, sp_idle own_idle);
+static int alloc_bypass(sp_alloc_call *a);
+static int served_off_cache(sp_alloc_call *a, sp_stream_cache *c, sp_block *b, sp_outcome how);
+/* an allocation checked (check_free_order:1) or recorded (a trace): never inlined, so that the
+ * hot path keeps the shape it has without them */
+enum { CHECKED = 1, TRACED = 2 };
+static int alloc_wrapped(sp_alloc_call *a, unsigned wrap) __attribute__((noinline));
 static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream) __attribute__((noinline));
-/* check_free_order:1 (free_order.c); never inlined either */
-static int checked_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
-    __attribute__((noinline));
 static int checked_free(sp_pool *pool, void *ptr, cudaStream_t stream) __attribute__((noinline));
+
+/* The wrappers an allocation goes through: check_free_order:1 and a trace, if on. */
+static inline unsigned wrappers(const sp_pool *pool)
+{
+    unsigned w = sp_unlikely(pool != NULL && sp__free_order_wanted(pool->rt)) ? CHECKED : 0;
+    return w | (sp__trace_wanted() ? TRACED : 0);
+}
+
+static inline int alloc_in(sp_alloc_call *a);
 
 int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
-    /* check_free_order:1: marked, calling back in once */
-    if (sp_unlikely(pool != NULL && sp__free_order_wanted(pool->rt)))
-        return checked_alloc(pool, ptr, bytes, stream);
-    if (sp__trace_wanted()) /* recorded: calls back in once, marked */
-        return traced_alloc(pool, ptr, bytes, stream);
+    if (sp_unlikely(!ptr)) {
+        sp__cuda_error_clear();
+        return SP_ERR_INVALID;
+    }
+    sp_alloc_call a = {.pool = pool, .bytes = bytes, .stream = stream};
+    unsigned wrap = wrappers(pool);
+    int rc = sp_unlikely(wrap) ? alloc_wrapped(&a, wrap) : alloc_in(&a);
+    if (rc == SP_OK)
+        *ptr = a.block ? a.block->ptr : NULL;
+    return rc;
+}
+
+int sp__alloc(sp_alloc_call *a)
+{
+    unsigned wrap = wrappers(a->pool);
+    return sp_unlikely(wrap) ? alloc_wrapped(a, wrap) : alloc_in(a);
+}
+
+/* Every allocation, its context explicit: the stream's bins first (the hot path), else
+ * alloc_off_bins and the miss. */
+static inline int alloc_in(sp_alloc_call *a)
+{
+    sp_pool *pool = a->pool;
+    size_t bytes = a->bytes;
+    cudaStream_t stream = a->stream;
     sp__cuda_error_clear();
-    if (sp_unlikely(!pool || !ptr))
+    if (sp_unlikely(!pool))
         return SP_ERR_INVALID;
     /* zero bytes, a large request, or a capture that may be under way: TO_BINS if the request
      * is a small one for the stream's bins after all */
     if (sp_unlikely(bytes - 1 >= SP_SMALL_MAX || sp__capture_possible(pool->rt))) {
-        int rc = alloc_off_bins(pool, ptr, bytes, stream);
+        int rc = alloc_off_bins(a);
         if (rc != TO_BINS)
             return rc;
     }
@@ -126,12 +148,13 @@ int sp_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
             hit_locked(pool, c, b, bytes);
             sp_spin_unlock(&c->lock);
             atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
-            *ptr = b->ptr;
+            a->block = b;
+            a->outcome = SP_OUTCOME_HIT;
             return SP_OK;
         }
         sp__cache_flush_locked(pool, c); /* the slow path keeps the shared figures current */
         sp_spin_unlock(&c->lock);
-        return alloc_miss(pool, c, stream, bytes, sp__fence_early(c), ptr);
+        return alloc_miss(a, c, sp__fence_early(c));
     }
 }
 
@@ -283,10 +306,13 @@ static void fence_after_free(sp_stream_cache *c, const free_step *f)
 
 /* Zero bytes, too large, a capture's bypass, or a large request; TO_BINS for a small request of
  * a stream that is not capturing, which sp_alloc then serves from the stream's bins. */
-static int alloc_off_bins(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+static int alloc_off_bins(sp_alloc_call *a)
 {
+    sp_pool *pool = a->pool;
+    size_t bytes = a->bytes;
+    cudaStream_t stream = a->stream;
     if (sp_unlikely(bytes == 0)) {
-        *ptr = NULL;
+        a->block = NULL;
         return SP_OK;
     }
     if (sp_unlikely(bytes > SP_MAX_ALLOC))
@@ -305,18 +331,20 @@ static int alloc_off_bins(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t 
         if (rc != SP_OK)
             return rc;
         if (capturing)
-            return alloc_bypass(pool, bytes, stream, ptr);
+            return alloc_bypass(a);
     }
     if (bytes <= SP_SMALL_MAX)
         return TO_BINS;
-    return alloc_large(pool, key, bytes, stream, ptr);
+    return alloc_large(a, key);
 }
 
 /* A large request: a range the stream freed lately from its park, under its spin lock, else
  * best fit in the segments under the heap's mutex, else the miss ladder. */
-static int alloc_large(sp_pool *pool, sp_stream_key key, size_t bytes, cudaStream_t stream,
-                       void **ptr)
+static int alloc_large(sp_alloc_call *a, sp_stream_key key)
 {
+    sp_pool *pool = a->pool;
+    size_t bytes = a->bytes;
+    cudaStream_t stream = a->stream;
     sp_stream_cache *c = sp__cache_get(pool, key);
     if (sp_unlikely(!c))
         return SP_ERR_NO_HOST_MEMORY;
@@ -339,19 +367,20 @@ static int alloc_large(sp_pool *pool, sp_stream_key key, size_t bytes, cudaStrea
         b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, NULL);
         sp_mutex_unlock(&h->lock);
         if (!b)
-            return alloc_miss(pool, c, stream, bytes, own_idle, ptr);
+            return alloc_miss(a, c, own_idle);
         sp_spin_lock(&c->lock);
         if (sp_unlikely(c->released)) {
             /* released meanwhile (its figures went to the pool): counted as a miss's is,
              * in the pool's figures directly */
             sp_spin_unlock(&c->lock);
-            return served_off_cache(pool, c, b, bytes, false, ptr);
+            return served_off_cache(a, c, b, SP_OUTCOME_REUSE);
         }
     }
     hit_locked(pool, c, b, bytes);
     sp_spin_unlock(&c->lock);
     atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
-    *ptr = b->ptr;
+    a->block = b;
+    a->outcome = SP_OUTCOME_HIT;
     return SP_OK;
 }
 
@@ -382,18 +411,23 @@ int sp_free_any(sp_pool *pool, void *ptr)
     return sp_free(pool, ptr, l.info.stream);
 }
 
-/* ---- the trace ----
- * sp_alloc and sp_free with the call recorded: they call the public function again, marked as
- * the wrapper's (the mark is consumed at once, so that calls the OOM callback makes inside are
- * recorded too), and trace.c notes what the call did from figures read before and after. */
+/* ---- the trace and check_free_order:1 ----
+ * An allocation runs once, its context explicit, and the wrappers note what it did: its
+ * outcome as the allocator decided it (the trace), its mark (check_free_order:1). A free calls
+ * the public function again, marked as the wrapper's (the mark is consumed at once, so that
+ * calls made inside are recorded too), and the trace notes what it did. */
 
-static int traced_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
+static int alloc_wrapped(sp_alloc_call *a, unsigned wrap)
 {
-    sp_trace_mark m = sp__trace_alloc_mark(pool);
-    sp__trace_inside = true;
-    int rc = sp_alloc(pool, ptr, bytes, stream);
-    sp__trace_inside = false;
-    sp__trace_alloc_done(&m, pool, ptr, bytes, stream, rc);
+    sp_trace_mark m = {0};
+    if ((wrap & TRACED) && a->pool)
+        m = sp__trace_alloc_mark(a->pool);
+    int rc = alloc_in(a);
+    void *p = rc == SP_OK && a->block ? a->block->ptr : NULL;
+    if ((wrap & CHECKED) && p)
+        sp__free_order_note(a->pool->rt, p, a->stream);
+    if ((wrap & TRACED) && a->pool)
+        sp__trace_alloc_done(&m, a->pool, p, a->bytes, a->stream, rc, a->outcome);
     return rc;
 }
 
@@ -407,19 +441,7 @@ static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream)
     return rc;
 }
 
-/* ---- check_free_order:1 ----
- * sp_alloc and sp_free called again, marked, outside the trace's wrappers (which record the
- * inner call); the allocation gets its mark, the free is checked before anything is freed. */
-
-static int checked_alloc(sp_pool *pool, void **ptr, size_t bytes, cudaStream_t stream)
-{
-    sp__free_order_inside = true;
-    int rc = sp_alloc(pool, ptr, bytes, stream);
-    if (rc == SP_OK)
-        sp__free_order_note(pool->rt, *ptr, stream);
-    return rc;
-}
-
+/* check_free_order:1 for a free: checked before anything is freed, then called again, marked. */
 static int checked_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
     sp__cuda_error_clear();
@@ -450,37 +472,16 @@ static void count_miss(sp_pool *pool, const sp_block *b, size_t bytes, bool fres
     atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
 }
 
-/* Memory other streams freed: their small blocks first (bins, at most SP_STEAL_PROBES caches),
- * then free ranges of the tier's slabs or segments. Best effort: nothing here fails. */
-static sp_block *take_freed(sp_pool *pool, sp_stream_cache *me, cudaStream_t stream,
-                            size_t bytes, bool small, sp_take_mode mode, sp_ask_budget *ab)
-{
-    sp_heap *h = small ? &pool->slabs : &pool->segments;
-    size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
-    sp_block *b = NULL;
-    if (small && (b = sp__small_steal(pool, me, sp__class_of(bytes), stream, mode, ab)))
-        return b;
-    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
-    b = sp__heap_take(h, size, me, stream, mode, ab);
-    if (!b) { /* ranges settled since their free may merge now */
-        sp__heap_coalesce(h, size, me, ab);
-        b = sp__heap_take(h, size, me, stream, mode, ab);
-    }
-    sp_mutex_unlock(&h->lock);
-    return b;
-}
-
 /* Hands out b, served off the stream's cache (a miss, or a hit whose cache was released
- * meanwhile): counted in the pool's figures and for the stream. */
-static int served_off_cache(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes,
-                            bool fresh, void **ptr)
+ * meanwhile): counted in the pool's figures and for the stream, with how it was served. */
+static int served_off_cache(sp_alloc_call *a, sp_stream_cache *c, sp_block *b, sp_outcome how)
 {
-    b->requested = bytes;
-    sp__thread_misses++;
-    count_miss(pool, b, bytes, fresh);
-    sp__note_miss(c, b, bytes);
+    b->requested = a->bytes;
+    count_miss(a->pool, b, a->bytes, how == SP_OUTCOME_FRESH);
+    sp__note_miss(c, b, a->bytes);
     atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
-    *ptr = b->ptr;
+    a->block = b;
+    a->outcome = how;
     return SP_OK;
 }
 
@@ -496,149 +497,252 @@ static bool larger_than_device(sp_pool *pool, size_t size)
     return sp__cuda_mem_info(pool->rt->device, &free_bytes, &total) == SP_OK && size > total;
 }
 
-/* A fresh slab or segment; *fresh tells whether *b is its block. */
-static int grow(sp_pool *pool, sp_heap *h, size_t size, size_t bytes, sp_stream_cache *c,
-                cudaStream_t stream, sp_block **b, bool *fresh)
+/* ---- the miss ladder ----
+ * A miss climbs these rungs in order until one serves it:
+ *   settled    memory freed that is known usable (another stream's or its own), or settled by
+ *              one call about the candidate that would serve the miss, when a fresh one would
+ *              raise the pool's high-water mark (fence.c says when it asks);
+ *   wait       under SP_CROSS_STREAM_WAIT, memory behind a pending fence the stream waits on;
+ *   fresh      a new slab or segment from the driver; free segments that do not fit go back
+ *              first when it would raise the high-water mark (always for a huge request);
+ *   limit      refused by the pool's limit: its cache goes back down to what leaves room for
+ *              the request, then a fresh one again;
+ *   oom wait   refused by the device: memory behind a pending fence (unless NO_WAIT);
+ *   give back  refused by either: the pool's whole cache back, synchronized, then a retry;
+ *   reclaim    refused by the device: other pools' caches, lowest priority first, then fresh;
+ *   callback   the user's OOM callback, then a retry.
+ * What still fails is counted and reported. Each rung takes the status the rungs above left
+ * (NEXT while none has failed) and returns SP_OK with the block, NEXT, or a failure. Outside the
+ * main line: a small request near the limit (at_the_limit) and a driver refusal at the pool's
+ * own cap (at_its_cap). */
+
+#define NEXT 1 /* a rung's "not served here": never a status (those are <= 0) */
+
+typedef struct {
+    sp_alloc_call *a;
+    sp_stream_cache *c;
+    sp_heap *h;
+    size_t size;          /* as carved: a class size, or the large rounding */
+    bool small;
+    uint64_t limit;       /* the pool's limit in force as the miss began; 0: none */
+    bool hopeless;        /* larger than the whole device: no rung below fresh can help */
+    sp_ask_budget asks, waits;
+    sp_block *b;          /* with SP_OK: the block, and how it was served */
+    sp_outcome how;
+} miss;
+
+/* Memory freed earlier: another stream's small blocks first (bins, at most SP_STEAL_PROBES
+ * caches), then free ranges of the tier's slabs or segments, as `mode` allows. */
+static int take(miss *m, sp_take_mode mode, sp_ask_budget *ab)
 {
-    int rc = sp__pool_grow(pool, h, size, bytes, c, stream, b);
-    *fresh = rc == SP_OK;
+    sp_pool *pool = m->a->pool;
+    cudaStream_t stream = m->a->stream;
+    sp_block *b = NULL;
+    if (m->small)
+        b = sp__small_steal(pool, m->c, sp__class_of(m->size), stream, mode, ab);
+    if (!b) {
+        sp_mutex_lock(&m->h->lock, SP_RANK_HEAP);
+        b = sp__heap_take(m->h, m->size, m->c, stream, mode, ab);
+        if (!b) { /* ranges settled since their free may merge now */
+            sp__heap_coalesce(m->h, m->size, m->c, ab);
+            b = sp__heap_take(m->h, m->size, m->c, stream, mode, ab);
+        }
+        sp_mutex_unlock(&m->h->lock);
+    }
+    if (!b)
+        return NEXT;
+    m->b = b; /* as the take counted it (segment.c, small.c) */
+    m->how = ab->took == SP_TOOK_WAIT    ? SP_OUTCOME_WAIT
+             : ab->took == SP_TOOK_REUSE ? SP_OUTCOME_STEAL
+                                         : SP_OUTCOME_REUSE;
+    return SP_OK;
+}
+
+/* A fresh slab or segment, the request's claim drawn first. */
+static int fresh(miss *m)
+{
+    sp_alloc_call *a = m->a;
+    int rc = sp__pool_grow(a->pool, m->h, m->size, a->bytes, m->c, a->stream, a->req, &m->b);
+    if (rc == SP_OK)
+        m->how = SP_OUTCOME_FRESH;
+    m->hopeless = rc == SP_ERR_OUT_OF_MEMORY && larger_than_device(a->pool, m->size);
     return rc;
 }
 
 /* The retry after a give-back that synchronized the pool's streams: the frees it settled may
  * now merge into, or be, a range that holds the request (in a partly used segment, which no
  * give-back frees, and which the rungs above could not use while they were pending), else a
- * fresh slab or segment. */
-static int retry_settled(sp_pool *pool, sp_heap *h, sp_stream_cache *c, cudaStream_t stream,
-                         size_t bytes, size_t size, bool small, sp_block **b, bool *fresh)
+ * fresh slab or segment. Its own budget: memory is short, so it may ask. */
+static int retry_settled(miss *m)
 {
-    /* its own: the rungs above may have spent theirs; memory is short, so it may ask */
     sp_ask_budget asks = {.may_ask = true};
-    if ((*b = take_freed(pool, c, stream, bytes, small, SP_TAKE_KNOWN, &asks)))
-        return SP_OK;
-    return grow(pool, h, size, bytes, c, stream, b, fresh);
+    return take(m, SP_TAKE_KNOWN, &asks) == SP_OK ? SP_OK : fresh(m);
 }
 
-/* The whole ladder, in order. Each rung either yields a block or hands on to the next:
- *  1. memory another stream freed, behind a completed fence (asking the driver, bounded);
- *  2. under the WAIT policy, behind a pending fence the allocating stream waits on;
- *  3. a fresh slab or segment from the driver (free segments too small for a large request go
- *     back first if the new one would raise the pool's high-water mark); over the pool's
- *     limit, the pool's own cache goes back first, and a request the limit still refuses fails
- *     with SP_ERR_LIMIT;
- *  4. out of device memory: a pending fence (unless NO_WAIT), then the pool's own cache back
- *     to the device, then other pools' caches, then the user's callback, each with a retry;
- *  5. SP_ERR_OUT_OF_MEMORY, counted, with a report; at once for a request larger than the
- *     device, which no rung could help. */
-static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, size_t bytes,
-                      sp_idle own_idle, void **ptr)
+static int rung_settled(miss *m, int rc)
 {
-    bool small = bytes <= SP_SMALL_MAX;
-    size_t size = small ? sp__class_size(sp__class_of(bytes)) : large_size(bytes);
-    sp_cross_stream_policy policy = pool->cfg.cross_stream;
-    uint64_t limit = pool->limit_bytes;
-    if (small && limit && size > large_size(bytes)) {
-        /* near the limit, a small request whose size class would not fit, though the request
-         * does, is carved from the segments at 512-byte rounding instead (the limit is whole
-         * pages: only a capture's bypass allocations leave such a room) */
-        uint64_t held = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
-        uint64_t room = held < limit ? limit - held : 0;
-        if (size > room && large_size(bytes) <= room) {
-            small = false;
-            size = large_size(bytes);
-        }
-    }
-    sp_heap *h = small ? &pool->slabs : &pool->segments;
-    if (!small) /* every stream's parked ranges: this miss may reuse, merge or give them back */
-        sp__park_flush_all(pool);
-    if (limit && size > limit) { /* over the limit on its own: nothing can help, ever */
-        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
-        sp__oom_record(pool, bytes, size, stream, SP_ERR_NEVER_FITS);
-        return SP_ERR_NEVER_FITS;
-    }
-    sp_ask_budget asks = {.own_idle = own_idle, .may_ask = held_would_peak(pool, size)},
-                  waits = {0};
-    /* pending frees may have settled since the cache limit last gave up on them */
-    if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
-        atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
-    sp_block *b = take_freed(pool, c, stream, bytes, small, SP_TAKE_SETTLED, &asks);
-    if (!b && policy == SP_CROSS_STREAM_WAIT)
-        b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits);
-    bool huge = size > SP_MEDIUM_MAX;
-    if (!b && !small && (huge || held_would_peak(pool, size)))
+    (void)rc;
+    return take(m, SP_TAKE_SETTLED, &m->asks);
+}
+
+static int rung_wait(miss *m, int rc)
+{
+    if (m->a->pool->cfg.cross_stream != SP_CROSS_STREAM_WAIT)
+        return rc;
+    return take(m, SP_TAKE_WAIT, &m->waits);
+}
+
+static int rung_fresh(miss *m, int rc)
+{
+    (void)rc;
+    bool huge = m->size > SP_MEDIUM_MAX;
+    if (!m->small && (huge || held_would_peak(m->a->pool, m->size)))
         /* free settled segments that do not fit go back before a new one is taken, so that the
          * driver remaps their pages into it instead of reserving more: always for a huge
          * request (huge segments are never split: any free one is whole), else when a new
          * segment would raise the pool's high-water mark (below it they stay cached) */
-        (void)sp__heap_release(h, size, huge, c, stream, &asks, NULL);
-    bool fresh = false; /* b is a new slab's or segment's block, counted live already */
-    int rc = b ? SP_OK : grow(pool, h, size, bytes, c, stream, &b, &fresh);
-    if (rc == SP_ERR_LIMIT && size <= limit) {
-        (void)sp__pool_give_back(pool, limit - size, false, NULL);
-        sp__pool_count(pool, SP_COUNT_limit_retries, 1);
-        rc = grow(pool, h, size, bytes, c, stream, &b, &fresh);
-    }
-    /* more than the whole device: no rung below can help, and none may disturb other pools */
-    bool hopeless = rc == SP_ERR_OUT_OF_MEMORY && larger_than_device(pool, size);
-    if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && policy != SP_CROSS_STREAM_NO_WAIT &&
-        (b = take_freed(pool, c, stream, bytes, small, SP_TAKE_WAIT, &waits)))
-        rc = SP_OK;
-    /* a request larger than the limit itself: nothing the pool gives back can make it fit.
-     * Over the limit, the pool keeps what leaves room for the request; a driver refusal gives
+        (void)sp__heap_release(m->h, m->size, huge, m->c, m->a->stream, &m->asks, NULL);
+    return fresh(m);
+}
+
+static int rung_limit(miss *m, int rc)
+{
+    if (rc != SP_ERR_LIMIT || m->size > m->limit)
+        return rc;
+    (void)sp__pool_give_back(m->a->pool, m->limit - m->size, false, NULL);
+    sp__pool_count(m->a->pool, SP_COUNT_limit_retries, 1);
+    return fresh(m);
+}
+
+static int rung_oom_wait(miss *m, int rc)
+{
+    if (rc != SP_ERR_OUT_OF_MEMORY || m->hopeless ||
+        m->a->pool->cfg.cross_stream == SP_CROSS_STREAM_NO_WAIT)
+        return rc;
+    return take(m, SP_TAKE_WAIT, &m->waits) == SP_OK ? SP_OK : rc;
+}
+
+/* Outside the main line: the driver enforces the limit too (maxSize), so a pool at its own cap
+ * is at its limit. The give-back before this trimmed the cudaMemPool to its reservation or to
+ * the pages in use, whichever is more. Within the reservation, its free pages are no part of
+ * that cap: the driver remaps them into the request (rule 13a), so only the bytes in use count;
+ * counted, a device out of memory would pass for the limit and the other pools would never be
+ * asked. */
+static int at_its_cap(miss *m, int rc)
+{
+    if (rc != SP_ERR_OUT_OF_MEMORY || !m->limit)
+        return rc;
+    sp_pool *pool = m->a->pool;
+    uint64_t reserved = 0, used = 0;
+    (void)sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used);
+    return (reserved > pool->cfg.reserve ? reserved : used) + m->size > m->limit ? SP_ERR_LIMIT
+                                                                                 : rc;
+}
+
+static int rung_give_back(miss *m, int rc)
+{
+    /* over the limit, the pool keeps what leaves room for the request; a driver refusal gives
      * the whole cache back, with or without a limit: the driver counts whole pages, so a pool
      * near its cap (maxSize) may hold fewer bytes than the limit less the request and still
      * have no page left for it */
-    if ((rc == SP_ERR_OUT_OF_MEMORY && !hopeless) || (rc == SP_ERR_LIMIT && size <= limit)) {
-        (void)sp__pool_give_back(pool, limit && rc == SP_ERR_LIMIT ? limit - size : 0, true,
+    bool limited = rc == SP_ERR_LIMIT && m->size <= m->limit;
+    if ((rc == SP_ERR_OUT_OF_MEMORY && !m->hopeless) || limited) {
+        (void)sp__pool_give_back(m->a->pool, limited && m->limit ? m->limit - m->size : 0, true,
                                  NULL);
-        sp__pool_count(pool, rc == SP_ERR_LIMIT ? SP_COUNT_limit_retries : SP_COUNT_oom_retries, 1);
-        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b, &fresh);
+        sp__pool_count(m->a->pool, limited ? SP_COUNT_limit_retries : SP_COUNT_oom_retries, 1);
+        rc = retry_settled(m);
     }
-    if (rc == SP_ERR_OUT_OF_MEMORY && limit) {
-        /* the driver enforces the limit too (maxSize): a pool at its own cap is at its limit.
-         * The give-back above trimmed the cudaMemPool to its reservation or to the pages in
-         * use, whichever is more. Within the reservation, its free pages are no part of that
-         * cap: the driver remaps them into the request (rule 13a), so only the bytes in use
-         * count; counted, a device out of memory would pass for the limit and the other pools
-         * would never be asked */
-        uint64_t reserved = 0, used = 0;
-        (void)sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used);
-        if ((reserved > pool->cfg.reserve ? reserved : used) + size > limit)
-            rc = SP_ERR_LIMIT;
-    }
-    if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__reclaim_others(pool, size)) {
-        sp__pool_count(pool, SP_COUNT_oom_retries, 1);
-        rc = grow(pool, h, size, bytes, c, stream, &b, &fresh);
-    }
-    if (rc == SP_ERR_OUT_OF_MEMORY && !hopeless && sp__oom_callback(pool, bytes, stream)) {
+    return at_its_cap(m, rc);
+}
+
+static int rung_reclaim(miss *m, int rc)
+{
+    if (rc != SP_ERR_OUT_OF_MEMORY || m->hopeless || !sp__reclaim_others(m->a->pool, m->size))
+        return rc;
+    sp__pool_count(m->a->pool, SP_COUNT_oom_retries, 1);
+    return fresh(m);
+}
+
+static int rung_callback(miss *m, int rc)
+{
+    sp_pool *pool = m->a->pool;
+    if (rc == SP_ERR_OUT_OF_MEMORY && !m->hopeless &&
+        sp__oom_callback(pool, m->a->bytes, m->a->stream)) {
         /* what the callback freed, into any pool's cache, reaches the device */
         (void)sp__pool_give_back(pool, 0, true, NULL);
-        (void)sp__reclaim_others(pool, size);
+        (void)sp__reclaim_others(pool, m->size);
         sp__pool_count(pool, SP_COUNT_oom_retries, 1);
-        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b, &fresh);
-    } else if (rc == SP_ERR_LIMIT && sp__oom_callback(pool, bytes, stream)) {
+        return retry_settled(m);
+    }
+    if (rc == SP_ERR_LIMIT && sp__oom_callback(pool, m->a->bytes, m->a->stream)) {
         /* a limit rejection: only what the callback freed in this pool can help; no other
          * pool is touched */
-        (void)sp__pool_give_back(pool, limit - size, true, NULL);
+        (void)sp__pool_give_back(pool, m->limit - m->size, true, NULL);
         sp__pool_count(pool, SP_COUNT_limit_retries, 1);
-        rc = retry_settled(pool, h, c, stream, bytes, size, small, &b, &fresh);
+        return retry_settled(m);
     }
+    return rc;
+}
+
+static int (*const ladder[])(miss *, int) = {
+    rung_settled, rung_wait, rung_fresh, rung_limit, rung_oom_wait, rung_give_back,
+    rung_reclaim, rung_callback,
+};
+
+/* Outside the main line: near the limit, a small request whose size class would not fit,
+ * though the request does, is carved from the segments at 512-byte rounding instead (the limit
+ * is whole pages: only a capture's bypass allocations leave such a room). */
+static void at_the_limit(miss *m)
+{
+    size_t rounded = large_size(m->a->bytes);
+    uint64_t held = atomic_load_explicit(&m->a->pool->limit_used, memory_order_relaxed);
+    uint64_t room = held < m->limit ? m->limit - held : 0;
+    if (m->size > room && rounded <= room) {
+        m->small = false;
+        m->size = rounded;
+    }
+}
+
+static int alloc_miss(sp_alloc_call *a, sp_stream_cache *c, sp_idle own_idle)
+{
+    sp_pool *pool = a->pool;
+    miss m = {.a = a, .c = c, .limit = pool->limit_bytes, .small = a->bytes <= SP_SMALL_MAX};
+    m.size = m.small ? sp__class_size(sp__class_of(a->bytes)) : large_size(a->bytes);
+    if (m.small && m.limit && m.size > large_size(a->bytes))
+        at_the_limit(&m);
+    m.h = m.small ? &pool->slabs : &pool->segments;
+    if (!m.small) /* every stream's parked ranges: this miss may reuse, merge or give them back */
+        sp__park_flush_all(pool);
+    if (m.limit && m.size > m.limit) { /* over the limit on its own: nothing can help, ever */
+        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
+        sp__oom_record(pool, a->bytes, m.size, a->stream, SP_ERR_NEVER_FITS);
+        return SP_ERR_NEVER_FITS;
+    }
+    m.asks = (sp_ask_budget){.own_idle = own_idle, .may_ask = held_would_peak(pool, m.size)};
+    /* pending frees may have settled since the cache limit last gave up on them */
+    if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
+        atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);
+    int rc = NEXT;
+    for (size_t i = 0; i < sizeof ladder / sizeof *ladder && rc != SP_OK; i++)
+        rc = ladder[i](&m, rc);
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) {
         sp__pool_count(pool, rc == SP_ERR_LIMIT ? SP_COUNT_limit_rejections : SP_COUNT_ooms, 1);
-        sp__oom_record(pool, bytes, size, stream, rc);
+        sp__oom_record(pool, a->bytes, m.size, a->stream, rc);
     }
     if (rc != SP_OK)
         return rc;
-    if (small)
-        b->cls = sp__class_of(b->size);
-    return served_off_cache(pool, c, b, bytes, fresh, ptr);
+    if (m.small)
+        m.b->cls = sp__class_of(m.b->size);
+    return served_off_cache(a, c, m.b, m.how);
 }
 
 /* Rule 24: a capturing stream's allocations become graph nodes; they never touch a cache. */
-static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void **ptr)
+static int alloc_bypass(sp_alloc_call *a)
 {
+    sp_pool *pool = a->pool;
+    size_t bytes = a->bytes;
     sp_block *b = NULL;
-    int rc = sp__pool_bypass_alloc(pool, bytes, stream, &b);
+    int rc = sp__pool_bypass_alloc(pool, bytes, a->stream, a->req, &b);
     if (rc == SP_ERR_LIMIT && sp__round_up(bytes, 256) > pool->limit_bytes)
         rc = SP_ERR_NEVER_FITS; /* larger than the limit itself */
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS)
@@ -647,13 +751,13 @@ static int alloc_bypass(sp_pool *pool, size_t bytes, cudaStream_t stream, void *
         sp__pool_count(pool, SP_COUNT_ooms, 1);
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS || rc == SP_ERR_OUT_OF_MEMORY)
         /* reported like the ladder's failures; no driver call a capture forbids */
-        sp__oom_record(pool, bytes, sp__round_up(bytes, 256), stream, rc);
+        sp__oom_record(pool, bytes, sp__round_up(bytes, 256), a->stream, rc);
     if (rc != SP_OK)
         return rc;
-    b->bypass_stream = stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
-    sp__thread_misses++;
+    b->bypass_stream = a->stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
     count_miss(pool, b, bytes, true);
     sp__pool_count(pool, SP_COUNT_capture_bypasses, 1);
-    *ptr = b->ptr;
+    a->block = b;
+    a->outcome = SP_OUTCOME_BYPASS;
     return SP_OK;
 }

@@ -7,6 +7,17 @@
 
 enum { SP_BLOCK_LIVE = 1, SP_BLOCK_CACHED, SP_BLOCK_BYPASS /* live, graph capture: no cache */ };
 
+/* How an allocation was served (alloc.c decides it where the stats count it; the trace records
+ * it): each outcome but REUSE moves one counter, so the trace's counts equal the stats'. */
+typedef enum {
+    SP_OUTCOME_HIT,    /* the stream's own cache: same_stream_hits */
+    SP_OUTCOME_REUSE,  /* a miss served by freed memory already known usable, no call */
+    SP_OUTCOME_STEAL,  /* another stream's memory settled by this miss: cross_stream_reuses */
+    SP_OUTCOME_WAIT,   /* another stream's memory behind a stream wait: cross_stream_waits */
+    SP_OUTCOME_FRESH,  /* a new slab or segment: one of driver_allocs */
+    SP_OUTCOME_BYPASS, /* a capture's own driver allocation: capture_bypasses */
+} sp_outcome;
+
 /* A piece of a segment (or, for a graph-capture bypass, one whole driver allocation): live, a
  * small block cached in a stream's bin, or a free range of its segment. Owned by one pool. */
 typedef struct sp_block {

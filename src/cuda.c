@@ -196,13 +196,9 @@ int sp__cuda_pool_trim(cudaMemPool_t pool, size_t keep)
     return check(err);
 }
 
-_Thread_local uint64_t sp__cuda_thread_mallocs, sp__cuda_thread_waits;
-
 int sp__cuda_malloc(cudaMemPool_t pool, void **ptr, size_t bytes, cudaStream_t stream)
 {
-    int rc = check(cudaMallocFromPoolAsync(ptr, bytes, pool, stream));
-    sp__cuda_thread_mallocs += rc == SP_OK;
-    return rc;
+    return check(cudaMallocFromPoolAsync(ptr, bytes, pool, stream));
 }
 
 int sp__cuda_free(void *ptr, cudaStream_t stream)
@@ -249,9 +245,7 @@ int sp__cuda_event_sync(cudaEvent_t event, bool relaxed)
 
 int sp__cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event)
 {
-    int rc = check(cudaStreamWaitEvent(stream, event, 0));
-    sp__cuda_thread_waits += rc == SP_OK;
-    return rc;
+    return check(cudaStreamWaitEvent(stream, event, 0));
 }
 
 int sp__cuda_stream_create(int device, cudaStream_t *out)

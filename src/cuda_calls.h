@@ -50,8 +50,5 @@ int sp__cuda_pool_export_fd(cudaMemPool_t pool, int *fd);
 int sp__cuda_pool_import_fd(int fd, cudaMemPool_t *out);
 int sp__cuda_pool_export_pointer(void *ptr, unsigned char data[64]);
 int sp__cuda_pool_import_pointer(cudaMemPool_t pool, const unsigned char data[64], void **ptr);
-/* Successful cudaMallocFromPoolAsync and cudaStreamWaitEvent calls made by this thread: how
- * the trace tells a fresh block and a wait on a fence from a cache hit. */
-extern _Thread_local uint64_t sp__cuda_thread_mallocs, sp__cuda_thread_waits;
 
 #endif /* SP_CUDA_CALLS_H */

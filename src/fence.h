@@ -56,6 +56,9 @@ typedef struct {
      * may save memory, not only calls (SP_STEAL_ASKS of them) */
     bool may_ask;
     uint32_t coalesce; /* this miss's coalesce of its heap (sp_heap.coalesces); 0 if none */
+    /* what the take that served the miss counted, where it counted it (segment.c, small.c):
+     * the allocation's outcome, as the stats say it */
+    enum { SP_TOOK_PLAIN, SP_TOOK_REUSE, SP_TOOK_WAIT } took;
 } sp_ask_budget;
 /* Is the tag settled, for a miss? By what is known; if not, marks a live stream for its owner to
  * publish (no CUDA call), and asks about a released one within the budget (one event query). */

@@ -49,13 +49,16 @@ static void count(sp_pool *pool, int counter)
  * their peaks and totals follow when the driver said yes, with the block carved from them
  * (sp__usage_commit), so that a refused request changes nothing, not even for a stats read made
  * while the driver is asked. */
-static _Thread_local uint64_t drawn; /* of the latest held_claim, from a request's claim */
+/* A claim under the limit, and how much of it came from an admitted request's own claim. */
+typedef struct {
+    sp_req *req;    /* the request the allocation is for, or NULL */
+    uint64_t drawn; /* bytes of the claim taken from req->claim (in limit_used already) */
+} claim;
 
-/* Takes up to `size` bytes of the claim of the request this thread allocates for, if it is the
+/* Takes up to `size` bytes of the claim of the request the allocation is for, if it is the
  * pool's: they are in limit_used already. */
-static uint64_t draw_request_claim(sp_pool *pool, uint64_t size)
+static uint64_t draw_request_claim(sp_pool *pool, sp_req *r, uint64_t size)
 {
-    sp_req *r = sp__thread_request;
     if (!r || r->pool != pool)
         return 0;
     uint64_t left = atomic_load_explicit(&r->claim, memory_order_relaxed), take;
@@ -67,26 +70,27 @@ static uint64_t draw_request_claim(sp_pool *pool, uint64_t size)
     return take;
 }
 
-/* Returns bytes drawn from this thread's request claim to it. */
-static void return_request_claim(uint64_t bytes)
+/* Returns bytes drawn from a request's claim to it. */
+static void return_request_claim(const claim *k)
 {
-    if (bytes)
-        atomic_fetch_add_explicit(&sp__thread_request->claim, bytes, memory_order_relaxed);
+    if (k->drawn)
+        atomic_fetch_add_explicit(&k->req->claim, k->drawn, memory_order_relaxed);
 }
 
-static bool held_claim(sp_pool *pool, uint64_t size)
+static bool held_claim(sp_pool *pool, uint64_t size, claim *k)
 {
     /* an admitted request's allocation draws on its claim first: what it was admitted for
      * never meets the limit again */
-    drawn = sp_unlikely(sp__thread_request != NULL) ? draw_request_claim(pool, size) : 0;
-    if (drawn == size)
+    k->drawn = sp_unlikely(k->req != NULL) ? draw_request_claim(pool, k->req, size) : 0;
+    if (k->drawn == size)
         return true;
-    size -= drawn;
+    size -= k->drawn;
     uint64_t limit = pool->limit_bytes;
     uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
     do {
         if (limit && (size > limit || cur > limit - size)) {
-            return_request_claim(drawn);
+            return_request_claim(k);
+            k->drawn = 0;
             return false;
         }
     } while (!atomic_compare_exchange_weak_explicit(&pool->limit_used, &cur, cur + size,
@@ -95,11 +99,11 @@ static bool held_claim(sp_pool *pool, uint64_t size)
 }
 
 /* Undoes a claim the driver refused. */
-static void held_unclaim(sp_pool *pool, uint64_t size)
+static void held_unclaim(sp_pool *pool, uint64_t size, claim *k)
 {
-    return_request_claim(drawn); /* a request's bytes go back to its claim */
-    (void)sp__current_add(&pool->limit_used, -(int64_t)(size - drawn));
-    drawn = 0;
+    return_request_claim(k); /* a request's bytes go back to its claim */
+    (void)sp__current_add(&pool->limit_used, -(int64_t)(size - k->drawn));
+    k->drawn = 0;
 }
 
 /* ---- pool lifetime ---- */
@@ -295,21 +299,22 @@ static int cap_or_device(sp_pool *pool, uint64_t bytes)
 }
 
 int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_stream_cache *me,
-                  cudaStream_t stream, sp_block **out)
+                  cudaStream_t stream, struct sp_req *req, sp_block **out)
 {
     size_t bytes = grow_size(pool, h, size);
-    if (!held_claim(pool, bytes))
+    claim k = {.req = req};
+    if (!held_claim(pool, bytes, &k))
         return SP_ERR_LIMIT;
     sp_segment *s = sp__segment_new(); /* before the driver is asked: see below */
     if (!s) {
-        held_unclaim(pool, bytes);
+        held_unclaim(pool, bytes, &k);
         return SP_ERR_NO_HOST_MEMORY;
     }
     void *ptr;
     int rc = sp__cuda_malloc(pool->cuda_pool, &ptr, bytes, stream);
     if (rc != SP_OK) {
         sp__segment_discard(s);
-        held_unclaim(pool, bytes);
+        held_unclaim(pool, bytes, &k);
         return rc == SP_ERR_OUT_OF_MEMORY ? cap_or_device(pool, bytes) : rc;
     }
     count(pool, SP_COUNT_driver_allocs);
@@ -343,7 +348,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
         if (sp__cuda_free(ptr, stream) == SP_OK) {
             count(pool, SP_COUNT_driver_frees); /* as its driver_allocs was */
             sp__segment_discard(s);
-            held_unclaim(pool, bytes);
+            held_unclaim(pool, bytes, &k);
         } else {
             count(pool, SP_COUNT_give_back_failures);
             sp_mutex_lock(&h->lock, SP_RANK_HEAP);
@@ -356,10 +361,12 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     return *out ? SP_OK : SP_ERR_NO_HOST_MEMORY;
 }
 
-int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_block **out)
+int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, struct sp_req *req,
+                          sp_block **out)
 {
     size_t size = sp__round_up(bytes, 256);
-    if (!held_claim(pool, size))
+    claim k = {.req = req};
+    if (!held_claim(pool, size, &k))
         return SP_ERR_LIMIT;
     sp_block *b = calloc(1, sizeof *b);
     int rc = b ? sp__cuda_malloc(pool->cuda_pool, &b->ptr, size, stream) : SP_ERR_NO_HOST_MEMORY;
@@ -373,7 +380,7 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_b
     }
     if (rc != SP_OK) {
         free(b);
-        held_unclaim(pool, size);
+        held_unclaim(pool, size, &k);
         return rc;
     }
     b->requested = bytes;

@@ -16,6 +16,7 @@
 #include "free_order.h"
 #include "ptrmap.h"
 #include "request.h"
+#include "alloc.h"
 #include "runtime.h"
 #include "status.h"
 #include "trace.h"
@@ -136,11 +137,6 @@ int sp_request_begin_with(sp_pool *pool, cudaStream_t stream, const sp_request_c
     return open_request(pool, stream, cfg->label, claim, out);
 }
 
-static void found_block(sp_block *b, void *out)
-{
-    *(sp_block **)out = b;
-}
-
 int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
 {
     if (!pool || !ptr)
@@ -151,24 +147,19 @@ int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
     sp_mutex_unlock(&pool->lock);
     if (rc != SP_OK)
         return rc;
-    uint64_t misses = sp__thread_misses;
-    sp_req *outer = sp__thread_request; /* an OOM callback's request, if any, comes back after */
-    sp__thread_request = r; /* its driver allocations draw on its claim first (pool.c) */
-    void *p = NULL;
-    rc = sp_alloc(pool, &p, bytes, r->stream);
-    sp__thread_request = outer;
-    if (rc == SP_OK && p) {
-        sp_block *b = NULL; /* this thread's own live block: it cannot go away meanwhile */
-        sp__ptrmap_visit(&pool->rt->ptrmap, p, found_block, &b);
-        if (!sp__req_link(r, b, sp__thread_misses != misses)) {
-            /* the end took the request's list before this block could join it: refused, and
-             * the block goes back on the request's stream like the end's own frees (were
-             * that free refused, the caller gets its error and the block, to free) */
-            int frc = sp_free(pool, p, r->stream);
-            rc = frc == SP_OK ? SP_ERR_REQUEST_ENDED : frc;
-            if (frc == SP_OK)
-                p = NULL;
-        }
+    /* one call, its context explicit: the request's claim is drawn first, and the block and
+     * its outcome come back, so the request links it without looking it up again */
+    sp_alloc_call a = {.pool = pool, .bytes = bytes, .stream = r->stream, .req = r};
+    rc = sp__alloc(&a);
+    void *p = rc == SP_OK && a.block ? a.block->ptr : NULL;
+    if (p && !sp__req_link(r, a.block, a.outcome != SP_OUTCOME_HIT)) {
+        /* the end took the request's list before this block could join it: refused, and
+         * the block goes back on the request's stream like the end's own frees (were
+         * that free refused, the caller gets its error and the block, to free) */
+        int frc = sp_free(pool, p, r->stream);
+        rc = frc == SP_OK ? SP_ERR_REQUEST_ENDED : frc;
+        if (frc == SP_OK)
+            p = NULL;
     }
     if (rc == SP_OK || p)
         *ptr = p;

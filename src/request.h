@@ -55,12 +55,4 @@ size_t sp__req_take(sp_req *r, void **ptrs, size_t cap, uint64_t *bytes);
  * pool's destroy. */
 void sp__requests_free(sp_req **table);
 
-/* The request this thread allocates for (set by sp_request_alloc around its sp_alloc): its
- * pool's driver allocations draw on the request's claim first. NULL otherwise. */
-extern _Thread_local sp_req *sp__thread_request;
-
-/* Successful allocations of this thread not served by its stream's own cache (alloc.c): how a
- * request counts its misses. */
-extern _Thread_local uint64_t sp__thread_misses;
-
 #endif /* SP_REQUEST_H */

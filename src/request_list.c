@@ -6,7 +6,6 @@
 
 #include "request.h"
 
-_Thread_local sp_req *sp__thread_request;
 
 static void link_locked(sp_req *r, sp_block *b)
 {

@@ -227,11 +227,17 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
         if (best) {
             /* settled by this miss's asking: about the range itself, or, merged, about what
              * its coalesce merged into it */
-            if (best_asked || (ab && best->asked_in && best->asked_in == ab->coalesce))
+            if (best_asked || (ab && best->asked_in && best->asked_in == ab->coalesce)) {
                 sp__pool_count(h->pool, SP_COUNT_cross_stream_reuses, 1);
+                if (ab)
+                    ab->took = SP_TOOK_REUSE;
+            }
             best->asked_in = 0;
-            if (waited)
+            if (waited) {
                 sp__pool_count(h->pool, SP_COUNT_cross_stream_waits, 1);
+                if (ab)
+                    ab->took = SP_TOOK_WAIT;
+            }
             index_remove(h, best);
             if (!huge)
                 split(h, best, size);

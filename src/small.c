@@ -75,8 +75,10 @@ static sp_block *steal_from(sp_pool *pool, sp_stream_cache *v, uint32_t cls, cud
             v->cached_bytes -= b->size;
         }
     sp_spin_unlock(&v->lock);
-    if (b)
+    if (b) {
         sp__pool_count(pool, counter, 1);
+        ab->took = counter == SP_COUNT_cross_stream_waits ? SP_TOOK_WAIT : SP_TOOK_REUSE;
+    }
     return b;
 }
 

@@ -4,10 +4,10 @@
  * JSON for Perfetto. Buffers, pool names and the trace itself live until the runtime is
  * destroyed, so a thread still inside a call when the trace stops never touches freed memory.
  *
- * The outcome of an allocation is read from what the call did: a successful driver allocation
- * by this thread means fresh, a stream wait on a fence means wait, another stream's block taken
- * (the pool's cross_stream_reuses moved) means steal, anything else a hit on the stream's own
- * cache. Under concurrent steals in the same pool a hit may be labelled a steal.
+ * The outcome of an allocation is the one the allocator decided, where the stats count it
+ * (alloc.c): hit (same_stream_hits), reuse (a miss served by freed memory known usable), steal
+ * (cross_stream_reuses), wait (cross_stream_waits), fresh (a new slab or segment: driver
+ * allocations) or bypass (capture_bypasses), so the trace's counts equal the stats'.
  *
  * One time base: every event's time, the CSV's Time column and the JSON's ts are nanoseconds
  * since the trace started, and the start records each pool's held and reserved bytes (the
@@ -37,8 +37,14 @@ atomic_int sp__tracing;
 _Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));
 
 enum { EV_ALLOC, EV_FREE, EV_OOM, EV_LIMIT, EV_RECLAIM, EV_TRIM, EV_REQUEST };
-enum { OUT_HIT, OUT_STEAL, OUT_FRESH, OUT_WAIT, OUT_FAIL };
-static const char *const outcome_name[] = {"hit", "steal", "fresh", "wait", "fail"};
+/* an allocation's outcome (sp_outcome, in its order), or a failure */
+enum { OUT_HIT, OUT_REUSE, OUT_STEAL, OUT_WAIT, OUT_FRESH, OUT_BYPASS, OUT_FAIL };
+_Static_assert(OUT_HIT == (int)SP_OUTCOME_HIT && OUT_REUSE == (int)SP_OUTCOME_REUSE &&
+                   OUT_STEAL == (int)SP_OUTCOME_STEAL && OUT_WAIT == (int)SP_OUTCOME_WAIT &&
+                   OUT_FRESH == (int)SP_OUTCOME_FRESH && OUT_BYPASS == (int)SP_OUTCOME_BYPASS,
+               "the trace's outcomes are the allocator's");
+static const char *const outcome_name[] = {"hit", "reuse", "steal", "wait", "fresh", "bypass",
+                                           "fail"};
 static const char *const instant_name[] = {"alloc", "free", "oom", "limit", "reclaim", "trim",
                                              "request end"};
 
@@ -306,32 +312,22 @@ static uint64_t retries(const sp_pool *pool)
 sp_trace_mark sp__trace_alloc_mark(sp_pool *pool)
 {
     struct sp_trace *t = active(pool);
-    return (sp_trace_mark){
-        .trace = t,
-        .mallocs = sp__cuda_thread_mallocs,
-        .waits = sp__cuda_thread_waits,
-        .steals = t ? pool_counter(pool, SP_COUNT_cross_stream_reuses) : 0,
-        .retries = t ? retries(pool) : 0,
-    };
+    return (sp_trace_mark){.trace = t, .retries = t ? retries(pool) : 0};
 }
 
-void sp__trace_alloc_done(const sp_trace_mark *m, sp_pool *pool, void *const *ptr, size_t bytes,
-                          cudaStream_t stream, int rc)
+void sp__trace_alloc_done(const sp_trace_mark *m, sp_pool *pool, void *ptr, size_t bytes,
+                          cudaStream_t stream, int rc, sp_outcome how)
 {
     struct sp_trace *t = m->trace;
     if (!t || bytes == 0 || rc == SP_ERR_INVALID || rc == SP_ERR_TOO_LARGE)
         return; /* not traced, or never reached the pool */
-    int outcome = rc != SP_OK                                   ? OUT_FAIL
-                  : sp__cuda_thread_mallocs != m->mallocs       ? OUT_FRESH
-                  : sp__cuda_thread_waits != m->waits           ? OUT_WAIT
-                  : pool_counter(pool, SP_COUNT_cross_stream_reuses) != m->steals ? OUT_STEAL
-                                                                : OUT_HIT;
+    int outcome = rc != SP_OK ? OUT_FAIL : (int)how;
     if (retries(pool) != m->retries)
         record(t, pool, EV_RECLAIM, outcome, rc, NULL, bytes, stream);
     if (rc == SP_ERR_OUT_OF_MEMORY || rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS)
         record(t, pool, rc == SP_ERR_OUT_OF_MEMORY ? EV_OOM : EV_LIMIT, outcome, rc, NULL, bytes,
                stream);
-    record(t, pool, EV_ALLOC, outcome, rc, rc == SP_OK ? *ptr : NULL, bytes, stream);
+    record(t, pool, EV_ALLOC, outcome, rc, ptr, bytes, stream);
 }
 
 sp_trace_mark sp__trace_free_mark(sp_pool *pool)

@@ -4,6 +4,7 @@
 #define SP_TRACE_H
 
 #include "base.h"
+#include "block.h"
 
 /* ---- trace.c: the allocation trace ----
  * Off, it costs sp_alloc and sp_free one load of sp__tracing and a branch that is never taken
@@ -24,14 +25,16 @@ static inline bool sp__trace_wanted(void)
 }
 
 /* The recording half of alloc.c's traced sp_alloc / sp_free: figures read before the call
- * (the mark), and the events the call made, told from how those figures moved. */
+ * (the mark), and the events the call made: an allocation's outcome as the allocator decided
+ * it, the reclaims and trims it caused told from how the pool's counters moved. */
 typedef struct {
     struct sp_trace *trace;            /* NULL: not traced */
-    uint64_t mallocs, waits, steals, retries, trims, at_ns;
+    uint64_t retries, trims, at_ns;
 } sp_trace_mark;
 sp_trace_mark sp__trace_alloc_mark(sp_pool *pool);
-void sp__trace_alloc_done(const sp_trace_mark *m, sp_pool *pool, void *const *ptr, size_t bytes,
-                          cudaStream_t stream, int rc);
+/* ptr: the block's address with SP_OK (NULL for 0 bytes); outcome: how it was served. */
+void sp__trace_alloc_done(const sp_trace_mark *m, sp_pool *pool, void *ptr, size_t bytes,
+                          cudaStream_t stream, int rc, sp_outcome outcome);
 sp_trace_mark sp__trace_free_mark(sp_pool *pool);
 void sp__trace_free_done(const sp_trace_mark *m, sp_pool *pool, const void *ptr,
                          cudaStream_t stream, int rc);

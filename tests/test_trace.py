@@ -91,8 +91,9 @@ check("serve CSV: pool, class size and outcome after them",
 allocs = sum(1 for x in rows if x[2] == "allocate")
 frees = sum(1 for x in rows if x[2] == "free")
 check("serve CSV: every allocation freed", allocs == frees > 0, f"{allocs} {frees}")
-check("serve CSV: outcomes are hit/steal/fresh/wait",
-      {x[8] for x in rows if x[2] == "allocate"} <= {"hit", "steal", "fresh", "wait"} and
+check("serve CSV: outcomes are hit/reuse/steal/wait/fresh/bypass",
+      {x[8] for x in rows if x[2] == "allocate"} <=
+      {"hit", "reuse", "steal", "wait", "fresh", "bypass"} and
       "fresh" in {x[8] for x in rows} and "hit" in {x[8] for x in rows},
       {x[8] for x in rows})
 check("serve CSV: threads", len({x[0] for x in rows}) >= 2, {x[0] for x in rows})
