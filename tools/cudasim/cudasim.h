@@ -169,6 +169,11 @@ void cudasimClearFaults(void);
 unsigned long long cudasimCallCount(const char *api);
 void cudasimResetCallCounts(void);
 
+/* Whether the runtime has initialised `device` (on a GPU: its primary context exists), for the
+ * stand-in libcuda.so.1's cuDevicePrimaryCtxGetState. cudaErrorInvalidDevice for a bad
+ * ordinal. */
+cudaError_t cudasimDeviceInitialized(int device, int *initialized);
+
 /* Waits for all work, then returns every device to its initial state: all streams, events and
  * pools are destroyed (their handles become invalid), memory is released, sticky errors,
  * faults and counters are cleared, and the environment is read again. No other thread may be
