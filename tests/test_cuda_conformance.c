@@ -5,6 +5,7 @@
  * asserts only what CUDA guarantees, and the cudasim-specific expectation sits under
  * SP_CUDASIM. */
 #include <sched.h>
+#include <stdlib.h>
 
 #include "support/test_support.h"
 
@@ -1008,6 +1009,65 @@ static void rule22_cudamalloc_synchronizes_device(void **state)
     CK(cudaStreamDestroy(s));
 }
 
+/* cudaMemcpy (the Runtime API's synchronous behaviour): it runs on the legacy stream, so it is
+ * ordered after earlier work of blocking streams; a copy to the host returns with the bytes
+ * there; host to device, device to device, host to host and cudaMemcpyDefault all copy; a kind
+ * outside cudaMemcpyKind is cudaErrorInvalidMemcpyDirection, NULL pointers cudaErrorInvalidValue,
+ * neither sticky; zero bytes is a no-op. */
+static void memcpy_sync_kinds_order_and_errors(void **state)
+{
+    (void)state;
+    enum { N = 8192 };
+    unsigned char *h = malloc(N), *back = malloc(N); /* pageable */
+    assert_non_null(h);
+    assert_non_null(back);
+    for (int i = 0; i < N; i++)
+        h[i] = (unsigned char)(i * 7 + 1);
+    void *p, *q;
+    CK(cudaMallocAsync(&p, N, 0));
+    CK(cudaMallocAsync(&q, N, 0));
+    CK(cudaMemcpy(p, h, N, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(q, p, N, cudaMemcpyDeviceToDevice)); /* queued on the legacy stream */
+    memset(back, 0, N);
+    CK(cudaMemcpy(back, q, N, cudaMemcpyDeviceToHost)); /* after the D2D, in legacy order */
+    assert_memory_equal(back, h, N);
+    memset(back, 0, N);
+    CK(cudaMemcpy(q, h + 1, N - 1, cudaMemcpyDefault));
+    CK(cudaMemcpy(back, q, N - 1, cudaMemcpyDefault));
+    assert_memory_equal(back, h + 1, N - 1);
+    memset(back, 0, N);
+    CK(cudaMemcpy(back, h, N, cudaMemcpyHostToHost));
+    assert_memory_equal(back, h, N);
+    CK(cudaMemcpy(back, p, 0, cudaMemcpyDeviceToHost));
+    assert_int_equal(cudaMemcpy(back, p, N, (enum cudaMemcpyKind)7),
+                     cudaErrorInvalidMemcpyDirection);
+    assert_int_equal(cudaMemcpyAsync(back, p, N, (enum cudaMemcpyKind)7, 0),
+                     cudaErrorInvalidMemcpyDirection);
+    assert_int_equal(cudaMemcpy(NULL, p, N, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
+    CK(cudaGetLastError()); /* not sticky */
+
+    /* ordered after a blocking stream's earlier work: the gate opens from another thread,
+     * whenever it does, the copy back must see the memset queued before it */
+    cudaStream_t b;
+    gate *g = gate_new();
+    CK(cudaStreamCreate(&b));
+    gate_hold(g, b);
+    CK(cudaMemsetAsync(p, 0x3c, N, b));
+    pthread_t opener;
+    assert_int_equal(pthread_create(&opener, NULL, open_gate_thread, g), 0);
+    CK(cudaMemcpy(back, p, N, cudaMemcpyDeviceToHost));
+    pthread_join(opener, NULL);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(back[i], 0x3c);
+    CK(cudaFreeAsync(p, 0));
+    CK(cudaFreeAsync(q, 0));
+    CK(cudaStreamSynchronize(0));
+    CK(cudaStreamDestroy(b));
+    free(h);
+    free(back);
+}
+
 /* Rule 23: the last error is per thread; Get resets it, Peek does not. */
 static void *other_thread_last_error(void *arg)
 {
@@ -1149,6 +1209,7 @@ int main(void)
         T(rule23_last_error),
         T(bad_handles_are_rejected),
         T(managed_memory_contract),
+        T(memcpy_sync_kinds_order_and_errors),
 #undef T
     };
     return cmocka_run_group_tests_name("cuda_conformance", tests, NULL, NULL);

@@ -430,6 +430,183 @@ static void two_devices_are_not_peers(void **state)
     unsetenv("CUDASIM_DEVICE_COUNT");
 }
 
+/* cudaMemcpy refuses at the call, with cudaErrorInvalidValue and nothing sticky, what a GPU
+ * would copy wrongly or fault on: a range past its allocation, a freed block, an explicit kind
+ * that contradicts the pointers. A device-to-device copy returns while the legacy stream is
+ * still held. cudaMemcpyPeer and cudaMemcpyPeerAsync copy between two devices that are not
+ * peers (they stage), and refuse a pointer not on the device named for it; a plain
+ * cudaMemcpyAsync on a device that has no access to the other's pool memory faults. */
+static void memcpy_refusals_and_peer_copies_without_peer_access(void **state)
+{
+    (void)state;
+    setenv("CUDASIM_DEVICE_COUNT", "2", 1);
+    cudasimReset();
+    enum { N = 4096 };
+    unsigned char h[N], back[N];
+    for (int i = 0; i < N; i++)
+        h[i] = (unsigned char)(i ^ 0x5a);
+    void *p, *p2, *stale;
+    CK(cudaMallocAsync(&p, N, 0));
+    CK(cudaMallocAsync(&p2, N, 0));
+    CK(cudaMallocAsync(&stale, N, 0));
+    CK(cudaFreeAsync(stale, 0));
+    CK(cudaStreamSynchronize(0));
+    assert_int_equal(cudaMemcpy(back, p, N + 1, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(back, (char *)p + 1, N, cudaMemcpyDefault), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(back, stale, 16, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(back, h, 16, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(p, back, 16, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(back, p, 16, cudaMemcpyHostToHost), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    CK(cudaMemcpy(p, h, N, cudaMemcpyHostToDevice)); /* nothing sticky */
+
+    gate *g = gate_new();
+    gate_hold(g, 0);
+    CK(cudaMemcpy(p2, p, N, cudaMemcpyDeviceToDevice)); /* returns with the legacy stream held */
+    assert_int_equal(cudaStreamQuery(0), cudaErrorNotReady);
+    gate_open(g);
+    memset(back, 0, N);
+    CK(cudaMemcpy(back, p2, N, cudaMemcpyDeviceToHost));
+    assert_memory_equal(back, h, N);
+
+    int can = -1;
+    CK(cudaDeviceCanAccessPeer(&can, 0, 1));
+    assert_int_equal(can, 0);
+    void *r;
+    CK(cudaSetDevice(1));
+    CK(cudaMallocAsync(&r, N, 0));
+    CK(cudaMemsetAsync(r, 0, N, 0));
+    CK(cudaStreamSynchronize(0));
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpyPeer(r, 1, p, 0, N)); /* no peer access needed */
+    memset(back, 0, N);
+    CK(cudaMemcpyPeer(p2, 0, r, 1, 0)); /* zero bytes */
+    CK(cudaMemsetAsync(p2, 0, N, 0));
+    CK(cudaMemcpyPeer(p2, 0, r, 1, N));
+    CK(cudaMemcpy(back, p2, N, cudaMemcpyDeviceToHost));
+    assert_memory_equal(back, h, N);
+    assert_int_equal(cudaMemcpyPeer(p2, 1, r, 1, N), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpyPeer(p2, 0, r, 1, N + 512), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpyPeer(p2, 0, r, 2, N), cudaErrorInvalidDevice);
+    assert_int_equal(cudaMemcpyPeerAsync(p2, 0, r, 2, N, 0), cudaErrorInvalidDevice);
+    assert_int_equal(cudaMemcpyPeerAsync(p2, 0, h, 1, N, 0), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMemsetAsync(p2, 0x77, N, s));
+    CK(cudaMemcpyPeerAsync(r, 1, p2, 0, N, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaSetDevice(1));
+    CK(cudaMemcpy(back, r, N, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(back[i], 0x77);
+    CK(cudaSetDevice(0));
+    /* a plain copy on device 0 reading device 1's pool memory: no access, a device fault */
+    CK(cudaMemcpyAsync(back, r, N, cudaMemcpyDefault, s));
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+    CK(cudaDeviceReset()); /* device 0's context goes, and its fault with it */
+    CK(cudaSetDevice(1));
+    CK(cudaFreeAsync(r, 0));
+    CK(cudaStreamSynchronize(0));
+    CK(cudaSetDevice(0));
+    unsetenv("CUDASIM_DEVICE_COUNT");
+}
+
+/* CUDASIM_PEER_ACCESS=1 with two devices: every pair is a peer pair. cudaDeviceEnablePeerAccess
+ * and cudaDeviceDisablePeerAccess answer CUDA's errors (already enabled, not enabled, the device
+ * itself, flags, a bad ordinal), and cudaDeviceReset drops the access. Pool access is granted per
+ * device and all or nothing; the owning device stays read-write. Access is enforced on the
+ * stream's device: reading with ProtRead works, writing through it faults, as does reading once
+ * revoked; the fault is device 1's alone. */
+static void peer_access_grants_and_enforcement(void **state)
+{
+    (void)state;
+    setenv("CUDASIM_DEVICE_COUNT", "2", 1);
+    setenv("CUDASIM_PEER_ACCESS", "1", 1);
+    cudasimReset();
+    int can = -1;
+    CK(cudaDeviceCanAccessPeer(&can, 0, 1));
+    assert_int_equal(can, 1);
+    CK(cudaDeviceCanAccessPeer(&can, 1, 0));
+    assert_int_equal(can, 1);
+    CK(cudaDeviceCanAccessPeer(&can, 1, 1));
+    assert_int_equal(can, 0);
+    CK(cudaDeviceEnablePeerAccess(1, 0));
+    assert_int_equal(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+    assert_int_equal(cudaDeviceEnablePeerAccess(0, 0), cudaErrorInvalidDevice);
+    assert_int_equal(cudaDeviceEnablePeerAccess(2, 0), cudaErrorInvalidDevice);
+    assert_int_equal(cudaDeviceDisablePeerAccess(0), cudaErrorInvalidDevice);
+    CK(cudaDeviceDisablePeerAccess(1));
+    assert_int_equal(cudaDeviceDisablePeerAccess(1), cudaErrorPeerAccessNotEnabled);
+    assert_int_equal(cudaDeviceEnablePeerAccess(1, 1), cudaErrorInvalidValue);
+    CK(cudaSetDevice(1));
+    assert_int_equal(cudaDeviceDisablePeerAccess(0), cudaErrorPeerAccessNotEnabled); /* one way */
+    CK(cudaDeviceEnablePeerAccess(0, 0));
+    CK(cudaDeviceReset()); /* either device's reset ends it */
+    assert_int_equal(cudaDeviceDisablePeerAccess(0), cudaErrorPeerAccessNotEnabled);
+    CK(cudaSetDevice(0));
+    (void)cudaGetLastError();
+
+    cudaMemPool_t pool = new_pool(UINT64_MAX);
+    struct cudaMemLocation dev0 = {.type = cudaMemLocationTypeDevice, .id = 0};
+    struct cudaMemLocation dev1 = {.type = cudaMemLocationTypeDevice, .id = 1};
+    enum cudaMemAccessFlags f = cudaMemAccessFlagsProtReadWrite;
+    CK(cudaMemPoolGetAccess(&f, pool, &dev1));
+    assert_int_equal(f, cudaMemAccessFlagsProtNone);
+    struct cudaMemAccessDesc d[2] = {{.location = dev1, .flags = cudaMemAccessFlagsProtRead},
+                                     {.location = dev0, .flags = cudaMemAccessFlagsProtRead}};
+    CK(cudaMemPoolSetAccess(pool, d, 1));
+    CK(cudaMemPoolGetAccess(&f, pool, &dev1));
+    assert_int_equal(f, cudaMemAccessFlagsProtRead);
+    d[0].flags = cudaMemAccessFlagsProtReadWrite;
+    assert_int_equal(cudaMemPoolSetAccess(pool, d, 2), cudaErrorInvalidValue); /* owner: RW only */
+    CK(cudaMemPoolGetAccess(&f, pool, &dev1));
+    assert_int_equal(f, cudaMemAccessFlagsProtRead); /* nothing applied */
+    d[0].flags = (enum cudaMemAccessFlags)2;
+    assert_int_equal(cudaMemPoolSetAccess(pool, d, 1), cudaErrorInvalidValue);
+    CK(cudaMemPoolGetAccess(&f, pool, &dev0));
+    assert_int_equal(f, cudaMemAccessFlagsProtReadWrite);
+    (void)cudaGetLastError();
+
+    enum { N = 4096 };
+    unsigned char back[N];
+    void *p;
+    cudaStream_t s0, s1;
+    CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+    CK(cudaMallocFromPoolAsync(&p, N, pool, s0));
+    CK(cudaMemsetAsync(p, 0x42, N, s0));
+    CK(cudaStreamSynchronize(s0));
+    CK(cudaSetDevice(1));
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CK(cudaMemcpyAsync(back, p, N, cudaMemcpyDeviceToHost, s1)); /* ProtRead: reads */
+    CK(cudaStreamSynchronize(s1));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(back[i], 0x42);
+    CK(cudaMemsetAsync(p, 0x17, N, s1)); /* a write through ProtRead */
+    assert_int_equal(cudaStreamSynchronize(s1), cudaErrorIllegalAddress);
+    CK(cudaDeviceReset()); /* device 1's fault; device 0 is untouched */
+    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    d[0].flags = cudaMemAccessFlagsProtReadWrite;
+    CK(cudaMemPoolSetAccess(pool, d, 1));
+    CK(cudaMemsetAsync(p, 0x17, N, s1));
+    CK(cudaStreamSynchronize(s1));
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpy(back, p, N, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(back[i], 0x17);
+    d[0].flags = cudaMemAccessFlagsProtNone; /* revoked: reads fault too */
+    CK(cudaMemPoolSetAccess(pool, d, 1));
+    CK(cudaSetDevice(1));
+    CK(cudaMemcpyAsync(back, p, N, cudaMemcpyDeviceToHost, s1));
+    assert_int_equal(cudaStreamSynchronize(s1), cudaErrorIllegalAddress);
+    CK(cudaSetDevice(0));
+    CK(cudaFreeAsync(p, s0));
+    CK(cudaStreamSynchronize(s0)); /* device 0 never faulted */
+    CK(cudaStreamDestroy(s0));
+    unsetenv("CUDASIM_PEER_ACCESS");
+    unsetenv("CUDASIM_DEVICE_COUNT");
+}
+
 /* Issue 22 item 19: cudaDeviceReset destroys what the current device's context holds in this
  * process (streams, events, executable graphs and graph memory, cudaMalloc and pinned memory,
  * a sticky fault) and nothing of another device; stream-ordered memory and pools stay, as the
@@ -848,6 +1025,8 @@ int main(void)
         T(trim_releases_whole_free_pages),
         T(cudafreeasync_of_cudamalloc_memory_returns_it),
         T(two_devices_are_not_peers),
+        T(memcpy_refusals_and_peer_copies_without_peer_access),
+        T(peer_access_grants_and_enforcement),
         T(device_reset_destroys_the_context_state),
         T(illegal_address_is_sticky_and_reported_at_execution),
         T(copies_after_a_fault_do_not_run),

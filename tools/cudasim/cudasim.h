@@ -116,9 +116,43 @@
  *    current device's pages hold it from the call on, counted by cudaMemGetInfo like cudaMalloc's;
  *    the host reaches it directly. Size 0 and flags other than exactly cudaMemAttachGlobal or
  *    cudaMemAttachHost are cudaErrorInvalidValue; cudaFree releases it.
- *  - No two emulated devices are peers: cudaDeviceCanAccessPeer answers 0 (also for a device
- *    and itself), cudaMemPoolSetAccess refuses read or write access for another device with
- *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone.
+ *  - Peers: without CUDASIM_PEER_ACCESS=1 no two emulated devices are peers: cudaDeviceCanAccessPeer
+ *    answers 0 (also for a device and itself), cudaDeviceEnablePeerAccess is cudaErrorInvalidDevice,
+ *    cudaMemPoolSetAccess refuses read or write access for another device with
+ *    cudaErrorNotSupported (ProtNone is accepted) and cudaMemPoolGetAccess reports ProtNone. With
+ *    CUDASIM_PEER_ACCESS=1 and two devices or more, every pair of distinct devices is a peer pair
+ *    (a device is still not its own): cudaDeviceEnablePeerAccess/DisablePeerAccess keep a
+ *    one-way [current][peer] state with CUDA's errors (cudaErrorPeerAccessAlreadyEnabled,
+ *    cudaErrorPeerAccessNotEnabled, cudaErrorInvalidDevice for the device itself or a bad
+ *    ordinal, cudaErrorInvalidValue for flags), cleared by cudaDeviceReset of either device; and
+ *    cudaMemPoolSetAccess grants ProtNone, ProtRead or ProtReadWrite per device, all descriptors
+ *    or none (the owning device only ProtReadWrite: cudaErrorInvalidValue; other flag values:
+ *    cudaErrorInvalidValue; a bad location: cudaErrorInvalidDevice).
+ *  - Pool access is enforced, as the Programming Guide says, by the pool's grants alone (not by
+ *    cudaDeviceEnablePeerAccess): a cudaMemsetAsync, cudaMemcpyAsync or cudaMemcpy whose stream's
+ *    device has no access to a pool allocation it touches, or only ProtRead and writes it, is a
+ *    device fault when it executes: sticky cudaErrorIllegalAddress on the stream's device, memory
+ *    untouched, as an unmapped access is on a GPU. It is checked against the grants in force when
+ *    the op is enqueued. A GPU reports the fault the same way (sticky), so a test of it must
+ *    reset the faulting device (cudaDeviceReset clears it and leaves the other device alone),
+ *    which is why cudasim keeps it, rather than a cudaErrorInvalidValue at the call that no GPU
+ *    gives. cudaMemcpyPeer/PeerAsync need no access (CUDA stages them); cudaMalloc memory is
+ *    not checked (copies between devices stage it).
+ *  - cudaMemcpy runs on the current device's legacy stream (rule 14 orders it). Copies to the host,
+ *    host to host, and host to device (pinned or pageable: CUDA may return earlier for pageable
+ *    memory) return once executed; device to device returns at once, queued. Waiting is not a
+ *    synchronize that observes frees. Refused at the call, not sticky: a kind outside
+ *    cudaMemcpyKind (cudaErrorInvalidMemcpyDirection, cudaMemcpyAsync too); NULL pointers, an
+ *    explicit kind that contradicts where the pointers are (undefined in CUDA), a device range
+ *    not inside one live allocation (cudaErrorInvalidValue). A live range used out of stream
+ *    order, or pool memory the current device has no access to, faults as cudaMemcpyAsync does.
+ *  - cudaMemcpyPeer needs no peer access (CUDA stages it): it waits for the work of the current,
+ *    source and destination devices (without observing frees), copies, and returns, so it is
+ *    serialized with their pending and later work as documented. cudaMemcpyPeerAsync is queued on
+ *    its stream (of any device) like cudaMemcpyAsync, without an access check. Both refuse a bad
+ *    ordinal (cudaErrorInvalidDevice) and a pointer outside the named device's memory
+ *    (cudaErrorInvalidValue; cudaMemcpyPeer also a range not inside a live allocation, and graph
+ *    memory, which cudasim places on no device).
  *  - cudaStreamGetId: ids are never reused, not even across cudasimReset.
  *  - cudaEventRecord of an event on another device's stream is cudaErrorInvalidResourceHandle
  *    (cuEventRecord: both must be of one context); cudaStreamWaitEvent across devices is legal.
@@ -131,7 +165,8 @@
  *    CUDA.
  *
  * Environment: CUDASIM_DEVICE_COUNT (default 1), CUDASIM_DEVICE_MEMORY (default 16G; suffixes
- * K, M, G, T), read when the emulator first starts and after cudasimReset().
+ * K, M, G, T), CUDASIM_PEER_ACCESS (1: every pair of devices may be peers; default none), read
+ * when the emulator first starts and after cudasimReset().
  */
 #ifndef CUDASIM_H
 #define CUDASIM_H

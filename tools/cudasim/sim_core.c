@@ -323,6 +323,9 @@ static void sim_start(void)
             fprintf(stderr, "cudasim: CUDASIM_DEVICE_COUNT=%s ignored (0..%d)\n", count,
                     SIM_MAX_DEVICES);
     }
+    const char *peers = getenv("CUDASIM_PEER_ACCESS");
+    sim_g.peer_access = peers && strcmp(peers, "1") == 0;
+    memset(sim_g.peer_enabled, 0, sizeof sim_g.peer_enabled);
     const char *mem = getenv("CUDASIM_DEVICE_MEMORY");
     if (mem) {
         bool ok;
@@ -445,6 +448,7 @@ cudaError_t cudaDeviceReset(void)
     sim_graphs_device_reset(dev);  /* captures, executable graphs, graph memory */
     sim_streams_device_reset(dev); /* events, streams */
     sim_pools_device_reset(dev);   /* cudaMalloc and pinned memory */
+    sim_peer_device_reset(dev);    /* peer access to and from it */
     sim_g.devices[dev].sticky = cudaSuccess; /* a new context: the fault is gone with the old */
     sim_unlock();
     return cudaSuccess;
@@ -524,8 +528,9 @@ cudaError_t cudaGetDevice(int *device)
     return cudaSuccess;
 }
 
-/* Emulated devices share no memory bus: no device can map a peer's memory, and a device is
- * not its own peer (CUDA answers 0 for device == peerDevice as well). */
+/* Without CUDASIM_PEER_ACCESS=1 emulated devices share no memory bus: no device can map a
+ * peer's memory. With it, every pair of distinct devices is a peer pair. A device is never its
+ * own peer (CUDA answers 0 for device == peerDevice). */
 cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
 {
     cudaError_t err = sim_enter(SIM_API_cudaDeviceCanAccessPeer);
@@ -535,10 +540,11 @@ cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevi
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
     bool ok = sim_dev(device) && sim_dev(peerDevice);
+    bool can = ok && device != peerDevice && sim_peers_possible();
     sim_unlock();
     if (!ok)
         return sim_ret(cudaErrorInvalidDevice);
-    *canAccessPeer = 0;
+    *canAccessPeer = can;
     return cudaSuccess;
 }
 
@@ -700,6 +706,8 @@ cudaError_t cudaPeekAtLastError(void)
     X(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy") \
     X(cudaErrorHostMemoryAlreadyRegistered, "part or all of the requested memory range is already mapped") \
     X(cudaErrorHostMemoryNotRegistered, "pointer does not correspond to a registered memory region") \
+    X(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled") \
+    X(cudaErrorPeerAccessNotEnabled, "peer access has not been enabled") \
     X(cudaErrorUnknown, "unknown error")
 
 const char *cudaGetErrorName(cudaError_t error)

@@ -69,7 +69,7 @@
     X(cudaGetErrorString) X(cudaStreamIsCapturing) X(cudaGetDeviceProperties) \
     X(cudaStreamGetId) X(cudaDeviceCanAccessPeer) X(cudaMemPoolGetAccess) \
     X(cudaMemPoolExportPointer) X(cudaMemPoolImportPointer) X(cudaDeviceReset) \
-    SIM_GRAPH_APIS(X) SIM_TORCH_APIS(X)
+    SIM_GRAPH_APIS(X) SIM_PEER_APIS(X) SIM_TORCH_APIS(X)
 
 /* The rest of what PyTorch imports: pinned/registered host memory and pointer attributes
  * (sim_host.c), and sim_torch_exports.c's. */
@@ -92,6 +92,11 @@
     X(cudaGraphGetNodes) X(cudaGraphNodeGetDependencies) X(cudaStreamBeginCaptureToGraph) \
     X(cudaStreamUpdateCaptureDependencies) X(cudaUserObjectCreate) X(cudaUserObjectRelease) \
     X(cudaGraphRetainUserObject)
+
+/* Copies, peers and IPC (sim_copy.c, sim_pool.c). */
+#define SIM_PEER_APIS(X) \
+    X(cudaMemcpy) X(cudaMemcpyPeer) X(cudaMemcpyPeerAsync) X(cudaDeviceEnablePeerAccess) \
+    X(cudaDeviceDisablePeerAccess)
 
 /* Graph capture and graphs (sim_graph.c). */
 #define SIM_GRAPH_APIS(X) \
@@ -243,6 +248,9 @@ struct sim_pool {
     size_t max_size;         /* 0: no cap beyond the device */
     size_t reserved, reserved_high, used, used_high;
     size_t live_allocs;
+    /* cudaMemAccessFlags of each device for this pool's memory (cudaMemPoolSetAccess); the
+     * owning device's is always ProtReadWrite. Written and read under the exclusive lock. */
+    unsigned char access[SIM_MAX_DEVICES];
     sim_chunk *chunks;
     sim_seg *free_segs;
     sim_pool *next_in_device;
@@ -298,6 +306,10 @@ typedef struct {
     unsigned workers;        /* live worker threads */
     pthread_cond_t workers_cv;
     sim_device devices[SIM_MAX_DEVICES];
+    /* Peers (sim_copy.c): CUDASIM_PEER_ACCESS=1 read at start, and which device has enabled
+     * access to which (cudaDeviceEnablePeerAccess: [current][peer]); exclusive lock. */
+    bool peer_access;
+    bool peer_enabled[SIM_MAX_DEVICES][SIM_MAX_DEVICES];
 } sim_state;
 
 extern sim_state sim_g;
@@ -340,12 +352,10 @@ sim_stream *sim_stream_resolve(cudaStream_t handle, cudaError_t *err);
 sim_stream *sim_stream_lookup(cudaStream_t handle, cudaError_t *err);
 /* sim_stream_resolve, failing with the device's sticky error if it has one. */
 sim_stream *sim_stream_resolve_live(cudaStream_t handle, cudaError_t *err);
-/* The bodies of cudaMemsetAsync, cudaMemcpyAsync (arguments checked) and cudaLaunchHostFunc
- * on a resolved stream, under the exclusive lock, for the entry points built on them (errors
- * returned, not recorded as the last error). */
+/* The bodies of cudaMemsetAsync and cudaLaunchHostFunc on a resolved stream, under the
+ * exclusive lock, for the entry points built on them (errors returned, not recorded as the
+ * last error). */
 cudaError_t sim_memset_locked(sim_stream *s, void *devPtr, int value, size_t count);
-cudaError_t sim_copy_locked(sim_stream *s, void *dst, const void *src, size_t count,
-                            enum cudaMemcpyKind kind);
 cudaError_t sim_host_fn_locked(sim_stream *s, cudaHostFn_t fn, void *userData);
 /* cudaEventRecord's body (takes the lock; the error is returned, not recorded). */
 cudaError_t sim_event_record(cudaEvent_t event, cudaStream_t stream);
@@ -456,6 +466,26 @@ void sim_graphs_reset(void);
 /* cudaDeviceReset, exclusive lock, the device idle: ends the device's captures, destroys its
  * executable graphs and returns its graph memory (graphs stay, to be instantiated afresh). */
 void sim_graphs_device_reset(int device);
+
+/* ---- sim_stream.c / sim_pool.c / sim_copy.c: copies, peers ---- */
+/* Exclusive lock: enqueues a copy of count > 0 bytes on s as cudaMemcpyAsync does (capture,
+ * the legacy stream's implicit sync, the range and stream-order checks; with check_access, the
+ * access of s's device to pool memory: cudaMemcpyPeerAsync stages and needs none). */
+cudaError_t sim_copy_enqueue(sim_stream *s, void *dst, const void *src, size_t count,
+                             bool dst_dev, bool src_dev, bool check_access);
+/* Blocks (releasing the exclusive lock) until s has executed op `seq`, without counting as a
+ * host synchronize that observes frees (cudaMemcpy, cudaMemcpyPeer). */
+void sim_stream_wait_done(sim_stream *s, uint64_t seq);
+/* Either lock mode: the device whose memory holds p (its arena, or an imported pool's window),
+ * or -1 for host memory and graph memory. */
+int sim_device_of(const void *p);
+/* Exclusive lock: may device `device` read (or, with write, write) [p, p+n)? Pool memory of
+ * another device needs a grant (cudaMemPoolSetAccess); anything else is not checked here. */
+bool sim_range_access_ok(const void *p, size_t n, int device, bool write);
+/* sim_copy.c: CUDASIM_PEER_ACCESS=1 with two devices or more: every pair may be peers. */
+bool sim_peers_possible(void);
+/* sim_copy.c, exclusive lock: device `device` has left peer access to and from it (reset). */
+void sim_peer_device_reset(int device);
 
 /* ---- sim_core.c: device capacity (pools' pages and graph-owned memory) ---- */
 /* Counts `bytes` more (or, with release, fewer) physical memory on `device` against its capacity;

@@ -139,6 +139,30 @@ static sim_pool *pool_of(const void *p)
     return NULL;
 }
 
+int sim_device_of(const void *p)
+{
+    for (int dev = 0; dev < sim_g.device_count; dev++) {
+        sim_device *d = &sim_g.devices[dev];
+        const char *c = p;
+        if (d->ready && c >= d->arena && c < d->arena + d->arena_size)
+            return dev;
+    }
+    return -1;
+}
+
+/* Pool allocations are mapped only for the devices the pool grants access to (the Programming
+ * Guide: pool accessibility does not follow cudaDeviceEnablePeerAccess). cudaMalloc memory is
+ * not checked: copies between devices stage it as CUDA does. */
+bool sim_range_access_ok(const void *p, size_t n, int device, bool write)
+{
+    (void)n; /* a live range lies in one allocation, so in one pool */
+    sim_pool *pool = pool_of(p);
+    if (!pool || pool->is_sync || pool->device == device)
+        return true;
+    unsigned char f = pool->access[device];
+    return write ? f == cudaMemAccessFlagsProtReadWrite : f != cudaMemAccessFlagsProtNone;
+}
+
 /* Under the exclusive lock: the pool allocation holding [p, p+n) (n 0: p), or NULL. */
 static sim_seg *live_seg(const void *p, size_t n)
 {
@@ -660,6 +684,7 @@ static sim_pool *pool_new(int device, bool is_default, bool is_sync)
     p->is_sync = is_sync;
     p->reuse_follow = p->reuse_opportunistic = p->reuse_internal = 1;
     p->release_threshold = 0; /* CUDA's default: release at every synchronize */
+    p->access[device] = cudaMemAccessFlagsProtReadWrite; /* by default, its own device only */
     sim_device *d = &sim_g.devices[device];
     p->next_in_device = d->pools;
     d->pools = p;
@@ -1382,6 +1407,14 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
     return sim_ret(err);
 }
 
+/* Grants each listed device access to the pool's memory, all or none: every descriptor is
+ * checked before any applies. A grant reaches the pool's existing and later allocations alike
+ * (the Programming Guide: pool accessibility follows cudaMemPoolSetAccess, not
+ * cudaDeviceEnablePeerAccess). Refused: a location that is not a device or a bad ordinal
+ * (cudaErrorInvalidDevice), flags outside cudaMemAccessFlags or anything but ProtReadWrite for the
+ * owning device (cudaErrorInvalidValue), and read or write access for a device that
+ * cudaDeviceCanAccessPeer says cannot reach the owner (cudaErrorNotSupported; without
+ * CUDASIM_PEER_ACCESS=1, every other device). */
 cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList,
                                  size_t count)
 {
@@ -1400,17 +1433,23 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
         const struct cudaMemAccessDesc *a = &descList[i];
         if (a->location.type != cudaMemLocationTypeDevice || !sim_dev(a->location.id))
             err = cudaErrorInvalidDevice;
+        else if (a->flags != cudaMemAccessFlagsProtNone && a->flags != cudaMemAccessFlagsProtRead &&
+                 a->flags != cudaMemAccessFlagsProtReadWrite)
+            err = cudaErrorInvalidValue;
         else if (a->location.id == p->device && a->flags != cudaMemAccessFlagsProtReadWrite)
             err = cudaErrorInvalidValue; /* the owning device always keeps read-write */
-        else if (a->location.id != p->device && a->flags != cudaMemAccessFlagsProtNone)
+        else if (a->location.id != p->device && a->flags != cudaMemAccessFlagsProtNone &&
+                 !sim_peers_possible())
             err = cudaErrorNotSupported;  /* cudaDeviceCanAccessPeer says 0 for every pair */
     }
+    for (size_t i = 0; !err && i < count; i++)
+        p->access[descList[i].location.id] = (unsigned char)descList[i].flags;
     sim_unlock();
     return sim_ret(err);
 }
 
-/* The owning device has read-write access; peers none, as cudaMemPoolSetAccess cannot grant
- * it (no emulated device is peer-capable). */
+/* What cudaMemPoolSetAccess granted: the owning device read-write, others ProtNone until
+ * granted. */
 cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool,
                                  struct cudaMemLocation *location)
 {
@@ -1428,8 +1467,8 @@ cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t m
         err = sim_g.devices[p->device].sticky;
     else if (!sim_dev(location->id))
         err = cudaErrorInvalidDevice;
-    else if (location->id == p->device)
-        f = cudaMemAccessFlagsProtReadWrite;
+    else
+        f = (enum cudaMemAccessFlags)p->access[location->id];
     sim_unlock();
     if (err)
         return sim_ret(err);

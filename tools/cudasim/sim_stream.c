@@ -464,6 +464,13 @@ void sim_stream_sync_to(sim_stream *s, uint64_t seq)
     sim_stream_unref(s);
 }
 
+void sim_stream_wait_done(sim_stream *s, uint64_t seq)
+{
+    sim_stream_ref(s);
+    wait_completed(s, seq, true);
+    sim_stream_unref(s);
+}
+
 void sim_device_sync(int device)
 {
     sim_device *d = &sim_g.devices[device];
@@ -674,12 +681,44 @@ cudaError_t sim_memset_locked(sim_stream *s, void *devPtr, int value, size_t cou
     if (!sim_graph_capture_op(s, op, true, false, &err)) {
         sim_stream_implicit_sync(s);
         sim_seg *seg;
-        op->bad_address = !sim_range_use_ok(devPtr, count, s, true, &seg);
+        op->bad_address = !sim_range_use_ok(devPtr, count, s, true, &seg) ||
+                          !sim_range_access_ok(devPtr, count, s->device, true);
         bool bad = op->bad_address;
         err = sim_stream_enqueue(s, op);
         if (!err && !bad)
             sim_range_note_use(seg, devPtr, count, s, s->submitted, true);
     }
+    return err;
+}
+
+cudaError_t sim_copy_enqueue(sim_stream *s, void *dst, const void *src, size_t count,
+                             bool dst_dev, bool src_dev, bool check_access)
+{
+    sim_op *op = sim_op_new(OP_MEMCPY);
+    if (!op)
+        return cudaErrorMemoryAllocation;
+    op->u.copy.dst = dst;
+    op->u.copy.src = src;
+    op->u.copy.count = count;
+    cudaError_t err;
+    if (sim_graph_capture_op(s, op, dst_dev, src_dev, &err))
+        return err;
+    sim_stream_implicit_sync(s);
+    sim_seg *dseg = NULL, *sseg = NULL;
+    /* Pool memory the stream's device has no access to (cudaMemPoolSetAccess) is unmapped for
+     * it: the copy faults when it runs, as any other bad address does. */
+    op->bad_address = (dst_dev && !sim_range_use_ok(dst, count, s, true, &dseg)) ||
+                      (src_dev && !sim_range_use_ok(src, count, s, false, &sseg)) ||
+                      (check_access && dst_dev &&
+                       !sim_range_access_ok(dst, count, s->device, true)) ||
+                      (check_access && src_dev &&
+                       !sim_range_access_ok(src, count, s->device, false));
+    bool bad = op->bad_address;
+    err = sim_stream_enqueue(s, op);
+    if (!err && !bad && dst_dev)
+        sim_range_note_use(dseg, dst, count, s, s->submitted, true);
+    if (!err && !bad && src_dev)
+        sim_range_note_use(sseg, src, count, s, s->submitted, false);
     return err;
 }
 
@@ -690,46 +729,20 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     if (err)
         return sim_ret(err);
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
-        return sim_ret(cudaErrorInvalidValue);
+        return sim_ret(cudaErrorInvalidMemcpyDirection); /* the Runtime API's error for it */
     if (count > 0 && (!dst || !src))
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
     sim_stream *s = sim_stream_resolve_live(stream, &err);
-    if (s)
-        err = sim_copy_locked(s, dst, src, count, kind);
+    if (s && count > 0) {
+        bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
+                       (kind == cudaMemcpyDefault && sim_is_device_address(dst));
+        bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice ||
+                       (kind == cudaMemcpyDefault && sim_is_device_address(src));
+        err = sim_copy_enqueue(s, dst, src, count, dst_dev, src_dev, true);
+    }
     sim_unlock();
     return sim_ret(err);
-}
-
-cudaError_t sim_copy_locked(sim_stream *s, void *dst, const void *src, size_t count,
-                            enum cudaMemcpyKind kind)
-{
-    cudaError_t err = cudaSuccess;
-    if (count == 0)
-        return cudaSuccess;
-    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
-                   (kind == cudaMemcpyDefault && sim_is_device_address(dst));
-    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice ||
-                   (kind == cudaMemcpyDefault && sim_is_device_address(src));
-    sim_op *op = sim_op_new(OP_MEMCPY);
-    if (!op)
-        return cudaErrorMemoryAllocation;
-    op->u.copy.dst = dst;
-    op->u.copy.src = src;
-    op->u.copy.count = count;
-    if (!sim_graph_capture_op(s, op, dst_dev, src_dev, &err)) {
-        sim_stream_implicit_sync(s);
-        sim_seg *dseg = NULL, *sseg = NULL;
-        op->bad_address = (dst_dev && !sim_range_use_ok(dst, count, s, true, &dseg)) ||
-                          (src_dev && !sim_range_use_ok(src, count, s, false, &sseg));
-        bool bad = op->bad_address;
-        err = sim_stream_enqueue(s, op);
-        if (!err && !bad && dst_dev)
-            sim_range_note_use(dseg, dst, count, s, s->submitted, true);
-        if (!err && !bad && src_dev)
-            sim_range_note_use(sseg, src, count, s, s->submitted, false);
-    }
-    return err;
 }
 
 cudaError_t cudaDeviceSynchronize(void)

@@ -10,7 +10,7 @@
  *    cudaErrorNoKernelImageForDevice (recorded as the last error, which is how PyTorch's
  *    C10_CUDA_KERNEL_LAUNCH_CHECK learns a launch failed); cudaLibrary* loads nothing; explicit
  *    graph construction and user objects answer cudaErrorNotSupported.
- * Copies, peers and IPC are sim_peer's (another file). */
+ * Copies, peers and IPC are sim_copy.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +52,13 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
     sim_stream *s = sim_stream_resolve_live(stream, &err);
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
+                   (kind == cudaMemcpyDefault && sim_is_device_address(dst));
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice ||
+                   (kind == cudaMemcpyDefault && sim_is_device_address(src));
     for (size_t row = 0; s && !err && width && row < height; row++)
-        err = sim_copy_locked(s, (char *)dst + row * dpitch, (const char *)src + row * spitch,
-                              width, kind);
+        err = sim_copy_enqueue(s, (char *)dst + row * dpitch, (const char *)src + row * spitch,
+                               width, dst_dev, src_dev, true);
     sim_unlock();
     return sim_ret(err);
 }
