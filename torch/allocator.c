@@ -119,6 +119,8 @@ void *sp_torch_malloc(size_t size, int device, cudaStream_t stream)
     if (rc == SP_OK)
         rc = sp_alloc(pool, &ptr, size, stream);
     last_status = rc;
+    if (rc != SP_OK)
+        sp__torch_failure(current.name, device, size, stream, rc);
     return rc == SP_OK ? ptr : NULL;
 }
 
