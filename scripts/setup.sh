@@ -6,13 +6,14 @@
 # location (/usr/local/cuda); nothing here downloads it.
 # Test-only: promtool (Debian's prometheus) and prometheus-client (python3-prometheus-client)
 # check the metrics text and the example server's scrape, and clang++ (Debian's clang) builds
-# streampool.hpp's test beside g++. Run as root, setup.sh installs them too, so that every test
+# streampool.hpp's test beside g++, and python3-venv makes the pytorch suite's venv
+# (tests/torch/venv.sh). Run as root, setup.sh installs them too, so that every test
 # runs; otherwise it names them and those tests skip without them (fail under CI=true).
 # `setup.sh --list` prints both lists and installs nothing.
 set -euo pipefail
 packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils
           libmicrohttpd-dev)
-test_packages=(prometheus python3-prometheus-client clang)
+test_packages=(prometheus python3-prometheus-client clang python3-venv)
 if [ "${1:-}" = --list ]; then
   echo "required: ${packages[*]}"
   echo "test-only: ${test_packages[*]}"

@@ -208,7 +208,12 @@ void sp_torch_set_memory_fraction(double fraction, int device)
     last_status = rc;
     /* PyTorch gives the hook no way to fail, and a limit silently not applied is worse than a
      * line on stderr. */
-    if (rc != SP_OK)
+    if (rc == SP_ERR_BUSY)
+        fprintf(stderr, "streampool_torch: memory fraction %g for device %d not applied: the "
+                "device's runtime already exists, and its default pool's limit was fixed when it "
+                "was made (set the fraction before the first allocation, or SP_ALLOC_CONF's "
+                "default.limit)\n", fraction, device);
+    else if (rc != SP_OK)
         fprintf(stderr, "streampool_torch: memory fraction %g for device %d not applied: %s\n",
                 fraction, device, sp_strerror(rc));
 }
