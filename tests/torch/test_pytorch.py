@@ -270,6 +270,20 @@ def scenario_mempool(c, so):
     st = lib.stats(b"llama")
     c.check("sp_torch_empty_cache then gives llama's cached bytes back",
             st["held"]["current"] == 0, brief(st))
+    # A NULL from a MemPool's allocator is PyTorch's own allocator's to handle: it raises.
+    c.check("pool_create small (8 MiB)", lib.sp_torch_pool_create(b"small", 0, 8 << 20) == 0)
+    small = torch.cuda.MemPool(alloc.allocator())
+    lib.sp_torch_set_pool(b"small")
+    try:
+        with torch.cuda.use_mem_pool(small):
+            torch.empty(16 * MiB, dtype=torch.uint8, device="cuda")
+        c.check("a NULL inside use_mem_pool is torch.OutOfMemoryError (PyTorch's own allocator "
+                "checks it)", False, "no exception")
+    except torch.OutOfMemoryError as e:
+        c.check("a NULL inside use_mem_pool is torch.OutOfMemoryError (PyTorch's own allocator "
+                "checks it)", True, str(e).splitlines()[0][:120])
+    finally:
+        lib.sp_torch_set_pool(None)
 
 
 def scenario_null(c, so):
