@@ -275,6 +275,21 @@ static void stream_callback_runs_in_order(void **state)
     assert_int_equal(log.order[1], 2);
     assert_ptr_equal(seen.stream, s);
     assert_int_equal(seen.status, cudaSuccess);
+    /* not in a capture (cudaLaunchHostFunc is what captures take) */
+    cudaStream_t c;
+    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    CK(cudaStreamBeginCapture(c, cudaStreamCaptureModeGlobal));
+    assert_int_equal(cudaStreamAddCallback(c, record_callback, &seen, 0),
+                     cudaErrorStreamCaptureUnsupported);
+    cudaEvent_t e;
+    CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    assert_int_equal(cudaEventRecordWithFlags(e, c, cudaEventRecordExternal), cudaErrorNotSupported);
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamEndCapture(c, &graph));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaEventDestroy(e));
+    CK(cudaStreamDestroy(c));
+    assert_int_equal(atomic_load(&log.len), 2); /* the refused callback never ran */
     assert_int_equal(cudaStreamAddCallback(s, record_callback, &seen, 1), cudaErrorInvalidValue);
     assert_int_equal(cudaStreamAddCallback(s, NULL, &seen, 0), cudaErrorInvalidValue);
     (void)cudaGetLastError();
