@@ -92,21 +92,21 @@ def bytes_survive(c, tag):
     d = h.cuda()                                             # h2d
     d2 = torch.empty_like(d)
     d2.copy_(d)                                              # d2d
-    c.check(f"{tag}: h2d, d2d, d2h keep every byte", torch.equal(d2.cpu(), h))
+    c.check(f"h2d, d2d, d2h keep every byte", torch.equal(d2.cpu(), h))
     hp = h.pin_memory()
-    c.check(f"{tag}: pin_memory() gives pinned memory (cudaPointerGetAttributes)",
+    c.check(f"pin_memory() gives pinned memory (cudaPointerGetAttributes)",
             hp.is_pinned() and not h.is_pinned())
     d3 = hp.to("cuda", non_blocking=True)
     back = torch.empty_like(hp)
     back.copy_(d3, non_blocking=True)
     torch.cuda.current_stream().synchronize()
-    c.check(f"{tag}: non-blocking copies through pinned memory keep every byte",
+    c.check(f"non-blocking copies through pinned memory keep every byte",
             torch.equal(back, h))
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4).cuda()
-    c.check(f"{tag}: a transposed (strided) device tensor copies back right",
+    c.check(f"a transposed (strided) device tensor copies back right",
             torch.equal(t.t().cpu(), torch.arange(12, dtype=torch.float32).reshape(3, 4).t()))
     z = torch.zeros(1000, device="cuda")
-    c.check(f"{tag}: torch.zeros is a memset that reads back as zeros",
+    c.check(f"torch.zeros is a memset that reads back as zeros",
             torch.equal(z.cpu(), torch.zeros(1000)))
     return [d, d2, d3, t, z]
 
@@ -115,10 +115,10 @@ def kernels_cannot_run(c, tag):
     import torch
     try:
         torch.ones(4, device="cuda")
-        c.check(f"{tag}: a kernel (torch.ones) fails: no kernel image on the emulator", False,
+        c.check(f"a kernel (torch.ones) fails: no kernel image on the emulator", False,
                 "it ran")
     except Exception as e:  # torch.AcceleratorError in 2.15
-        c.check(f"{tag}: a kernel (torch.ones) fails: no kernel image on the emulator",
+        c.check(f"a kernel (torch.ones) fails: no kernel image on the emulator",
                 "no kernel image is available" in str(e), str(e).splitlines()[0])
 
 
