@@ -434,6 +434,40 @@ static void explicit_graphs_are_not_supported(void **state)
     assert_int_equal(cudaGetLastError(), cudaErrorNotSupported);
 }
 
+/* Legacy IPC: cudasim's cudaMalloc memory is private to its process, so each call answers
+ * cudaErrorNotSupported once its arguments pass CUDA's checks. */
+static void legacy_ipc_is_not_supported(void **state)
+{
+    (void)state;
+    void *d = NULL;
+    CK(cudaMalloc(&d, 4096));
+    cudaIpcMemHandle_t mh;
+    memset(&mh, 0, sizeof mh);
+    assert_int_equal(cudaIpcGetMemHandle(&mh, d), cudaErrorNotSupported);
+    assert_int_equal(cudaGetLastError(), cudaErrorNotSupported);
+    assert_int_equal(cudaIpcGetMemHandle(NULL, d), cudaErrorInvalidValue);
+    void *opened = (void *)0x1;
+    assert_int_equal(cudaIpcOpenMemHandle(&opened, mh, cudaIpcMemLazyEnablePeerAccess),
+                     cudaErrorNotSupported);
+    assert_ptr_equal(opened, (void *)0x1);
+    assert_int_equal(cudaIpcOpenMemHandle(&opened, mh, 0x10), cudaErrorInvalidValue);
+    assert_int_equal(cudaIpcCloseMemHandle(d), cudaErrorNotSupported);
+    cudaEvent_t plain, shared;
+    CK(cudaEventCreateWithFlags(&plain, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&shared, cudaEventDisableTiming | cudaEventInterprocess));
+    cudaIpcEventHandle_t eh;
+    assert_int_equal(cudaIpcGetEventHandle(&eh, plain), cudaErrorInvalidResourceHandle);
+    assert_int_equal(cudaIpcGetEventHandle(&eh, shared), cudaErrorNotSupported);
+    cudaEvent_t e2;
+    memset(&eh, 0, sizeof eh);
+    assert_int_equal(cudaIpcOpenEventHandle(&e2, eh), cudaErrorNotSupported);
+    assert_int_equal(cudaIpcOpenEventHandle(NULL, eh), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    CK(cudaEventDestroy(plain));
+    CK(cudaEventDestroy(shared));
+    CK(cudaFree(d));
+}
+
 /* Every error the new calls return has its name and text. */
 static void error_table_knows_the_new_errors(void **state)
 {
@@ -510,6 +544,7 @@ int main(void)
         T(driver_entry_points_are_not_found),
         T(device_code_has_no_image),
         T(explicit_graphs_are_not_supported),
+        T(legacy_ipc_is_not_supported),
         T(error_table_knows_the_new_errors),
 #undef T
     };

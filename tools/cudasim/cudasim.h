@@ -173,7 +173,10 @@
  *    sticky); cudaLibraryLoadData/LoadFromFile the same, and every library handle is
  *    cudaErrorInvalidResourceHandle. Explicit graph construction and inspection
  *    (cudaGraphAddNode, cudaGraphGetNodes, ...), capture to a graph, capture dependency updates,
- *    conditional handles and user objects are cudaErrorNotSupported.
+ *    conditional handles and user objects are cudaErrorNotSupported. So is legacy IPC
+ *    (cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle, cudaIpcGetEventHandle
+ *    of an interprocess event, cudaIpcOpenEventHandle): cudaMalloc memory is private to the
+ *    process (pools exported with a shareable handle are the way across processes).
  *  - cudaMemset is asynchronous for device memory (the Runtime API's synchronization table), on
  *    the legacy stream; cudaMemcpy2DAsync enqueues its rows, each checked as a cudaMemcpyAsync.
  *  - cudaPointerGetAttributes: device memory is what a live mapping holds (freed pool memory

@@ -72,7 +72,7 @@
     SIM_GRAPH_APIS(X) SIM_PEER_APIS(X) SIM_TORCH_APIS(X)
 
 /* The rest of what PyTorch imports: pinned/registered host memory and pointer attributes
- * (sim_host.c), and sim_torch_exports.c's. */
+ * (sim_host.c), sim_torch_exports.c's, and legacy IPC (sim_ipc_legacy.c). */
 #define SIM_TORCH_APIS(X) \
     X(cudaHostRegister) X(cudaHostUnregister) X(cudaPointerGetAttributes) X(cudaMemset) \
     X(cudaMemcpy2DAsync) X(cudaStreamGetPriority) X(cudaDeviceGetStreamPriorityRange) \
@@ -91,7 +91,8 @@
     X(cudaLibraryGetUnifiedFunction) X(cudaGraphAddNode) X(cudaGraphConditionalHandleCreate) \
     X(cudaGraphGetNodes) X(cudaGraphNodeGetDependencies) X(cudaStreamBeginCaptureToGraph) \
     X(cudaStreamUpdateCaptureDependencies) X(cudaUserObjectCreate) X(cudaUserObjectRelease) \
-    X(cudaGraphRetainUserObject)
+    X(cudaGraphRetainUserObject) X(cudaIpcGetMemHandle) X(cudaIpcOpenMemHandle) \
+    X(cudaIpcCloseMemHandle) X(cudaIpcGetEventHandle) X(cudaIpcOpenEventHandle)
 
 /* Copies, peers and IPC (sim_copy.c, sim_pool.c). */
 #define SIM_PEER_APIS(X) \
