@@ -52,7 +52,14 @@ static void memset_runs_in_legacy_stream_order(void **state)
     CK(cudaMemset(d, 0, 0)); /* nothing to do */
     CK(cudaStreamDestroy(s));
     CK(cudaFree(d));
-    assert_int_equal(cudasimCallCount("cudaMemset"), 2);
+    /* a Unified Memory region: synchronous, the bytes set when the call returns */
+    unsigned char *m = NULL;
+    CK(cudaMallocManaged((void **)&m, 4096, cudaMemAttachGlobal));
+    CK(cudaMemset(m, 0x5a, 4096));
+    for (size_t i = 0; i < 4096; i++)
+        assert_int_equal(m[i], 0x5a);
+    CK(cudaFree(m));
+    assert_int_equal(cudasimCallCount("cudaMemset"), 3);
 }
 
 /* Rows of `width` bytes at their pitches; the gaps between rows are untouched. */

@@ -21,9 +21,11 @@
 
 /* ---- the memory path ---- */
 
-/* Asynchronous with respect to the host for device memory (the Runtime API's "API
- * synchronization behavior"), on the legacy stream: a later call that synchronizes (or the
- * legacy stream's implicit ordering) is what makes it visible. */
+/* On the legacy stream, asynchronous with respect to the host for device memory and
+ * synchronous for a Unified Memory region (the Runtime API's "API synchronization behavior"):
+ * for device memory, a later call that synchronizes (or the legacy stream's implicit ordering)
+ * is what makes it visible. Pinned host memory as the target is not emulated (a bad address,
+ * as for cudaMemsetAsync). */
 cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
     cudaError_t err = sim_enter(SIM_API_cudaMemset);
@@ -31,8 +33,11 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count)
         return sim_ret(err);
     sim_lock();
     sim_stream *s = sim_stream_resolve_live(cudaStreamLegacy, &err);
+    bool managed = false;
     if (s)
         err = sim_memset_locked(s, devPtr, value, count);
+    if (s && !err && count && sim_device_of_address(devPtr, &managed) >= 0 && managed)
+        sim_stream_wait_done(s, s->submitted);
     sim_unlock();
     return sim_ret(err);
 }
