@@ -269,7 +269,12 @@ typedef struct sp_request_config {
 
 SP_API int sp_request_begin_with(sp_pool *pool, cudaStream_t stream,
                                  const sp_request_config *cfg, sp_request *out);
-/* sp_alloc on the request's pool and stream, the allocation counted in the request. */
+/* sp_alloc on the request's pool and stream, the allocation counted in the request.
+ * Any thread may allocate into a request while another ends it: each such allocation either
+ * joins the request (SP_OK; the end frees it, counted in freed_at_end, so its pointer is valid
+ * only until the end returns) or, when the end took the request's allocations first, gets
+ * SP_ERR_REQUEST_ENDED with *ptr unchanged and nothing held. Never both, never a block left in
+ * an ended request. */
 SP_API int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes);
 /* Ends the request: frees what it left live, settles its frees (flags: 0 or
  * SP_REQUEST_SYNCHRONIZED) and fills *out if not NULL (out->size must be set). */
@@ -336,6 +341,20 @@ SP_API int sp_pool_destroy(sp_pool *pool);
  * [reserve, limit]: the pool never releases its reservation, and never keeps more than its
  * limit past a synchronize. */
 SP_API int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes);
+
+/* Changes the pool's limit at run time (bytes, rounded down to whole 2 MiB driver pages as at
+ * creation; 0: no limit), safe while other threads allocate. Lowering it gives the pool's
+ * cache above the new limit back to the device at once; live allocations stay valid, and new
+ * ones that need memory from the driver get SP_ERR_LIMIT until the pool holds less than the
+ * limit. A limit below one page or below the pool's reservation is refused (SP_ERR_CONFIG, with
+ * a message: sp_config_error) and changes nothing. Raising it lets the pool grow past the
+ * limit it was created with: the cudaMemPool of a pool made with a limit is capped (maxSize) at
+ * it, and a cap is fixed at creation, so a limit raised past it moves the pool to a new
+ * cudaMemPool capped at the new limit (0: uncapped), its reservation taken there first; the old
+ * one keeps only the pool's segments still from it, and goes at the pool's destroy. A pool
+ * adopted with sp_pool_adopt keeps its owner's cudaMemPool and cap. Held bytes never pass the
+ * highest limit in force while they were claimed. */
+SP_API int sp_pool_set_limit(sp_pool *pool, uint64_t bytes);
 
 /* Changes how many freed bytes the pool keeps (held - active; UINT64_MAX: no cap); over it,
  * the pool gives wholly free, settled slabs and segments back to the driver, largest first. */

@@ -170,12 +170,12 @@ static int merge_config(const sp_runtime *rt, const char *name, const sp_pool_co
  * which keeps it (threshold >= reserve) for this pool alone. The synchronize makes the free
  * known complete, so any stream of the pool may reuse it (CUDA-SEMANTICS 11c). *held is the
  * allocation if the driver refused its free. */
-static int take_reservation(sp_pool *pool, void **held)
+static int take_reservation_in(sp_pool *pool, cudaMemPool_t cuda_pool, void **held)
 {
     void *p;
     sp_runtime *rt = pool->rt;
     *held = NULL;
-    int rc = sp__cuda_malloc(pool->cuda_pool, &p, pool->cfg.reserve, rt->service);
+    int rc = sp__cuda_malloc(cuda_pool, &p, pool->cfg.reserve, rt->service);
     if (rc != SP_OK)
         return rc;
     if ((rc = sp__cuda_free(p, rt->service)) != SP_OK) {
@@ -185,6 +185,11 @@ static int take_reservation(sp_pool *pool, void **held)
     return sp__cuda_stream_sync(rt->service);
 }
 
+static int take_reservation(sp_pool *pool, void **held)
+{
+    return take_reservation_in(pool, pool->cuda_pool, held);
+}
+
 /* How often the cleanup of a failed creation asks the driver again: it has no handle to return
  * a refusal with, and what it cannot give back (a reservation, a cudaMemPool keeping its release
  * threshold) would stay reserved for the life of the process. */
@@ -192,14 +197,19 @@ static int take_reservation(sp_pool *pool, void **held)
 
 /* A failed creation's cudaMemPool: the reservation still `held` goes back, and the cudaMemPool
  * is destroyed if the pool made it. */
-static void discard_cuda_pool(sp_pool *pool, void *held)
+static void discard_cuda_pool_of(sp_pool *pool, cudaMemPool_t cuda_pool, bool owned, void *held)
 {
     for (int tries = 0; tries < CLEANUP_TRIES; tries++) {
         if (held && sp__cuda_free(held, pool->rt->service) == SP_OK)
             held = NULL;
-        if (!held && (!pool->owns_cuda_pool || sp__cuda_pool_destroy(pool->cuda_pool) == SP_OK))
+        if (!held && (!owned || sp__cuda_pool_destroy(cuda_pool) == SP_OK))
             return;
     }
+}
+
+static void discard_cuda_pool(sp_pool *pool, void *held)
+{
+    discard_cuda_pool_of(pool, pool->cuda_pool, pool->owns_cuda_pool, held);
 }
 
 int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp_pool_config *cfg,
@@ -237,8 +247,12 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         if (rc == SP_OK && (cfg || merged.reserve || merged.limit))
             rc = sp__cuda_pool_set_threshold(adopt, effective_threshold(&merged));
     } else {
-        /* the driver holds the pool to the limit in pages as well */
-        rc = sp__cuda_pool_create(rt->device, pool->limit_bytes, &pool->cuda_pool);
+        /* the driver holds the pool to the limit in pages as well (raised past it, the pool
+         * moves to a new cudaMemPool: sp_pool_set_limit) */
+        cudaMemPool_t made = NULL;
+        rc = sp__cuda_pool_create(rt->device, pool->limit_bytes, &made);
+        pool->cuda_pool = made;
+        pool->cuda_cap = pool->limit_bytes;
         pool->owns_cuda_pool = rc == SP_OK;
         if (rc == SP_OK)
             rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&merged));
@@ -283,6 +297,22 @@ static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
     return want;
 }
 
+/* The driver refused `bytes` for lack of memory: the device's, or the cap (maxSize) of the
+ * pool's cudaMemPool, which is its limit. The cap counts the cudaMemPool's reserved pages, and
+ * those include the pages of frees still pending on other threads' streams, which no trim can
+ * release yet while the ledger has room: read afterwards (alloc.c, after a give-back and a
+ * retry), the cudaMemPool's figures may no longer show it, and the refusal was reported as the
+ * device out of memory (issue 27 item 9). Told now from the device instead: a device with the
+ * pages free did not refuse, the cap did. */
+static int cap_or_device(sp_pool *pool, uint64_t bytes)
+{
+    uint64_t free_b = 0, total = 0;
+    if (pool->cuda_cap && sp__cuda_mem_info(pool->rt->device, &free_b, &total) == SP_OK &&
+        free_b >= sp__round_up(bytes, SP_DRIVER_GRANULARITY))
+        return SP_ERR_LIMIT;
+    return SP_ERR_OUT_OF_MEMORY;
+}
+
 int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_stream_cache *me,
                   cudaStream_t stream, sp_block **out)
 {
@@ -299,7 +329,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     if (rc != SP_OK) {
         sp__segment_discard(s);
         held_unclaim(pool, bytes);
-        return rc;
+        return rc == SP_ERR_OUT_OF_MEMORY ? cap_or_device(pool, bytes) : rc;
     }
     count(pool, SP_COUNT_driver_allocs);
     /* the allocation is ordered on `stream` only: tag it like a free there, so another stream
@@ -374,13 +404,60 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, sp_b
 
 void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
 {
-    if (sp__cuda_free(b->ptr, stream) == SP_OK) {
-        count(pool, SP_COUNT_driver_frees);
-        sp__usage_add(pool, 0, 0, -(int64_t)b->size);
-    } else {
-        count(pool, SP_COUNT_give_back_failures); /* still counted as held: not forgotten */
+    /* asked again at once: inside a capture the free is the graph's free node, and only then
+     * does each launch of the graph give the memory back itself */
+    for (int tries = 0; tries < CLEANUP_TRIES; tries++) {
+        if (sp__cuda_free(b->ptr, stream) == SP_OK) {
+            count(pool, SP_COUNT_driver_frees);
+            sp__usage_add(pool, 0, 0, -(int64_t)b->size);
+            free(b);
+            return;
+        }
+        count(pool, SP_COUNT_give_back_failures);
     }
-    free(b);
+    /* refused for good: still counted as held, and kept (forgotten, it would stay reserved for
+     * the life of the process: a launched graph's allocation lives until it is freed) */
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    b->next = pool->refused_frees;
+    pool->refused_frees = b;
+    sp_mutex_unlock(&pool->lock);
+}
+
+/* Gives back the bypass blocks whose free the driver refused, on the service stream, outside
+ * any capture; the driver's "invalid value" means it holds nothing there (a graph never
+ * launched, or one whose launch freed it with a later node), and the block goes. Returns
+ * SP_OK once none is left, else the first error. */
+static int give_back_refused_frees(sp_pool *pool)
+{
+    int err = SP_OK;
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_block *list = pool->refused_frees, *kept = NULL;
+    pool->refused_frees = NULL;
+    sp_mutex_unlock(&pool->lock);
+    for (sp_block *b = list, *next; b; b = next) {
+        next = b->next;
+        int rc = sp__cuda_free(b->ptr, pool->rt->service);
+        if (rc == SP_OK || sp_last_cuda_error() == cudaErrorInvalidValue) {
+            count(pool, rc == SP_OK ? SP_COUNT_driver_frees : SP_COUNT_give_back_failures);
+            sp__usage_add(pool, 0, 0, -(int64_t)b->size);
+            free(b);
+            continue;
+        }
+        if (err == SP_OK)
+            err = rc;
+        b->next = kept;
+        kept = b;
+    }
+    if (kept) {
+        sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+        sp_block *tail = kept;
+        while (tail->next)
+            tail = tail->next;
+        tail->next = pool->refused_frees;
+        pool->refused_frees = kept;
+        sp_mutex_unlock(&pool->lock);
+    }
+    return err;
 }
 
 /* ---- giving cached memory back ---- */
@@ -469,6 +546,30 @@ static void settle_all(sp_pool *pool, int *err)
         settle_by_device_sync(pool, err);
 }
 
+/* The cudaMemPools a raised limit replaced keep nothing but the pool's segments still from them
+ * (threshold 0): what the pool gave back of those goes to the device at once. */
+static void trim_retired(sp_pool *pool)
+{
+    for (struct sp_retired_cuda_pool *r =
+             atomic_load_explicit(&pool->retired_cuda_pools, memory_order_acquire);
+         r; r = r->next)
+        (void)sp__cuda_pool_trim(r->pool, 0);
+}
+
+int sp__pool_cuda_usage(sp_pool *pool, uint64_t *reserved, uint64_t *used)
+{
+    int rc = sp__cuda_pool_usage(pool->cuda_pool, reserved, used);
+    for (struct sp_retired_cuda_pool *r =
+             atomic_load_explicit(&pool->retired_cuda_pools, memory_order_acquire);
+         r && rc == SP_OK; r = r->next) {
+        uint64_t rr = 0, ru = 0;
+        rc = sp__cuda_pool_usage(r->pool, &rr, &ru);
+        *reserved += rr;
+        *used += ru;
+    }
+    return rc;
+}
+
 /* sp__pool_give_back, also giving back on `stream`, whose cache is `me` (not NULL), what it
  * freed and what is settled: cudaFreeAsync there is ordered after the frees' work (rule 3),
  * so pending work does not keep that memory held. */
@@ -479,7 +580,7 @@ static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_
     if (held_before <= keep && !sync)
         return 0;
     uint64_t reserved_before = 0, used = 0;
-    if (sync && sp__cuda_pool_usage(pool->cuda_pool, &reserved_before, &used) != SP_OK)
+    if (sync && sp__pool_cuda_usage(pool, &reserved_before, &used) != SP_OK)
         reserved_before = 0;
     sp__small_flush_bins(pool);
     sp__park_flush_all(pool);
@@ -502,12 +603,13 @@ static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_
         rc = sp__cuda_pool_trim(pool->cuda_pool, floor);
         if (err && *err == SP_OK)
             *err = rc;
+        trim_retired(pool);
     }
     held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
     uint64_t released = held_before > held ? held_before - held : 0;
     /* the trim also releases pages the cudaMemPool kept from segments given back before */
     uint64_t reserved = 0;
-    if (reserved_before && sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used) == SP_OK &&
+    if (reserved_before && sp__pool_cuda_usage(pool, &reserved, &used) == SP_OK &&
         reserved_before > reserved && reserved_before - reserved > released)
         released = reserved_before - reserved;
     return released;
@@ -558,6 +660,7 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream
             uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
             (void)sp__cuda_pool_trim(pool->cuda_pool, held > pool->cfg.reserve ? held
                                                                                : pool->cfg.reserve);
+            trim_retired(pool);
         } else {
             count(pool, SP_COUNT_skipped_steps);
         }
@@ -598,12 +701,15 @@ static int give_back_everything(sp_pool *pool)
                 break;
         }
     }
+    int rrc = give_back_refused_frees(pool);
+    if (err == SP_OK)
+        err = rrc;
     /* what went back on the service stream: a failed synchronize loses nothing (a destroyed
      * cudaMemPool releases its memory once its frees are done, rule 7) */
     int rc = sp__cuda_stream_sync(pool->rt->service);
     if (err == SP_OK)
         err = rc;
-    if (!pool->segments.segments && !pool->slabs.segments)
+    if (!pool->segments.segments && !pool->slabs.segments && !pool->refused_frees)
         return SP_OK;
     return err != SP_OK ? err : SP_ERR_CUDA;
 }
@@ -615,6 +721,16 @@ int sp__pool_free(sp_pool *pool)
      * (its cache), for the caller to destroy again. Forgotten, a segment or a cudaMemPool that
      * keeps its release threshold would stay reserved for the life of the process. */
     int rc = give_back_everything(pool);
+    /* the cudaMemPools a raised limit replaced, first: a refusal leaves the current one as it
+     * was, and those already destroyed leave the list */
+    while (rc == SP_OK && atomic_load_explicit(&pool->retired_cuda_pools, memory_order_relaxed)) {
+        struct sp_retired_cuda_pool *r = pool->retired_cuda_pools;
+        (void)sp__cuda_pool_trim(r->pool, 0);
+        if ((rc = sp__cuda_pool_destroy(r->pool)) == SP_OK) {
+            pool->retired_cuda_pools = r->next;
+            free(r);
+        }
+    }
     if (rc == SP_OK && pool->owns_cuda_pool) {
         /* the pages the cudaMemPool keeps under its release threshold go back first, so that
          * a refused destroy leaves it its reservation only (a trim failing loses nothing: the
@@ -626,6 +742,14 @@ int sp__pool_free(sp_pool *pool)
      * give back, and every call would fail alike, so the pool goes (sp_last_cuda_error tells) */
     if (rc != SP_OK && !sp__cuda_context_lost())
         return rc;
+    for (sp_block *b = pool->refused_frees, *next; b; b = next) {
+        next = b->next; /* a lost context took their memory */
+        free(b);
+    }
+    for (struct sp_retired_cuda_pool *r = pool->retired_cuda_pools, *next; r; r = next) {
+        next = r->next; /* a lost context: nothing left to destroy them with */
+        free(r);
+    }
     sp__requests_free(pool->requests); /* open ones without live allocations (live ones make it busy) */
     sp__heap_destroy(&pool->slabs);
     sp__heap_destroy(&pool->segments);
@@ -693,6 +817,82 @@ int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
     return rc;
 }
 
+/* A cudaMemPool's maxSize is fixed at its creation. A limit raised past the cap of the pool's
+ * cudaMemPool moves the pool to a new one, capped at the new limit (0: none), its reservation
+ * taken there first (the device gives it twice for a moment, so that no other pool can take it
+ * meanwhile); the old one keeps only the segments the pool still has from it (threshold 0,
+ * trimmed) and goes at the pool's destroy. Their frees need no handle: cudaFreeAsync returns a
+ * block to the cudaMemPool it came from. pool->lock held. */
+static int move_cuda_pool(sp_pool *pool, uint64_t cap, const sp_pool_config *cfg)
+{
+    struct sp_retired_cuda_pool *r = malloc(sizeof *r);
+    if (!r)
+        return SP_ERR_NO_HOST_MEMORY;
+    cudaMemPool_t fresh = NULL;
+    void *held = NULL;
+    int rc = sp__cuda_pool_create(pool->rt->device, cap, &fresh);
+    if (rc == SP_OK)
+        rc = sp__cuda_pool_set_threshold(fresh, effective_threshold(cfg));
+    if (rc == SP_OK && cfg->reserve && (rc = take_reservation_in(pool, fresh, &held)) != SP_OK)
+        (void)sp__errorf(rc,
+                         "pool '%s': its limit cannot be raised past %llu bytes: its reserve of "
+                         "%llu bytes could not be taken again in a cudaMemPool with the new cap: %s",
+                         pool->name, (unsigned long long)pool->cuda_cap,
+                         (unsigned long long)cfg->reserve, sp_strerror(rc));
+    if (rc != SP_OK) {
+        if (fresh)
+            discard_cuda_pool_of(pool, fresh, true, held);
+        free(r);
+        return rc;
+    }
+    cudaMemPool_t old = pool->cuda_pool;
+    r->pool = old;
+    r->next = pool->retired_cuda_pools;
+    atomic_store_explicit(&pool->retired_cuda_pools, r, memory_order_release);
+    pool->cuda_pool = fresh; /* new driver allocations go there from now on */
+    pool->cuda_cap = cap;
+    /* its reservation is the new one's now: the old one releases every page not in use */
+    (void)sp__cuda_pool_set_threshold(old, 0);
+    (void)sp__cuda_pool_trim(old, 0);
+    return SP_OK;
+}
+
+int sp_pool_set_limit(sp_pool *pool, uint64_t bytes)
+{
+    sp__cuda_error_clear();
+    if (!pool)
+        return SP_ERR_INVALID;
+    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_pool_config cfg = pool->cfg;
+    cfg.limit = bytes;
+    uint64_t limit = limit_in_pages(&cfg);
+    int rc = check_limit(pool->name, &cfg);
+    /* past the cap of its cudaMemPool (a pool made with a limit), a new one */
+    if (rc == SP_OK && pool->owns_cuda_pool && pool->cuda_cap && (!limit || limit > pool->cuda_cap))
+        rc = move_cuda_pool(pool, limit, &cfg);
+    if (rc == SP_OK)
+        rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&cfg));
+    if (rc != SP_OK) {
+        sp_mutex_unlock(&pool->lock);
+        return rc;
+    }
+    uint64_t old_limit = pool->limit_bytes;
+    pool->cfg.limit = bytes;
+    /* from here every claim is judged by the new limit; one that read the old limit may still
+     * complete, so held stays within the highest limit in force */
+    pool->limit_bytes = limit;
+    sp_mutex_unlock(&pool->lock);
+    if (limit && (!old_limit || limit < old_limit)) {
+        /* lowered: the cache above the new limit goes back now, its frees settled as a trim
+         * settles them; live blocks stay, and what they hold over the limit only refuses new
+         * driver allocations (held_claim) until frees bring the pool under it */
+        int err = SP_OK;
+        (void)sp__pool_give_back(pool, limit, true, &err);
+        rc = err;
+    }
+    return rc;
+}
+
 int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
 {
     sp__cuda_error_clear();
@@ -751,6 +951,12 @@ int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
     if (limit && fresh > limit)
         fresh = limit; /* near the limit a fresh allocation takes only what it needs */
     uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+    /* Judged from exact figures: the streams' caches keep their live-byte deltas back (up to
+     * stats_flush_bytes each) for speed, and a free still unflushed there makes its bytes look
+     * live, not cached: a request that only the pool's cache keeps out would be refused
+     * forever. Flushed here, only when the limit has no room without the cache. */
+    if (limit && cur > limit - fresh)
+        (void)sp__pool_active_bytes(pool);
     if (limit && cur > limit - fresh && cur + fresh - limit <= cached_now(pool)) {
         /* the pool's own cache makes the room: it goes back first, its streams' frees settled
          * as a trim settles them (the pool's driver calls, none of the request's). Where even
@@ -778,6 +984,15 @@ void sp__pool_admit_release(sp_pool *pool, uint64_t claim)
 {
     if (claim)
         (void)sp__current_add(&pool->limit_used, -(int64_t)claim);
+}
+
+bool sp__pool_tag_given(uint64_t tag)
+{
+    /* pool ids are given in order from 1: a tag past the last one given names no pool (tags
+     * keep the low bits of the id, so after 2^24 pools every tag has been given) */
+    uint64_t next = atomic_load_explicit(&next_pool_id, memory_order_relaxed);
+    uint64_t mask = (1ull << (64 - SP_REQ_SEQ_BITS)) - 1;
+    return tag >= 1 && (next > mask || tag < next);
 }
 
 bool sp__pool_reported(sp_pool *pool)

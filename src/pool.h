@@ -9,16 +9,33 @@
 
 /* ---- pools (pool.c) ---- */
 
+struct sp_retired_cuda_pool {
+    cudaMemPool_t pool;
+    struct sp_retired_cuda_pool *next;
+};
+
 struct sp_pool {
     sp_runtime *rt;
     char name[SP_POOL_NAME_MAX + 1];
     uint64_t id;                         /* unique for the process: per-thread memos key on it */
-    cudaMemPool_t cuda_pool;
+    /* where new driver allocations go. Atomic: sp_pool_set_limit replaces it (a plain read of
+     * an _Atomic is an atomic load) */
+    _Atomic(cudaMemPool_t) cuda_pool;
+    /* the cudaMemPool's maxSize (pools made here; 0: none): the highest limit set so far */
+    uint64_t cuda_cap;
+    /* cudaMemPools replaced by a raised limit (sp_pool_set_limit): their segments still in
+     * the pool go back to them; kept, threshold 0, until the pool's destroy. Pushed under
+     * `lock`, read without it (never removed before the destroy) */
+    _Atomic(struct sp_retired_cuda_pool *) retired_cuda_pools;
     bool owns_cuda_pool, is_default;
     sp_pool_config cfg;                  /* changed at run time under `lock` */
     /* cfg.limit rounded down to the driver's granularity (SP_DRIVER_GRANULARITY: what the
-     * device gives), what held bytes are held to and the cudaMemPool's maxSize. 0: none. */
-    uint64_t limit_bytes;
+     * device gives), what held bytes are held to. 0: none. The cudaMemPool of a pool made
+     * here is capped (maxSize) at the highest limit in force: the driver holds the pool to it
+     * too */
+    /* atomic: sp_pool_set_limit changes it while other threads read it (plain reads of an
+     * _Atomic are atomic loads) */
+    _Atomic uint64_t limit_bytes;
     /* held bytes plus the claims of driver allocations in flight: what the limit is judged by
      * (held_claim). usage.held counts a claim only once the driver granted it */
     atomic_uint_least64_t limit_used;
@@ -49,6 +66,9 @@ struct sp_pool {
     struct sp_req *requests[SP_REQ_BUCKETS];
     uint64_t request_seq;
     atomic_uint_least64_t limit_stuck;
+    /* capture bypass blocks whose cudaFreeAsync the driver refused (a captured free among
+     * them), under `lock`: still held, given back at a synchronized give-back or the destroy */
+    sp_block *refused_frees;
     sp_pool *next;
 };
 
@@ -98,6 +118,13 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream
 int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim);
 /* Gives back what is left of an admitted request's claim, at its end. */
 void sp__pool_admit_release(sp_pool *pool, uint64_t claim);
+/* The reserved and used bytes of the pool's cudaMemPools: its current one and those a raised
+ * limit replaced. */
+int sp__pool_cuda_usage(sp_pool *pool, uint64_t *reserved, uint64_t *used);
+/* Whether `tag` (a request id's high bits, SP_REQ_SEQ_BITS) is that of a pool ever made in the
+ * process: an id with another pool's tag is SP_ERR_WRONG_POOL, one with no pool's is
+ * SP_ERR_NO_REQUEST. */
+bool sp__pool_tag_given(uint64_t tag);
 /* Whether reports (stats, summaries, metrics, the OOM report) show the pool: every pool but a
  * default pool that has not been used. */
 bool sp__pool_reported(sp_pool *pool);

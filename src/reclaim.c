@@ -104,8 +104,8 @@ static void describe_pool(sp_pool *p, sp_oom_pool *out)
     out->active = active;
     out->cached = held > active ? held - active : 0;
     uint64_t used;
-    (void)sp__cuda_pool_usage(p->cuda_pool, &out->reserved, &used);
-    out->limit = p->cfg.limit;
+    (void)sp__pool_cuda_usage(p, &out->reserved, &used);
+    out->limit = p->limit_bytes; /* in force, in pages; cfg changes under p->lock (sp_pool_set_limit) */
     out->reservation = p->cfg.reserve;
     out->priority = p->cfg.priority;
 }

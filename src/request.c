@@ -31,7 +31,8 @@ static uint64_t pool_tag(const sp_pool *pool)
 
 /* The open request `id` of pool (pool->lock held), or why not: SP_ERR_WRONG_POOL for an id
  * another pool gave, SP_ERR_REQUEST_ENDED for one this pool gave and ended, SP_ERR_NO_REQUEST
- * for any other. With `detach`, it leaves the table. */
+ * for any other (0, or high bits that name no pool ever made). With `detach`, it leaves the
+ * table (its end); without, it is pinned (a reference the caller drops with put). */
 static int find_locked(sp_pool *pool, sp_request id, bool detach, sp_req **out)
 {
     if (id == 0)
@@ -41,12 +42,27 @@ static int find_locked(sp_pool *pool, sp_request id, bool detach, sp_req **out)
             *out = *p;
             if (detach)
                 *p = (*p)->next;
+            else
+                atomic_fetch_add_explicit(&(*p)->refs, 1, memory_order_relaxed);
             return SP_OK;
         }
-    if (id >> SP_REQ_SEQ_BITS != pool_tag(pool))
-        return SP_ERR_WRONG_POOL;
     uint64_t seq = id & ((1ull << SP_REQ_SEQ_BITS) - 1);
+    if (id >> SP_REQ_SEQ_BITS != pool_tag(pool))
+        return seq >= 1 && sp__pool_tag_given(id >> SP_REQ_SEQ_BITS) ? SP_ERR_WRONG_POOL
+                                                                     : SP_ERR_NO_REQUEST;
     return seq >= 1 && seq <= pool->request_seq ? SP_ERR_REQUEST_ENDED : SP_ERR_NO_REQUEST;
+}
+
+/* Drops a reference to r: the last one (its end's, or that of an allocation the end raced)
+ * gives back what is left of its claim and frees it. An allocation that drew on the claim and
+ * was refused by the driver puts the bytes back after the end may have released the claim:
+ * they go back to the pool here. */
+static void put(sp_pool *pool, sp_req *r)
+{
+    if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    sp__pool_admit_release(pool, atomic_exchange_explicit(&r->claim, 0, memory_order_relaxed));
+    free(r);
 }
 
 /* Opens a request holding `claim` bytes of its pool's limit (0: none); on failure the claim
@@ -61,6 +77,7 @@ static int open_request(sp_pool *pool, cudaStream_t stream, const char *label, u
         return SP_ERR_NO_HOST_MEMORY;
     }
     atomic_init(&r->claim, claim);
+    atomic_init(&r->refs, 1); /* the table's */
     r->pool = pool;
     r->stream = stream;
     if (len)
@@ -129,23 +146,33 @@ int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
         return SP_ERR_INVALID;
     sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_req *r = NULL;
-    int rc = find_locked(pool, req, false, &r);
+    int rc = find_locked(pool, req, false, &r); /* pinned: an end cannot free it under us */
     sp_mutex_unlock(&pool->lock);
-    /* r stays valid: only its end frees it, and allocating into a request while another thread
-     * ends it is the caller's race, like a free racing with its own double */
     if (rc != SP_OK)
         return rc;
     uint64_t misses = sp__thread_misses;
     sp_req *outer = sp__thread_request; /* an OOM callback's request, if any, comes back after */
     sp__thread_request = r; /* its driver allocations draw on its claim first (pool.c) */
-    rc = sp_alloc(pool, ptr, bytes, r->stream);
+    void *p = NULL;
+    rc = sp_alloc(pool, &p, bytes, r->stream);
     sp__thread_request = outer;
-    if (rc != SP_OK || !*ptr)
-        return rc;
-    sp_block *b = NULL; /* this thread's own live block: it cannot go away meanwhile */
-    sp__ptrmap_visit(&pool->rt->ptrmap, *ptr, found_block, &b);
-    sp__req_link(r, b, sp__thread_misses != misses);
-    return SP_OK;
+    if (rc == SP_OK && p) {
+        sp_block *b = NULL; /* this thread's own live block: it cannot go away meanwhile */
+        sp__ptrmap_visit(&pool->rt->ptrmap, p, found_block, &b);
+        if (!sp__req_link(r, b, sp__thread_misses != misses)) {
+            /* the end took the request's list before this block could join it: refused, and
+             * the block goes back on the request's stream like the end's own frees (were
+             * that free refused, the caller gets its error and the block, to free) */
+            int frc = sp_free(pool, p, r->stream);
+            rc = frc == SP_OK ? SP_ERR_REQUEST_ENDED : frc;
+            if (frc == SP_OK)
+                p = NULL;
+        }
+    }
+    if (rc == SP_OK || p)
+        *ptr = p;
+    put(pool, r);
+    return rc;
 }
 
 int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_stats *out)
@@ -160,6 +187,8 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
     sp_mutex_unlock(&pool->lock);
     if (rc != SP_OK)
         return rc;
+    /* no allocation joins from here on: those in flight are refused (sp_request_alloc) */
+    sp__req_mark_ended(r);
     /* what is still live goes back on the request's stream, in its order */
     void *ptrs[64];
     size_t n;
@@ -190,6 +219,6 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
         memcpy(out, &r->st, sizeof r->st);
         out->size = size;
     }
-    free(r);
+    put(pool, r); /* the table's reference: an allocation still in flight frees it */
     return rc;
 }

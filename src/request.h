@@ -17,6 +17,14 @@ typedef struct sp_req {
      * owner's allocations and any thread's sp_free of one of its blocks take it, never under
      * another spin lock. */
     sp_spin lock;
+    /* set under `lock` by its end before it takes the list: an allocation that links after it
+     * is refused (SP_ERR_REQUEST_ENDED), so no block ever points at an ended request */
+    bool ended;
+    /* the table's reference (dropped by the end) plus one per sp_request_alloc in flight,
+     * taken under pool->lock where it finds the request: the last one frees the structure and
+     * gives back what is left of its claim (request.c), so that an end racing an allocation
+     * never frees what the allocation still reads */
+    atomic_uint refs;
     sp_request id;
     sp_pool *pool;
     cudaStream_t stream;
@@ -31,8 +39,10 @@ typedef struct sp_req {
 } sp_req;
 
 /* Adds live block b (allocated for r, `missed`: not by a hit on its stream's cache) to r's list
- * and figures. */
-void sp__req_link(sp_req *r, sp_block *b, bool missed);
+ * and figures; false, adding nothing, if r's end has taken its list already. */
+bool sp__req_link(sp_req *r, sp_block *b, bool missed);
+/* Marks r ended: from now on sp__req_link refuses. */
+void sp__req_mark_ended(sp_req *r);
 /* b is being freed: it leaves its request (b->req, not NULL), counted as a free before the
  * end; returns that request. */
 sp_req *sp__req_forget(sp_block *b);

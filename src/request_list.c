@@ -21,13 +21,25 @@ static void link_locked(sp_req *r, sp_block *b)
         r->st.requested_peak = r->live_requested;
 }
 
-void sp__req_link(sp_req *r, sp_block *b, bool missed)
+bool sp__req_link(sp_req *r, sp_block *b, bool missed)
 {
     sp_spin_lock(&r->lock);
+    if (r->ended) {
+        sp_spin_unlock(&r->lock);
+        return false;
+    }
     link_locked(r, b);
     r->st.allocs++;
     r->st.misses += missed;
     r->st.requested_total += b->requested;
+    sp_spin_unlock(&r->lock);
+    return true;
+}
+
+void sp__req_mark_ended(sp_req *r)
+{
+    sp_spin_lock(&r->lock);
+    r->ended = true;
     sp_spin_unlock(&r->lock);
 }
 

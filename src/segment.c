@@ -627,8 +627,12 @@ void sp__park_flush_all(sp_pool *pool)
         list = sp__park_take_all_locked(c, list);
         sp_spin_unlock(&c->lock);
     }
-    sp_mutex_unlock(&pool->lock);
+    /* into the heap before pool->lock goes (POOL ranks before HEAP): a miss on the parking
+     * stream flushes here first, so it waits for these ranges instead of finding them in
+     * neither the park nor the heap, growing on a full device and failing (a reservation
+     * refused under a flood, issue 27 item 2) */
     sp__park_put(pool, list);
+    sp_mutex_unlock(&pool->lock);
 }
 
 void sp__heap_give_back_huge(sp_heap *h, sp_block *b, sp_stream_cache *c, cudaStream_t stream)
