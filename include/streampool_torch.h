@@ -46,10 +46,10 @@ SP_API void sp_torch_free(void *ptr, size_t size, int device, cudaStream_t strea
 SP_API void sp_torch_empty_cache(void);
 
 /* memory_fraction_fn (torch.cuda.set_per_process_memory_fraction): the device's default pool
- * gets a limit of fraction x the device's total memory. streampool fixes a pool's limit when it
- * creates the pool, so this applies only before the device's runtime exists (before its first
- * allocation or sp_torch_* call); later it is refused with SP_ERR_BUSY. SP_ALLOC_CONF's
- * default.limit or limit, if set, still wins. fraction must be in (0, 1]. */
+ * gets a limit of fraction x the device's total memory. Before the device's runtime exists
+ * (before its first allocation or sp_torch_* call) the pool is created with it, and
+ * SP_ALLOC_CONF's default.limit or limit, if set, still wins; once it exists, sp_pool_set_limit
+ * changes the limit at once (live allocations stay valid). fraction must be in (0, 1]. */
 SP_API void sp_torch_set_memory_fraction(double fraction, int device);
 
 /* record_stream_fn (Tensor.record_stream): the live allocation ptr is also used on `stream`.

@@ -199,20 +199,25 @@ void sp_torch_set_memory_fraction(double fraction, int device)
     if (rc == SP_OK) {
         pthread_mutex_lock(&devices_lock);
         uint64_t total = 0;
-        if (atomic_load_explicit(&devices[device].rt, memory_order_relaxed))
-            rc = SP_ERR_BUSY; /* its default pool exists, with the limit it was created with */
-        else if ((rc = device_total(device, &total)) == SP_OK)
-            devices[device].default_limit = (uint64_t)(fraction * (double)total);
+        sp_runtime *rt = atomic_load_explicit(&devices[device].rt, memory_order_relaxed);
+        sp_pool *pool = NULL;
+        if ((rc = device_total(device, &total)) == SP_OK) {
+            uint64_t limit = (uint64_t)(fraction * (double)total);
+            /* an existing default pool changes its limit now; a runtime made later (the first
+             * allocation, or after sp_torch_shutdown) is created with it */
+            if (rt && (rc = sp_runtime_default_pool(rt, &pool)) == SP_OK)
+                rc = sp_pool_set_limit(pool, limit);
+            if (rc == SP_OK)
+                devices[device].default_limit = limit;
+        }
         pthread_mutex_unlock(&devices_lock);
     }
     last_status = rc;
     /* PyTorch gives the hook no way to fail, and a limit silently not applied is worse than a
      * line on stderr. */
-    if (rc == SP_ERR_BUSY)
-        fprintf(stderr, "streampool_torch: memory fraction %g for device %d not applied: the "
-                "device's runtime already exists, and its default pool's limit was fixed when it "
-                "was made (set the fraction before the first allocation, or SP_ALLOC_CONF's "
-                "default.limit)\n", fraction, device);
+    if (rc == SP_ERR_CONFIG)
+        fprintf(stderr, "streampool_torch: memory fraction %g for device %d not applied: %s\n",
+                fraction, device, sp_config_error());
     else if (rc != SP_OK)
         fprintf(stderr, "streampool_torch: memory fraction %g for device %d not applied: %s\n",
                 fraction, device, sp_strerror(rc));

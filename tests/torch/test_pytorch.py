@@ -361,22 +361,27 @@ def scenario_fraction_before(c, so):
 
 
 def scenario_fraction_after(c, so):
-    """set_per_process_memory_fraction after the first allocation (all freed, empty_cache)."""
+    """set_per_process_memory_fraction after the first allocation: sp_pool_set_limit changes
+    the default pool's limit at once, live allocations staying valid."""
     import torch
     alloc, lib = pluggable(so)
-    a = torch.empty(MiB, dtype=torch.uint8, device="cuda")
-    del a
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.set_per_process_memory_fraction(0.25)
+    a = torch.empty(512 * MiB, dtype=torch.uint8, device="cuda")
+    torch.cuda.set_per_process_memory_fraction(0.25)   # 1 GiB, 512 MiB of it live
     status = lib.sp_torch_last_status()
-    c.figure(f"fraction after the first allocation: sp_torch_last_status {status}")
-    c.check("TODO_SET_LIMIT the fraction applies after the first allocation (sp_pool_set_limit)",
-            status == 0, status)
-    b = torch.empty(1536 * MiB, dtype=torch.uint8, device="cuda")
-    c.check("TODO_SET_LIMIT 1.5 GiB is then refused under the 1 GiB limit", b.data_ptr() == 0,
-            b.data_ptr())
-    del b
+    c.check("the fraction applies after the first allocation", status == 0, status)
+    b = torch.empty(768 * MiB, dtype=torch.uint8, device="cuda")
+    c.check("768 MiB more is refused under the new 1 GiB limit (NULL, SP_ERR_LIMIT)",
+            b.data_ptr() == 0 and lib.sp_torch_last_status() == -4,
+            (b.data_ptr(), lib.sp_torch_last_status()))
+    c.check("the live tensor stays valid", a.data_ptr() != 0)
+    torch.cuda.set_per_process_memory_fraction(0.5)    # raised to 2 GiB
+    b = torch.empty(768 * MiB, dtype=torch.uint8, device="cuda")
+    c.check("raised to 2 GiB, the same 768 MiB fits", b.data_ptr() != 0 and
+            lib.sp_torch_last_status() == 0, lib.sp_torch_last_status())
+    st = lib.stats()
+    c.figure(f"fraction after the first allocation: 0.25 then 0.5 of 4 GiB: {brief(st)}, "
+             f"limit_rejections {st['limit_rejections']}")
+    del a, b
 
 
 SCENARIOS = {
@@ -462,12 +467,6 @@ def main():
             print(f"# {ok}")
             continue
         n += 1
-        todo = name.find("TODO_SET_LIMIT ")
-        if todo >= 0:
-            name = name.replace("TODO_SET_LIMIT ", "")
-            print(f"{'ok' if ok else 'not ok'} {n} - {name} # TODO needs sp_pool_set_limit "
-                  "(issue 27, branch t27a)")
-            continue
         print(f"{'ok' if ok else 'not ok'} {n} - {name}")
         if not ok:
             failed = True

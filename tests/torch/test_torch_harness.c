@@ -556,9 +556,18 @@ static void memory_fraction_limits_the_default_pool(void **state)
     assert_non_null(a);
     assert_null(T.malloc_(8 * MiB, 0, s));
     assert_int_equal(T.last_status(), SP_ERR_LIMIT);
-    /* the default pool exists now, with the limit it was made with */
+    /* the default pool exists now: the fraction changes its limit at once (sp_pool_set_limit) */
     T.memory_fraction(0.5, 0);
-    assert_int_equal(T.last_status(), SP_ERR_BUSY);
+    SP(T.last_status());
+    void *b = T.malloc_(8 * MiB, 0, s);
+    assert_non_null(b);
+    T.free_(b, 8 * MiB, 0, s);
+    SP(T.last_status());
+    /* lowered again: the cache above the limit goes back, and 8 MiB more does not fit */
+    T.memory_fraction(fraction, 0);
+    SP(T.last_status());
+    assert_null(T.malloc_(8 * MiB, 0, s));
+    assert_int_equal(T.last_status(), SP_ERR_LIMIT);
     T.free_(a, (size_t)limit - 4 * MiB, 0, s);
     SP(T.last_status());
     drop_stream(s);
