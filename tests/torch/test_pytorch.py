@@ -315,6 +315,18 @@ def scenario_null(c, so):
             buf.value.decode())
     c.check("sp_torch_failed_allocs counts both", lib.sp_torch_failed_allocs() == 2)
     print(json.dumps({"stderr_line": buf.value.decode()}), file=sys.stderr)
+    # Using such a tensor fails only when something touches its memory: a copy into it is
+    # cudaMemcpyAsync to NULL, cudaErrorInvalidValue ("invalid argument").
+    lib.sp_torch_set_pool(b"small")
+    t = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda")
+    lib.sp_torch_set_pool(None)
+    try:
+        t.copy_(torch.ones(16 * MiB, dtype=torch.uint8))
+        torch.cuda.synchronize()
+        c.check("a copy into the data_ptr() 0 tensor fails: invalid argument", False, "no error")
+    except Exception as e:
+        c.check("a copy into the data_ptr() 0 tensor fails: invalid argument",
+                "invalid argument" in str(e), str(e).splitlines()[0])
 
 
 def scenario_oom(c, so):
