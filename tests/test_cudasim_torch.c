@@ -20,6 +20,8 @@ void __cudaUnregisterFatBinary(void **fatCubinHandle);
 void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun,
                             const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid,
                             dim3 *bDim, dim3 *gDim, int *wSize);
+void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress,
+                       const char *deviceName, int ext, size_t size, int constant, int global);
 unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
                                      struct CUstream_st *stream);
 cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem,
@@ -342,6 +344,9 @@ static void device_code_has_no_image(void **state)
     assert_non_null(h);
     __cudaRegisterFunction(h, (const char *)fake_kernel, (char *)"fake", "fake", -1, NULL, NULL,
                            NULL, NULL, NULL);
+    static int device_var;
+    __cudaRegisterVar(h, (char *)&device_var, (char *)"device_var", "device_var", 0,
+                      sizeof device_var, 0, 0);
     __cudaRegisterFatBinaryEnd(h);
     dim3 grid = {2, 1, 1}, block = {32, 1, 1}, g2, b2;
     size_t shared = 1;
@@ -385,8 +390,9 @@ static void device_code_has_no_image(void **state)
                      cudaErrorNoKernelImageForDevice);
     assert_int_equal(blocks, -1);
     void *sym = NULL;
-    assert_int_equal(cudaGetSymbolAddress(&sym, fatbin), cudaErrorNoKernelImageForDevice);
-    assert_int_equal(cudaMemcpyToSymbol(fatbin, &blocks, sizeof blocks, 0,
+    assert_int_equal(cudaGetSymbolAddress(&sym, &device_var), cudaErrorNoKernelImageForDevice);
+    assert_null(sym);
+    assert_int_equal(cudaMemcpyToSymbol(&device_var, &blocks, sizeof blocks, 0,
                                         cudaMemcpyHostToDevice),
                      cudaErrorNoKernelImageForDevice);
     assert_int_equal(cudaKernelSetAttributeForDevice(NULL, cudaFuncAttributeMaxDynamicSharedMemorySize,

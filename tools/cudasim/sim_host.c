@@ -145,6 +145,8 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
     sim_lock();
     bool managed = false;
     int dev = sim_device_of_address(ptr, &managed);
+    if (dev < 0 && ptr)
+        dev = sim_device_of(ptr); /* an imported pool's window (sim_pool.c's IPC pools) */
     void *base;
     sim_host_block *b;
     if (dev >= 0) {
