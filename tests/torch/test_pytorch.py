@@ -396,6 +396,31 @@ def scenario_fraction_after(c, so):
     del a, b
 
 
+def scenario_two_devices(c, so):
+    """Two devices (CUDASIM_DEVICE_COUNT=2): each has its runtime; a copy between them."""
+    import torch
+    alloc, lib = pluggable(so)
+    h = torch.arange(1 << 16, dtype=torch.float32)           # 256 KiB
+    a = h.to("cuda:0")
+    b = h.to("cuda:1")
+    s0, s1 = lib.stats(device=0), lib.stats(device=1)
+    c.check("a tensor on cuda:1 is an allocation of device 1's runtime, bytes intact",
+            torch.equal(b.cpu(), h) and s1["allocs"] == 1 and
+            s1["requested"]["current"] == 1 << 18 and s0["allocs"] == 1, (brief(s0), brief(s1)))
+    # PyTorch copies between devices with cudaMemcpyAsync unless the allocator says it needs
+    # pool-specific peer access (a C++ virtual; CUDAPluggableAllocator answers no). Pool memory
+    # of a device the copying stream's device has no access to: a device fault, sticky.
+    try:
+        moved = a.to("cuda:1")
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+        c.check("a cuda:0 -> cuda:1 copy of streampool (pool) memory without peer access faults",
+                False, "no error; bytes intact: %s" % torch.equal(moved.cpu(), h))
+    except Exception as e:
+        c.check("a cuda:0 -> cuda:1 copy of streampool (pool) memory without peer access faults",
+                "illegal memory access" in str(e), str(e).splitlines()[0])
+
+
 SCENARIOS = {
     "native": lambda c, so: scenario_native(c, so, "native"),
     "cudaMallocAsync": lambda c, so: scenario_native(c, so, "cudaMallocAsync"),
@@ -405,6 +430,7 @@ SCENARIOS = {
     "oom_helper": scenario_oom,
     "fraction_before": scenario_fraction_before,
     "fraction_after": scenario_fraction_after,
+    "two_devices": scenario_two_devices,
 }
 
 
@@ -449,6 +475,8 @@ def main():
         senv = dict(env)
         if name == "cudaMallocAsync":
             senv["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+        if name == "two_devices":
+            senv["CUDASIM_DEVICE_COUNT"] = "2"
         start = time.monotonic()
         p = subprocess.run([python, os.path.abspath(__file__), "--scenario", name, so], env=senv,
                            capture_output=True, text=True, timeout=300)
