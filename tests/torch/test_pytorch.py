@@ -171,17 +171,30 @@ def scenario_streampool(c, so):
     keep = bytes_survive(c, "streampool")
     st = lib.stats()
     c.figure(f"streampool default pool after the copies: {brief(st)}")
-    # record_stream: allocated on a side stream, used on the current one, freed
+    # record_stream: allocated on a side stream, used on the current one, freed. The free then
+    # makes the side stream wait for the current one's work (cudaEventRecord +
+    # cudaStreamWaitEvent, counted by cudasim, whose libcudart.so.13 this process runs on).
+    import ctypes
+    sim = ctypes.CDLL("libcudart.so.13")
+    sim.cudasimCallCount.restype = ctypes.c_ulonglong
+    sim.cudasimCallCount.argtypes = [ctypes.c_char_p]
+    waits = lambda: sim.cudasimCallCount(b"cudaStreamWaitEvent")
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         y = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        plain = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    before = waits()
+    del plain
+    c.check("a tensor freed on its own stream makes no stream wait", waits() == before,
+            waits() - before)
     frees = lib.stats()["frees"]
     y.record_stream(torch.cuda.current_stream())
     c.check("record_stream reaches sp_torch_record_stream", lib.sp_torch_last_status() == 0)
+    before = waits()
     del y
     st = lib.stats()
-    c.check("the recorded tensor's free goes to streampool once", st["frees"] == frees + 1,
-            brief(st))
+    c.check("the recorded tensor's free goes to streampool once, after one stream wait",
+            st["frees"] == frees + 1 and waits() == before + 1, (brief(st), waits() - before))
     kernels_cannot_run(c, "streampool")
     # tenants: a pool per thread (sp_torch_set_pool), each with its own limit and counts
     for name in (b"llama", b"mistral"):
