@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "support/test_support.h"
 
@@ -394,38 +395,9 @@ static void two_devices_are_not_peers(void **state)
     assert_int_equal(flags, cudaMemAccessFlagsProtNone);
     desc.location.id = 2;
     assert_int_equal(cudaMemPoolGetAccess(&flags, pool, &desc.location), cudaErrorInvalidDevice);
-    int types = -1;
+    int types = -1; /* IPC needs no peers: POSIX file descriptors on every device */
     CK(cudaDeviceGetAttribute(&types, cudaDevAttrMemoryPoolSupportedHandleTypes, 1));
-    assert_int_equal(types, 0);
-    /* issue 22 item 20: every IPC entry point links and answers as on a device without IPC,
-     * with cudaErrorInvalidValue (the one error the Runtime API documents for each of them):
-     * no pool can be IPC capable, so none can be exported, nor a handle or pointer imported */
-    int fd = -1;
-    cudaMemPool_t imported = NULL;
-    struct cudaMemPoolProps props = {.allocType = cudaMemAllocationTypePinned,
-                                     .handleTypes = cudaMemHandleTypePosixFileDescriptor,
-                                     .location = {.type = cudaMemLocationTypeDevice, .id = 1}};
-    assert_int_equal(cudaMemPoolCreate(&imported, &props), cudaErrorNotSupported);
-    assert_null(imported);
-    assert_int_equal(cudaMemPoolExportToShareableHandle(&fd, pool,
-                                                        cudaMemHandleTypePosixFileDescriptor, 0),
-                     cudaErrorInvalidValue);
-    assert_int_equal(fd, -1);
-    assert_int_equal(cudaMemPoolImportFromShareableHandle(&imported, &fd,
-                                                          cudaMemHandleTypePosixFileDescriptor, 0),
-                     cudaErrorInvalidValue);
-    assert_null(imported);
-    void *p = NULL, *q = NULL;
-    CK(cudaSetDevice(1));
-    CK(cudaMallocFromPoolAsync(&p, 4096, pool, 0));
-    struct cudaMemPoolPtrExportData data;
-    memset(&data, 0x5a, sizeof data);
-    assert_int_equal(cudaMemPoolExportPointer(&data, p), cudaErrorInvalidValue);
-    assert_int_equal(data.reserved[0], 0x5a); /* untouched */
-    assert_int_equal(cudaMemPoolImportPointer(&q, pool, &data), cudaErrorInvalidValue);
-    assert_null(q);
-    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
-    CK(cudaFreeAsync(p, 0));
+    assert_int_equal(types, cudaMemHandleTypePosixFileDescriptor);
     CK(cudaSetDevice(0));
     unsetenv("CUDASIM_DEVICE_COUNT");
 }
@@ -501,6 +473,16 @@ static void memcpy_refusals_and_peer_copies_without_peer_access(void **state)
     for (int i = 0; i < N; i++)
         assert_int_equal(back[i], 0x77);
     CK(cudaSetDevice(0));
+    /* cudaMemcpyPeer synchronizes with the devices' streams: not while one of them captures */
+    cudaStream_t c;
+    cudaGraph_t graph = NULL;
+    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    CK(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed));
+    assert_int_equal(cudaMemcpyPeer(p2, 0, r, 1, N), cudaErrorStreamCaptureUnsupported);
+    assert_int_equal(cudaStreamEndCapture(c, &graph), cudaErrorStreamCaptureInvalidated);
+    assert_null(graph);
+    CK(cudaStreamDestroy(c));
+    (void)cudaGetLastError();
     /* a plain copy on device 0 reading device 1's pool memory: no access, a device fault */
     CK(cudaMemcpyAsync(back, r, N, cudaMemcpyDefault, s));
     assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
@@ -605,6 +587,190 @@ static void peer_access_grants_and_enforcement(void **state)
     CK(cudaStreamDestroy(s0));
     unsetenv("CUDASIM_PEER_ACCESS");
     unsetenv("CUDASIM_DEVICE_COUNT");
+}
+
+/* IPC within one process (an import maps the exporter's file at a window of its own, so the
+ * same rules hold as across processes, which test_cuda_peer_ipc runs): what CUDA forbids is
+ * refused with cudaErrorInvalidValue and the output untouched (exporting a pool without the
+ * handle type, another handle type or flags, a descriptor that is no pool's, allocating from or
+ * setting as current an imported pool, exporting an interior pointer or a plain pool's block,
+ * importing into a pool that is not imported, data of another pool, a block imported twice or
+ * freed by its exporter); the two mappings share bytes both ways; the pages count once, on the
+ * exporter's device, and go back when the exporter frees and synchronizes; a use of an import
+ * after the exporter freed it is a device fault. */
+static void ipc_in_one_process_refusals_sharing_and_accounting(void **state)
+{
+    (void)state;
+    setenv("CUDASIM_DEVICE_COUNT", "2", 1);
+    cudasimReset();
+    struct cudaMemPoolProps props = {.allocType = cudaMemAllocationTypePinned,
+                                     .handleTypes = cudaMemHandleTypeWin32,
+                                     .location = {.type = cudaMemLocationTypeDevice, .id = 1}};
+    cudaMemPool_t shared = NULL, def, imp = NULL, none = (cudaMemPool_t)0x42;
+    assert_int_equal(cudaMemPoolCreate(&shared, &props), cudaErrorNotSupported);
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    CK(cudaMemPoolCreate(&shared, &props));
+    CK(cudaDeviceGetDefaultMemPool(&def, 1));
+    const enum cudaMemAllocationHandleType fdt = cudaMemHandleTypePosixFileDescriptor;
+    int fd = -1;
+    assert_int_equal(cudaMemPoolExportToShareableHandle(&fd, def, fdt, 0), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemPoolExportToShareableHandle(&fd, shared, cudaMemHandleTypeWin32, 0),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaMemPoolExportToShareableHandle(&fd, shared, fdt, 1), cudaErrorInvalidValue);
+    assert_int_equal(fd, -1);
+    CK(cudaMemPoolExportToShareableHandle(&fd, shared, fdt, 0));
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    assert_int_equal(cudaMemPoolImportFromShareableHandle(&none, (void *)(intptr_t)pipefd[0], fdt, 0),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaMemPoolImportFromShareableHandle(&none, (void *)(intptr_t)-1, fdt, 0),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaMemPoolImportFromShareableHandle(&none, (void *)(intptr_t)fd, fdt, 1),
+                     cudaErrorInvalidValue);
+    assert_ptr_equal(none, (cudaMemPool_t)0x42);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    CK(cudaMemPoolImportFromShareableHandle(&imp, (void *)(intptr_t)fd, fdt, 0));
+    close(fd); /* the imported pool keeps its own */
+    assert_int_equal(cudaMemPoolExportToShareableHandle(&fd, imp, fdt, 0), cudaErrorInvalidValue);
+
+    CK(cudaSetDevice(1));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *p, *x = (void *)0x42, *plain, *q = NULL, *q2 = (void *)0x42;
+    assert_int_equal(cudaMallocFromPoolAsync(&x, 4096, imp, s), cudaErrorInvalidValue);
+    assert_ptr_equal(x, (void *)0x42);
+    assert_int_equal(cudaDeviceSetMemPool(1, imp), cudaErrorInvalidValue);
+    CK(cudaMallocFromPoolAsync(&p, 8192, shared, s));
+    CK(cudaMallocFromPoolAsync(&plain, 4096, def, s));
+    CK(cudaMemsetAsync(p, 0x33, 8192, s));
+    CK(cudaStreamSynchronize(s));
+    struct cudaMemPoolPtrExportData data, again, bad;
+    memset(&bad, 0x5a, sizeof bad);
+    assert_int_equal(cudaMemPoolExportPointer(&bad, plain), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemPoolExportPointer(&bad, (char *)p + 512), cudaErrorInvalidValue);
+    assert_int_equal(bad.reserved[0], 0x5a);
+    CK(cudaMemPoolExportPointer(&data, p));
+    CK(cudaMemPoolExportPointer(&again, p));
+    assert_memory_equal(&data, &again, sizeof data);
+    assert_int_equal(cudaMemPoolImportPointer(&q, def, &data), cudaErrorInvalidValue);
+    assert_int_equal(cudaMemPoolImportPointer(&q, shared, &data), cudaErrorInvalidValue);
+    bad = data;
+    bad.reserved[9] ^= 1; /* another pool's identity */
+    assert_int_equal(cudaMemPoolImportPointer(&q, imp, &bad), cudaErrorInvalidValue);
+    assert_null(q);
+    CK(cudaMemPoolImportPointer(&q, imp, &data));
+    assert_ptr_not_equal(q, p);
+    assert_int_equal(cudaMemPoolImportPointer(&q2, imp, &data), cudaErrorInvalidValue);
+    assert_ptr_equal(q2, (void *)0x42);
+    (void)cudaGetLastError();
+
+    unsigned char back[8192];
+    CK(cudaMemcpy(back, q, 8192, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 8192; i++)
+        assert_int_equal(back[i], 0x33);
+    CK(cudaMemsetAsync(q, 0x44, 4096, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(back, p, 8192, cudaMemcpyDeviceToHost));
+    assert_int_equal(back[0], 0x44);
+    assert_int_equal(back[4095], 0x44);
+    assert_int_equal(back[4096], 0x33);
+    /* counted once, on the exporter's pool and device */
+    assert_true(pool_attr(imp, cudaMemPoolAttrReservedMemCurrent) == 0);
+    assert_true(pool_attr(shared, cudaMemPoolAttrReservedMemCurrent) == 2 * MiB);
+    size_t free_b, total;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(total - free_b, 4 * MiB); /* the shared pool's page and the default's */
+
+    CK(cudaFree(q)); /* this import only */
+    CK(cudaMemcpy(back, p, 16, cudaMemcpyDeviceToHost));
+    assert_int_equal(back[0], 0x44);
+    CK(cudaMemPoolImportPointer(&q, imp, &data)); /* freed here: may be imported again */
+    CK(cudaFreeAsync(q, s));
+    CK(cudaStreamSynchronize(s));
+
+    CK(cudaMemPoolImportPointer(&q, imp, &data));
+    CK(cudaFreeAsync(p, s)); /* the exporter frees: the export is dead */
+    CK(cudaFreeAsync(plain, s));
+    CK(cudaStreamSynchronize(s));
+    assert_int_equal(cudaMemPoolImportPointer(&q2, imp, &data), cudaErrorInvalidValue);
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, total); /* released at the synchronize (threshold 0) */
+    CK(cudaMemsetAsync(q, 0, 16, s)); /* an import its exporter freed: a bad address */
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorIllegalAddress);
+    (void)cudaFree(q);
+    CK(cudaDeviceReset());
+    CK(cudaMemPoolDestroy(imp));
+    CK(cudaMemPoolDestroy(shared));
+    CK(cudaSetDevice(0));
+    unsetenv("CUDASIM_DEVICE_COUNT");
+}
+
+/* Threads, each on its own stream, allocate from one shareable pool, export, import into one
+ * imported pool, write through the import and read through the original, then free both (the
+ * frees take the shared allocator path on their streams). Run under ThreadSanitizer. */
+typedef struct {
+    cudaMemPool_t shared, imp;
+    int seed, failures;
+} ipc_thread_arg;
+
+static void *ipc_thread(void *arg)
+{
+    ipc_thread_arg *a = arg;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        a->failures++;
+        return NULL;
+    }
+    for (int i = 0; i < 16; i++) {
+        size_t n = 512u * (size_t)(1 + (a->seed * 7 + i) % 9);
+        unsigned char byte = (unsigned char)(a->seed * 16 + i), back[8] = {0};
+        void *p = NULL, *q = NULL;
+        struct cudaMemPoolPtrExportData data;
+        if (cudaMallocFromPoolAsync(&p, n, a->shared, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess || cudaMemPoolExportPointer(&data, p) ||
+            cudaMemPoolImportPointer(&q, a->imp, &data) ||
+            cudaMemsetAsync(q, byte, n, s) != cudaSuccess ||
+            cudaMemcpyAsync(back, (char *)p + n - 8, 8, cudaMemcpyDeviceToHost, s) ||
+            cudaFreeAsync(q, s) != cudaSuccess || cudaFreeAsync(p, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess) {
+            a->failures++;
+            break;
+        }
+        for (int k = 0; k < 8; k++)
+            a->failures += back[k] != byte;
+    }
+    cudaStreamDestroy(s);
+    return NULL;
+}
+
+static void ipc_under_threads(void **state)
+{
+    (void)state;
+    struct cudaMemPoolProps props = {.allocType = cudaMemAllocationTypePinned,
+                                     .handleTypes = cudaMemHandleTypePosixFileDescriptor,
+                                     .location = {.type = cudaMemLocationTypeDevice, .id = 0}};
+    cudaMemPool_t shared, imp;
+    CK(cudaMemPoolCreate(&shared, &props));
+    int fd = -1;
+    CK(cudaMemPoolExportToShareableHandle(&fd, shared, cudaMemHandleTypePosixFileDescriptor, 0));
+    CK(cudaMemPoolImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
+                                            cudaMemHandleTypePosixFileDescriptor, 0));
+    close(fd);
+    enum { T = 4 };
+    pthread_t t[T];
+    ipc_thread_arg args[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (ipc_thread_arg){shared, imp, i + 1, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, ipc_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(args[i].failures, 0);
+    }
+    assert_true(pool_attr(shared, cudaMemPoolAttrUsedMemCurrent) == 0);
+    CK(cudaMemPoolDestroy(imp));
+    CK(cudaMemPoolDestroy(shared));
 }
 
 /* Issue 22 item 19: cudaDeviceReset destroys what the current device's context holds in this
@@ -1027,6 +1193,8 @@ int main(void)
         T(two_devices_are_not_peers),
         T(memcpy_refusals_and_peer_copies_without_peer_access),
         T(peer_access_grants_and_enforcement),
+        T(ipc_in_one_process_refusals_sharing_and_accounting),
+        T(ipc_under_threads),
         T(device_reset_destroys_the_context_state),
         T(illegal_address_is_sticky_and_reported_at_execution),
         T(copies_after_a_fault_do_not_run),

@@ -53,15 +53,33 @@
  *    block still pending on another stream, fault (sticky cudaErrorIllegalAddress) when they
  *    execute; a cudaFree of stream-ordered memory with such a use pending faults at once. A
  *    use or allocation that has already executed is never a fault: the check flags only what
- *    could still run out of order. Graph-launched copies and memsets are not tracked.
+ *    could still run out of order. Graph-launched copies and memsets are not tracked
+ *    (nor checked for pool access).
  *  - A host function that calls any CUDA API gets cudaErrorNotPermitted (rule 19).
  *  - cudaDeviceGetAttribute answers a documented subset; others give cudaErrorInvalidValue.
  *  - cudaFreeHost does not synchronize the device (a pending copy on the freed buffer is the
  *    caller's bug, and AddressSanitizer shows it).
- *  - No IPC: cudaDevAttrMemoryPoolSupportedHandleTypes says 0 and cudaMemPoolCreate with handle
- *    types is cudaErrorNotSupported, so no pool is IPC capable; cudaMemPoolExportToShareableHandle,
- *    ImportFromShareableHandle, ExportPointer and ImportPointer answer cudaErrorInvalidValue (the
- *    error the Runtime API documents for them).
+ *  - IPC: every device reports cudaMemHandleTypePosixFileDescriptor
+ *    (cudaDevAttrMemoryPoolSupportedHandleTypes); other handle types are cudaErrorNotSupported at
+ *    cudaMemPoolCreate. A shareable pool keeps its pages in a memfd, mapped MAP_SHARED at their
+ *    arena addresses; cudaMemPoolExportToShareableHandle gives a dup of it (not close-on-exec, so
+ *    it can be inherited across exec or sent with SCM_RIGHTS; the caller closes it), and
+ *    cudaMemPoolImportFromShareableHandle (the descriptor passed by value, as the Programming
+ *    Guide shows) maps the whole file at a window of the importing process: the imported pool is
+ *    on the exporter's device, makes no allocations (cudaMallocFromPoolAsync, cudaDeviceSetMemPool:
+ *    cudaErrorInvalidValue), reports no memory (the exporter's device counts the pages, once).
+ *    cudaMemPoolExportPointer fills 64 bytes (pool identity, export-table slot, serial, offset,
+ *    size) for the start of a live block of a shareable pool; cudaMemPoolImportPointer gives
+ *    window + offset, whose bytes are the exporter's both ways, freed by cudaFree/cudaFreeAsync in
+ *    the importer alone. Refused with cudaErrorInvalidValue (the error the Runtime API documents
+ *    for the four calls), outputs untouched: exporting a pool without the handle type or an
+ *    imported one, another handle type, flags; importing a descriptor that is not a shareable
+ *    pool's, or onto a device the process lacks; exporting an interior pointer or a block of
+ *    another pool; importing a block into a pool that is not imported (a pool of the wrong handle
+ *    type), data of another pool, a block this pool holds already, or a block its exporter has
+ *    freed (the exporter's cudaFree/cudaFreeAsync call ends the export at once). An importer's
+ *    use of a block its exporter has freed is a bad address: a device fault. Released pages are
+ *    punched out of the file, so an importer still mapping them reads zeros.
  *  - cudaDeviceReset waits for the current device's work, then destroys its streams, events,
  *    executable graphs (graphs stay), graph memory, cudaMalloc and pinned host memory, and clears
  *    its sticky error; the legacy and per-thread streams are made afresh on their next use.
@@ -148,7 +166,9 @@
  *    order, or pool memory the current device has no access to, faults as cudaMemcpyAsync does.
  *  - cudaMemcpyPeer needs no peer access (CUDA stages it): it waits for the work of the current,
  *    source and destination devices (without observing frees), copies, and returns, so it is
- *    serialized with their pending and later work as documented. cudaMemcpyPeerAsync is queued on
+ *    serialized with their pending and later work as documented; like cudaDeviceSynchronize it
+ *    fails (cudaErrorStreamCaptureUnsupported, invalidating the capture) while one of their
+ *    streams captures. cudaMemcpyPeerAsync is queued on
  *    its stream (of any device) like cudaMemcpyAsync, without an access check. Both refuse a bad
  *    ordinal (cudaErrorInvalidDevice) and a pointer outside the named device's memory
  *    (cudaErrorInvalidValue; cudaMemcpyPeer also a range not inside a live allocation, and graph

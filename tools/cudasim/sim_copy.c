@@ -172,6 +172,9 @@ cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDev
             err = cudaErrorInvalidDevice;
     for (int i = 0; i < 3 && !err; i++)
         err = sim_g.devices[devs[i]].sticky;
+    /* it synchronizes with the devices' streams, as cudaDeviceSynchronize: not while one captures */
+    for (int i = 0; i < 3 && !err && count > 0 && sim_graph_capturing_any(); i++)
+        err = sim_graph_device_sync_check(devs[i]);
     if (!err && count > 0 &&
         (!dst || !src || !peer_range_ok(dst, count, dstDevice) ||
          !peer_range_ok(src, count, srcDevice)))

@@ -582,7 +582,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     int v;
     switch (attr) {
     case cudaDevAttrMemoryPoolsSupported: v = 1; break;
-    case cudaDevAttrMemoryPoolSupportedHandleTypes: v = 0; break;
+    case cudaDevAttrMemoryPoolSupportedHandleTypes: v = cudaMemHandleTypePosixFileDescriptor; break;
     case cudaDevAttrComputeCapabilityMajor: v = 9; break;
     case cudaDevAttrComputeCapabilityMinor: v = 0; break;
     case cudaDevAttrMultiProcessorCount: v = 2; break;

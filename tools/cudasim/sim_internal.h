@@ -1,5 +1,6 @@
 /* cudasim internals shared by sim_core.c (devices, errors, handles, counters, faults),
- * sim_stream.c (streams, events, host functions, copies) and sim_pool.c (memory).
+ * sim_stream.c (streams, events, host functions, copies), sim_pool.c (memory, pool access, IPC)
+ * and sim_copy.c (synchronous and peer copies, peer access).
  *
  * Locking. sim_g.lock is a writer-preferring rwlock (sim_rwlock). Every call takes it
  * exclusively (sim_lock) except the hot path of cudaMallocAsync / cudaMallocFromPoolAsync /
@@ -143,7 +144,8 @@ typedef struct sim_op {
         struct { void *dst; const void *src; size_t count; } copy;
         struct { struct CUevent_st *event; uint64_t gen; } record;
         struct { sim_stream *target; uint64_t seq; } wait;
-        struct { int device; char *base; size_t size; } unmap;
+        struct { int device; char *base; size_t size; int ipc_fd; } unmap; /* ipc_fd: -1, or
+                                  * the IPC pool's file (a dup the op closes) */
     } u;
 } sim_op;
 
@@ -214,6 +216,10 @@ typedef struct sim_seg {
     sim_use *uses;
     uint32_t n_uses, cap_uses;
     bool managed;            /* allocated by cudaMallocManaged (the sync pool's) */
+    /* IPC (sim_pool.c): an exported block's slot in its pool's shared table, plus one (0: not
+     * exported); an imported block's too, with the serial it was exported under. */
+    uint32_t export_slot;
+    uint64_t export_serial;
 } sim_seg;
 
 /* A contiguous range of the pool's address space, backed by whole 2 MiB pages. Remapping and
@@ -252,6 +258,16 @@ struct sim_pool {
     /* cudaMemAccessFlags of each device for this pool's memory (cudaMemPoolSetAccess); the
      * owning device's is always ProtReadWrite. Written and read under the exclusive lock. */
     unsigned char access[SIM_MAX_DEVICES];
+    /* IPC (cudaMemHandleTypePosixFileDescriptor, sim_pool.c). A shareable pool's pages are
+     * mapped from ipc_fd, a memfd, at the file offset of their arena offset (past the header);
+     * an imported pool (no allocations of its own) maps the exporter's whole file at `window`. */
+    bool shareable, imported;
+    int ipc_fd;
+    struct sim_ipc_header *ipc; /* the file's header and export table, mapped shared */
+    char *window;
+    size_t window_size;
+    uint32_t *free_slots;    /* exporter: export slots free again (under the pool's lock) */
+    uint32_t n_free_slots, cap_free_slots;
     sim_chunk *chunks;
     sim_seg *free_segs;
     sim_pool *next_in_device;

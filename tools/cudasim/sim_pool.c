@@ -4,15 +4,198 @@
  * stream-ordered free that released it and is handed to another stream only under CUDA's reuse
  * rules (CUDA-SEMANTICS B.9-11); like the driver, a pool remaps free pages a stream may reuse
  * into a new contiguous range before it grows (B.13a), and trims page by page (B.13). */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "sim_internal.h"
 
 static size_t round_up(size_t n, size_t unit)
 {
     return (n + unit - 1) / unit * unit;
+}
+
+/* ---- IPC: shareable pools' files ----
+ *
+ * A pool created with cudaMemHandleTypePosixFileDescriptor keeps its pages in a memfd: the file
+ * starts with a header (identity, device, the exporter's arena size) and a table of exported
+ * blocks, then holds each page at the offset its address has in the device's arena, mapped
+ * MAP_SHARED there. Another process (or this one) imports the pool by mapping the whole file at
+ * a window of its own, so a block's bytes lie at window + its arena offset: what one side
+ * writes, the other reads. The exporter alone writes the table, each slot seqlock-style
+ * (serial, then fields, then live), so an importer can check that a block it is given, or
+ * uses, is still the one exported and not freed since. Released pages are punched out of the
+ * file (their memory goes back even while importers map it) and the arena range gets private
+ * anonymous memory again. */
+
+static void seg_forget_uses(sim_seg *s);
+
+#define SIM_IPC_MAGIC 0x43504953414455c3ull
+#define SIM_IPC_SLOTS 65536u
+#define SIM_MAX_IMPORTS 64
+
+typedef struct {
+    _Atomic uint64_t serial; /* of the export now in the slot (0: never used) */
+    _Atomic uint64_t offset; /* arena offset of the block */
+    _Atomic uint64_t size;
+    _Atomic uint64_t live;   /* 1 while the exporter has not freed it */
+} sim_ipc_slot;
+
+struct sim_ipc_header {
+    uint64_t magic;
+    uint64_t pool_id;        /* random: tells one shareable pool's blocks from another's */
+    int64_t device;
+    uint64_t arena_size;
+    uint64_t next_serial;    /* the exporter's alone */
+    uint64_t slots_used;     /* the exporter's alone: slots ever handed out */
+    sim_ipc_slot slots[SIM_IPC_SLOTS];
+};
+
+/* cudaMemPoolPtrExportData as cudasim fills it (64 bytes, the rest zero). */
+typedef struct {
+    uint64_t magic, pool_id, serial, offset, size;
+    uint32_t slot, zero32;
+    unsigned char zero[16];
+} sim_export_data;
+_Static_assert(sizeof(sim_export_data) == sizeof(struct cudaMemPoolPtrExportData),
+               "export data is 64 bytes");
+
+static size_t ipc_header_size(void)
+{
+    return (sizeof(struct sim_ipc_header) + SIM_CHUNK - 1) / SIM_CHUNK * SIM_CHUNK;
+}
+
+/* Imported pools, for finding a pointer's pool by its window. Written under the exclusive
+ * lock only, read in either mode. */
+static sim_pool *imported_pools[SIM_MAX_IMPORTS];
+static int n_imported;
+
+static sim_pool *window_pool(const void *p)
+{
+    const char *c = p;
+    for (int i = 0; i < n_imported; i++) {
+        sim_pool *q = imported_pools[i];
+        if (c >= q->window && c < q->window + q->window_size)
+            return q;
+    }
+    return NULL;
+}
+
+/* Reads slot `slot` consistently (the exporter may rewrite it meanwhile): is it live, exported
+ * under `serial`? */
+static bool ipc_slot_live(const struct sim_ipc_header *h, uint32_t slot, uint64_t serial,
+                          uint64_t *offset, uint64_t *size)
+{
+    if (slot >= SIM_IPC_SLOTS)
+        return false;
+    const sim_ipc_slot *x = &h->slots[slot];
+    uint64_t s1 = atomic_load(&x->serial);
+    uint64_t live = atomic_load(&x->live);
+    uint64_t off = atomic_load(&x->offset), sz = atomic_load(&x->size);
+    uint64_t s2 = atomic_load(&x->serial);
+    if (s1 != serial || s2 != serial || !live)
+        return false;
+    if (offset)
+        *offset = off;
+    if (size)
+        *size = sz;
+    return true;
+}
+
+/* Maps [base, base+size) of device d's arena from the pool's file. */
+static bool ipc_back(const sim_pool *pool, const sim_device *d, char *base, size_t size)
+{
+    off_t off = (off_t)(ipc_header_size() + (size_t)(base - d->arena));
+    return mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, pool->ipc_fd, off) !=
+           MAP_FAILED;
+}
+
+/* Gives released pages of a shareable pool back: punched out of the file (importers then read
+ * zeros), the arena range private and anonymous again for whichever pool takes it next. */
+static void ipc_unback(int fd, const sim_device *d, char *base, size_t size)
+{
+    off_t off = (off_t)(ipc_header_size() + (size_t)(base - d->arena));
+    (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)size);
+    if (mmap(base, size, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+        abort(); /* the arena would have a hole: the emulator cannot go on */
+}
+
+/* Makes a new pool shareable: its file and header. */
+static bool ipc_init(sim_pool *p)
+{
+    const sim_device *d = &sim_g.devices[p->device];
+    int fd = memfd_create("cudasim-pool", MFD_CLOEXEC);
+    if (fd < 0)
+        return false;
+    size_t hdr = ipc_header_size();
+    struct sim_ipc_header *h = MAP_FAILED;
+    if (ftruncate(fd, (off_t)(hdr + d->arena_size)) == 0)
+        h = mmap(NULL, hdr, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) {
+        close(fd);
+        return false;
+    }
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
+        id = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)p;
+    h->magic = SIM_IPC_MAGIC;
+    h->pool_id = id;
+    h->device = p->device;
+    h->arena_size = d->arena_size;
+    p->shareable = true;
+    p->ipc_fd = fd;
+    p->ipc = h;
+    return true;
+}
+
+/* The exporter frees an exported block (any lock mode, the pool's lock held when shared): the
+ * slot is marked dead first, so no importer takes or uses the block from here on. */
+static void ipc_slot_retire(sim_pool *pool, sim_seg *s)
+{
+    uint32_t slot = s->export_slot - 1;
+    atomic_store(&pool->ipc->slots[slot].live, 0);
+    s->export_slot = 0;
+    if (pool->n_free_slots == pool->cap_free_slots) {
+        uint32_t cap = pool->cap_free_slots ? pool->cap_free_slots * 2 : 64;
+        uint32_t *v = realloc(pool->free_slots, cap * sizeof *v);
+        if (!v)
+            abort(); /* out of host memory in the emulator itself */
+        pool->free_slots = v;
+        pool->cap_free_slots = cap;
+    }
+    pool->free_slots[pool->n_free_slots++] = slot;
+}
+
+/* Exclusive lock: an imported pool's live block holding [p, p+n), one the exporter has not
+ * freed since it was exported. */
+static sim_seg *import_seg(sim_pool *pool, const void *p, size_t n)
+{
+    const char *q = p;
+    sim_seg *seg = sim_map_get(&pool->allocs, p, SIM_H_ALLOC);
+    for (size_t i = 0; !seg && i < pool->allocs.cap; i++) {
+        sim_seg *x = pool->allocs.slots[i].key ? pool->allocs.slots[i].value : NULL;
+        if (x && q >= x->addr && q < x->addr + x->size)
+            seg = x;
+    }
+    if (!seg || n > (size_t)(seg->addr + seg->size - q) ||
+        !ipc_slot_live(pool->ipc, seg->export_slot - 1, seg->export_serial, NULL, NULL))
+        return NULL;
+    return seg;
+}
+
+/* An imported block freed (cudaFree, cudaFreeAsync): gone from this process only. */
+static void import_release(sim_pool *pool, sim_seg *s)
+{
+    sim_map_remove(&pool->allocs, s->addr);
+    seg_forget_uses(s);
+    pool->live_allocs--;
+    free(s);
 }
 
 /* ---- device arena ---- */
@@ -118,7 +301,7 @@ int sim_device_of_address(const void *p, bool *managed)
 
 bool sim_is_device_address(const void *p)
 {
-    if (sim_graph_owns(p))
+    if (sim_graph_owns(p) || (n_imported && window_pool(p)))
         return true;
     sim_device *d = NULL;
     (void)chunk_at(p, &d);
@@ -136,7 +319,7 @@ static sim_pool *pool_of(const void *p)
             return atomic_load_explicit(&d->page_pool[(size_t)(c - d->arena) / SIM_CHUNK],
                                         memory_order_acquire);
     }
-    return NULL;
+    return n_imported ? window_pool(p) : NULL;
 }
 
 int sim_device_of(const void *p)
@@ -147,7 +330,8 @@ int sim_device_of(const void *p)
         if (d->ready && c >= d->arena && c < d->arena + d->arena_size)
             return dev;
     }
-    return -1;
+    sim_pool *ip = n_imported ? window_pool(p) : NULL;
+    return ip ? ip->device : -1;
 }
 
 /* Pool allocations are mapped only for the devices the pool grants access to (the Programming
@@ -166,6 +350,9 @@ bool sim_range_access_ok(const void *p, size_t n, int device, bool write)
 /* Under the exclusive lock: the pool allocation holding [p, p+n) (n 0: p), or NULL. */
 static sim_seg *live_seg(const void *p, size_t n)
 {
+    sim_pool *ip = n_imported ? window_pool(p) : NULL;
+    if (ip)
+        return import_seg(ip, p, n);
     sim_chunk *c = chunk_at(p, NULL);
     if (!c || c == &retired_range)
         return NULL; /* no allocation lives in a retired range any more */
@@ -182,6 +369,8 @@ bool sim_range_live(const void *p, size_t n)
 {
     if (sim_graph_owns(p))
         return sim_graph_range_live(p, n);
+    if (n == 0 && n_imported && window_pool(p))
+        return true;
     if (n == 0) {
         sim_chunk *c = chunk_at(p, NULL);
         return c && c != &retired_range;
@@ -458,6 +647,14 @@ static sim_chunk *chunk_new(sim_pool *pool, size_t size, sim_stream *stream, uin
         free(s);
         return NULL;
     }
+    if (pool->shareable && !ipc_back(pool, d, c->base, size)) {
+        pthread_mutex_lock(&d->arena_lock);
+        map_set(d, (size_t)(c->base - d->arena) / SIM_CHUNK, size / SIM_CHUNK, NULL);
+        pthread_mutex_unlock(&d->arena_lock);
+        free(c);
+        free(s);
+        return NULL;
+    }
     c->size = size;
     s->chunk = c;
     s->addr = c->base;
@@ -525,6 +722,8 @@ static void chunk_release(sim_pool *pool, sim_chunk *c, bool uncharge, sim_strea
         op->u.unmap.device = pool->device;
         op->u.unmap.base = c->base;
         op->u.unmap.size = c->size;
+        /* the pool may be gone when the op runs: the op keeps the file open itself */
+        op->u.unmap.ipc_fd = pool->shareable ? fcntl(pool->ipc_fd, F_DUPFD_CLOEXEC, 0) : -1;
     }
     size_t first = (size_t)(c->base - d->arena) / SIM_CHUNK;
     if (op) {
@@ -533,11 +732,18 @@ static void chunk_release(sim_pool *pool, sim_chunk *c, bool uncharge, sim_strea
         pthread_mutex_unlock(&d->arena_lock);
         /* The enqueue fails only when no worker thread can be created: then the stream had
          * none, so nothing of it is pending, and the pages go at once below. */
-        if (sim_stream_enqueue(defer_on, op) != cudaSuccess)
+        int fd = op->u.unmap.ipc_fd;
+        if (sim_stream_enqueue(defer_on, op) != cudaSuccess) {
             op = NULL; /* freed by the enqueue */
+            if (fd >= 0)
+                close(fd);
+        }
     }
     if (!op) {
-        madvise(c->base, c->size, MADV_DONTNEED); /* give the pages back to the host */
+        if (pool->shareable)
+            ipc_unback(pool->ipc_fd, d, c->base, c->size);
+        else
+            madvise(c->base, c->size, MADV_DONTNEED); /* give the pages back to the host */
         pthread_mutex_lock(&d->arena_lock);
         map_set(d, first, c->size / SIM_CHUNK, NULL);
         pthread_mutex_unlock(&d->arena_lock);
@@ -685,6 +891,7 @@ static sim_pool *pool_new(int device, bool is_default, bool is_sync)
     p->reuse_follow = p->reuse_opportunistic = p->reuse_internal = 1;
     p->release_threshold = 0; /* CUDA's default: release at every synchronize */
     p->access[device] = cudaMemAccessFlagsProtReadWrite; /* by default, its own device only */
+    p->ipc_fd = -1;
     sim_device *d = &sim_g.devices[device];
     p->next_in_device = d->pools;
     d->pools = p;
@@ -703,6 +910,27 @@ static void pool_free(sim_pool *p)
         }
     }
     sim_handle_remove(p);
+    if (p->imported) { /* blocks still imported (at a reset): they go with the pool */
+        for (size_t i = 0; i < p->allocs.cap; i++) {
+            sim_seg *x = p->allocs.slots[i].key ? p->allocs.slots[i].value : NULL;
+            if (x) {
+                seg_forget_uses(x);
+                free(x);
+            }
+        }
+        for (int i = 0; i < n_imported; i++) {
+            if (imported_pools[i] == p) {
+                imported_pools[i] = imported_pools[--n_imported];
+                break;
+            }
+        }
+        munmap(p->window, p->window_size);
+    }
+    if (p->ipc)
+        munmap(p->ipc, ipc_header_size());
+    if (p->ipc_fd >= 0)
+        close(p->ipc_fd);
+    free(p->free_slots);
     sim_map_free(&p->allocs);
     pthread_mutex_destroy(&p->lock);
     free((struct CUmemPoolHandle_st *)p);
@@ -748,7 +976,12 @@ void sim_pool_unmap(const sim_op *op)
 {
     sim_device *d = &sim_g.devices[op->u.unmap.device];
     /* nothing else touches a retired range: it is wiped without a lock */
-    madvise(op->u.unmap.base, op->u.unmap.size, MADV_DONTNEED);
+    if (op->u.unmap.ipc_fd >= 0) {
+        ipc_unback(op->u.unmap.ipc_fd, d, op->u.unmap.base, op->u.unmap.size);
+        close(op->u.unmap.ipc_fd);
+    } else {
+        madvise(op->u.unmap.base, op->u.unmap.size, MADV_DONTNEED);
+    }
     /* chunk_map is written by shared holders under arena_lock and read by exclusive holders */
     bool shared = sim_lock_shared();
     if (!shared)
@@ -858,6 +1091,8 @@ static void pool_release_alloc(sim_seg *s, sim_stream *stream, uint64_t seq)
     sim_pool *pool = c->pool;
     sim_map_remove(&pool->allocs, s->addr);
     seg_forget_uses(s);
+    if (s->export_slot)
+        ipc_slot_retire(pool, s);
     s->allocated = false;
     pool->used -= s->size;
     pool->live_allocs--;
@@ -909,7 +1144,13 @@ static cudaError_t free_on_stream(void *ptr, sim_stream *s, bool shared, bool *r
         op->bad_address = !free_ordered(seg, s);
         err = sim_stream_enqueue(s, op);
     }
-    if (!err) {
+    if (!err && pool->imported) {
+        import_release(pool, seg); /* the exporter's memory: nothing returns to this pool */
+        if (!shared)
+            pool_reap(pool);
+        else
+            *reap = pool->destroyed && !pool->live_allocs;
+    } else if (!err) {
         pool_release_alloc(seg, s, s->submitted);
         if (!shared)
             pool_reap(pool);
@@ -973,8 +1214,8 @@ static cudaError_t malloc_async(sim_api api, void **ptr, size_t size, cudaMemPoo
         err = sim_g.devices[s->device].sticky;
     else if (s && !handle)
         pool = sim_g.devices[s->device].current_pool;
-    else if (s && !(pool = pool_resolve(handle)))
-        err = cudaErrorInvalidValue;
+    else if (s && (!(pool = pool_resolve(handle)) || pool->imported))
+        err = cudaErrorInvalidValue; /* imported pools make no allocations of their own */
     if (!err && size == 0) {
         *ptr = NULL; /* as cudaMalloc: no memory, nothing to free */
     } else if (!err) {
@@ -1095,8 +1336,17 @@ cudaError_t cudaFree(void *devPtr)
         return cudaSuccess; /* rule 4 */
     sim_lock();
     sim_seg *seg = alloc_lookup(devPtr);
+    sim_pool *owner = seg ? pool_of(devPtr) : NULL;
     if (!seg) {
         err = cudaErrorInvalidValue;
+    } else if (owner->imported) {
+        /* unordered, as for any stream-ordered pointer (rules 4, 13b) */
+        sim_device *d = &sim_g.devices[owner->device];
+        err = d->sticky;
+        if (!free_ordered(seg, NULL) && !d->sticky)
+            d->sticky = cudaErrorIllegalAddress;
+        import_release(owner, seg);
+        pool_reap(owner);
     } else if (!seg->chunk->pool->is_sync) {
         /* rules 4 and 13b: a stream-ordered pointer is freed at once, without synchronizing
          * and without stream ordering: the caller has made every access complete */
@@ -1218,8 +1468,9 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolPr
         props->location.type != cudaMemLocationTypeDevice || props->win32SecurityAttributes ||
         !props_zero(props->reserved, sizeof props->reserved))
         return sim_ret(cudaErrorInvalidValue);
-    if (props->handleTypes != cudaMemHandleTypeNone)
-        return sim_ret(cudaErrorNotSupported); /* no IPC in the emulator */
+    if (props->handleTypes != cudaMemHandleTypeNone &&
+        props->handleTypes != cudaMemHandleTypePosixFileDescriptor)
+        return sim_ret(cudaErrorNotSupported); /* the one handle type the devices report */
     sim_lock();
     sim_device *d = sim_dev(props->location.id);
     sim_pool *p = NULL;
@@ -1229,6 +1480,10 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolPr
         err = d->sticky;
     else if (!(p = pool_new(props->location.id, false, false)))
         err = cudaErrorMemoryAllocation;
+    else if (props->handleTypes == cudaMemHandleTypePosixFileDescriptor && !ipc_init(p)) {
+        pool_free(p);
+        err = cudaErrorMemoryAllocation;
+    }
 #if CUDART_VERSION >= 12020
     else
         p->max_size = props->maxSize;
@@ -1301,7 +1556,7 @@ cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
     sim_pool *p = pool_resolve(memPool);
     if (!d)
         err = cudaErrorInvalidDevice;
-    else if (!p || p->device != device)
+    else if (!p || p->device != device || p->imported)
         err = cudaErrorInvalidValue;
     else if (d->sticky)
         err = d->sticky;
@@ -1476,43 +1731,210 @@ cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t m
     return cudaSuccess;
 }
 
-/* ---- API: interprocess sharing, as on a device without IPC support ----
+/* ---- API: interprocess sharing (cudaMemHandleTypePosixFileDescriptor) ----
  *
- * cudaDevAttrMemoryPoolSupportedHandleTypes is 0 and cudaMemPoolCreate refuses handle types
- * (cudaErrorNotSupported, its documented answer), so no pool here is IPC capable and none was
- * ever exported: there is no pool to export, no handle to import, no pointer to share. Each call
- * answers cudaErrorInvalidValue, the error the Runtime API documents for them (none of the four
- * lists cudaErrorNotSupported), and leaves its outputs untouched. */
+ * See "IPC: shareable pools' files" above. What CUDA forbids is refused with the error the
+ * Runtime API documents for these calls, cudaErrorInvalidValue (cudaErrorMemoryAllocation, its
+ * out of memory, when the host runs out of file descriptors or export slots); outputs are left
+ * untouched on error. */
 
+/* A new descriptor of the pool's file (dup'ed, not close-on-exec: it may be handed to a child
+ * across exec as well as over a Unix socket); the caller owns and closes it. Refused: a pool
+ * not created with cudaMemHandleTypePosixFileDescriptor (an imported one included), another
+ * handle type, flags other than 0, a NULL output. */
 cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool,
                                                enum cudaMemAllocationHandleType handleType,
                                                unsigned int flags)
 {
-    (void)shareableHandle, (void)memPool, (void)handleType, (void)flags;
     cudaError_t err = sim_enter(SIM_API_cudaMemPoolExportToShareableHandle);
-    return sim_ret(err ? err : cudaErrorInvalidValue);
+    if (err)
+        return sim_ret(err);
+    if (!shareableHandle || flags != 0 || handleType != cudaMemHandleTypePosixFileDescriptor)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_pool *p = pool_resolve(memPool);
+    int fd = -1;
+    if (!p || !p->shareable)
+        err = cudaErrorInvalidValue;
+    else if (sim_g.devices[p->device].sticky)
+        err = sim_g.devices[p->device].sticky;
+    else if ((fd = dup(p->ipc_fd)) < 0)
+        err = cudaErrorMemoryAllocation;
+    sim_unlock();
+    if (err)
+        return sim_ret(err);
+    *(int *)shareableHandle = fd;
+    return cudaSuccess;
 }
 
+/* The handle is the descriptor itself, passed by value ((void *)(intptr_t)fd), as the Programming
+ * Guide shows; the caller may close it afterwards (the pool keeps its own). The imported pool is
+ * on the exporter's device, accessible from it alone until cudaMemPoolSetAccess; it makes no
+ * allocations (cudaMallocFromPoolAsync and cudaDeviceSetMemPool refuse it), reports no memory of
+ * its own (the exporter's device counts the pages, once), and is destroyed with
+ * cudaMemPoolDestroy. Refused: another handle type, flags, a descriptor that is not a shareable
+ * cudasim pool's, a device this process does not have, more than 64 pools imported at once. */
 cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle,
                                                  enum cudaMemAllocationHandleType handleType,
                                                  unsigned int flags)
 {
-    (void)memPool, (void)shareableHandle, (void)handleType, (void)flags;
     cudaError_t err = sim_enter(SIM_API_cudaMemPoolImportFromShareableHandle);
-    return sim_ret(err ? err : cudaErrorInvalidValue);
+    if (err)
+        return sim_ret(err);
+    if (!memPool || flags != 0 || handleType != cudaMemHandleTypePosixFileDescriptor)
+        return sim_ret(cudaErrorInvalidValue);
+    int given = (int)(intptr_t)shareableHandle;
+    struct stat st;
+    size_t hdr = ipc_header_size();
+    if (given < 0 || fstat(given, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < hdr)
+        return sim_ret(cudaErrorInvalidValue);
+    int fd = fcntl(given, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return sim_ret(cudaErrorMemoryAllocation);
+    struct sim_ipc_header *h = mmap(NULL, hdr, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    char *window = MAP_FAILED;
+    if (h != MAP_FAILED && h->magic == SIM_IPC_MAGIC &&
+        (size_t)st.st_size == hdr + h->arena_size)
+        window = mmap(NULL, h->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+                      fd, (off_t)hdr);
+    if (window == MAP_FAILED) {
+        if (h != MAP_FAILED)
+            munmap(h, hdr);
+        close(fd);
+        return sim_ret(cudaErrorInvalidValue);
+    }
+    sim_lock();
+    int dev = (int)h->device;
+    sim_pool *p = NULL;
+    if (h->device < 0 || h->device >= SIM_MAX_DEVICES || !sim_dev(dev))
+        err = cudaErrorInvalidValue;
+    else if (sim_g.devices[dev].sticky)
+        err = sim_g.devices[dev].sticky;
+    else if (n_imported == SIM_MAX_IMPORTS || !(p = pool_new(dev, false, false)))
+        err = cudaErrorMemoryAllocation;
+    if (!err) {
+        p->imported = true;
+        p->ipc_fd = fd;
+        p->ipc = h;
+        p->window = window;
+        p->window_size = h->arena_size;
+        imported_pools[n_imported++] = p;
+    }
+    sim_unlock();
+    if (err) {
+        munmap(window, h->arena_size);
+        munmap(h, hdr);
+        close(fd);
+        return sim_ret(err);
+    }
+    *memPool = (cudaMemPool_t)p;
+    return cudaSuccess;
 }
 
+/* 64 bytes naming the block (the pool's identity, a slot of its export table, the serial of
+ * this export, offset and size). Refused: a pointer that is not the start of a live allocation
+ * of a shareable pool of this process (an imported block cannot be exported again). Exporting
+ * the same block twice gives the same data. */
 cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
 {
-    (void)exportData, (void)ptr;
     cudaError_t err = sim_enter(SIM_API_cudaMemPoolExportPointer);
-    return sim_ret(err ? err : cudaErrorInvalidValue);
+    if (err)
+        return sim_ret(err);
+    if (!exportData || !ptr)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_lock();
+    sim_pool *pool = pool_of(ptr);
+    sim_seg *seg = pool && !pool->imported ? pool_alloc_lookup(pool, ptr) : NULL;
+    sim_export_data data = {0};
+    if (!seg || !pool->shareable) {
+        err = cudaErrorInvalidValue;
+    } else if (sim_g.devices[pool->device].sticky) {
+        err = sim_g.devices[pool->device].sticky;
+    } else {
+        struct sim_ipc_header *h = pool->ipc;
+        if (!seg->export_slot) {
+            uint32_t slot;
+            if (pool->n_free_slots)
+                slot = pool->free_slots[--pool->n_free_slots];
+            else if (h->slots_used < SIM_IPC_SLOTS)
+                slot = (uint32_t)h->slots_used++;
+            else
+                err = cudaErrorMemoryAllocation; /* the table is full */
+            if (!err) {
+                sim_ipc_slot *x = &h->slots[slot];
+                uint64_t serial = ++h->next_serial;
+                /* seqlock order: a reader that sees the new serial twice sees these fields */
+                atomic_store(&x->live, 0);
+                atomic_store(&x->serial, serial);
+                atomic_store(&x->offset, (uint64_t)(seg->addr - sim_g.devices[pool->device].arena));
+                atomic_store(&x->size, seg->size);
+                atomic_store(&x->live, 1);
+                seg->export_slot = slot + 1;
+                seg->export_serial = serial;
+            }
+        }
+        if (!err) {
+            const sim_ipc_slot *x = &h->slots[seg->export_slot - 1];
+            data = (sim_export_data){.magic = SIM_IPC_MAGIC, .pool_id = h->pool_id,
+                                     .serial = seg->export_serial,
+                                     .offset = atomic_load(&x->offset),
+                                     .size = atomic_load(&x->size),
+                                     .slot = seg->export_slot - 1};
+        }
+    }
+    sim_unlock();
+    if (err)
+        return sim_ret(err);
+    memcpy(exportData, &data, sizeof data);
+    return cudaSuccess;
 }
 
+/* The block at window + its offset, reading what the exporter wrote and writing what it reads.
+ * Freed with cudaFree or cudaFreeAsync here, which ends this process's import only. Refused: a
+ * pool that is not imported (a pool of the wrong handle type, or the exporter's own), data of
+ * another pool, data that is not an export, a block the exporter has freed since it exported
+ * it, a block this pool has imported already and not freed. Using an imported block after the
+ * exporter freed it is a bad address (a device fault, as on a GPU where the exporter's free
+ * unmaps it). */
 cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool,
                                      struct cudaMemPoolPtrExportData *exportData)
 {
-    (void)ptr, (void)memPool, (void)exportData;
     cudaError_t err = sim_enter(SIM_API_cudaMemPoolImportPointer);
-    return sim_ret(err ? err : cudaErrorInvalidValue);
+    if (err)
+        return sim_ret(err);
+    if (!ptr || !exportData)
+        return sim_ret(cudaErrorInvalidValue);
+    sim_export_data data;
+    memcpy(&data, exportData, sizeof data);
+    sim_lock();
+    sim_pool *p = pool_resolve(memPool);
+    uint64_t off = 0, size = 0;
+    void *out = NULL;
+    if (!p || !p->imported || data.magic != SIM_IPC_MAGIC || data.pool_id != p->ipc->pool_id ||
+        !ipc_slot_live(p->ipc, data.slot, data.serial, &off, &size) || off != data.offset ||
+        size != data.size || off + size > p->window_size ||
+        sim_map_get(&p->allocs, p->window + off, SIM_H_ALLOC)) {
+        err = cudaErrorInvalidValue;
+    } else if (sim_g.devices[p->device].sticky) {
+        err = sim_g.devices[p->device].sticky;
+    } else {
+        sim_seg *seg = calloc(1, sizeof *seg);
+        if (!seg) {
+            err = cudaErrorMemoryAllocation;
+        } else {
+            seg->addr = p->window + off;
+            seg->size = size;
+            seg->allocated = true;
+            seg->export_slot = data.slot + 1;
+            seg->export_serial = data.serial;
+            sim_map_put(&p->allocs, seg->addr, SIM_H_ALLOC, seg);
+            p->live_allocs++;
+            out = seg->addr;
+        }
+    }
+    sim_unlock();
+    if (err)
+        return sim_ret(err);
+    *ptr = out;
+    return cudaSuccess;
 }
