@@ -10,8 +10,8 @@
  * A free goes to the pool that made the allocation, whichever thread frees it.
  *
  * The entry points cannot return a status (PyTorch gives them none): an allocation that fails
- * returns NULL, which PyTorch raises as an out-of-memory error, and a free that streampool
- * refuses (unknown pointer, double free, a size that is not the allocation's) frees nothing and
+ * returns NULL (which PyTorch 2.15 does not check: see "failed allocations" below), and a free
+ * that streampool refuses (unknown pointer, double free, a size that is not the allocation's) frees nothing and
  * never crashes. sp_torch_last_status tells the calling thread why.
  */
 #ifndef STREAMPOOL_TORCH_H
@@ -46,10 +46,10 @@ SP_API void sp_torch_free(void *ptr, size_t size, int device, cudaStream_t strea
 SP_API void sp_torch_empty_cache(void);
 
 /* memory_fraction_fn (torch.cuda.set_per_process_memory_fraction): the device's default pool
- * gets a limit of fraction x the device's total memory. streampool fixes a pool's limit when it
- * creates the pool, so this applies only before the device's runtime exists (before its first
- * allocation or sp_torch_* call); later it is refused with SP_ERR_BUSY. SP_ALLOC_CONF's
- * default.limit or limit, if set, still wins. fraction must be in (0, 1]. */
+ * gets a limit of fraction x the device's total memory. Before the device's runtime exists
+ * (before its first allocation or sp_torch_* call) the pool is created with it, and
+ * SP_ALLOC_CONF's default.limit or limit, if set, still wins; once it exists, sp_pool_set_limit
+ * changes the limit at once (live allocations stay valid). fraction must be in (0, 1]. */
 SP_API void sp_torch_set_memory_fraction(double fraction, int device);
 
 /* record_stream_fn (Tensor.record_stream): the live allocation ptr is also used on `stream`.
@@ -59,6 +59,19 @@ SP_API void sp_torch_record_stream(void *ptr, cudaStream_t stream);
 
 /* SP_OK, or why the calling thread's latest call above failed. */
 SP_API int sp_torch_last_status(void);
+
+/* ---- failed allocations ----
+ * PyTorch 2.15 does not check alloc_fn's result: a NULL becomes a tensor with data_ptr() 0 and
+ * no exception. So each failed sp_torch_malloc writes one line on stderr naming the pool, the
+ * request (bytes, device, stream) and the reason (the status's name and sentence), once per
+ * distinct failure (pool, device, size, stream, status): a repeat prints nothing. */
+
+/* The calling thread's latest failed allocation: its line (as stderr got it, repeat or not)
+ * written snprintf-style into buf, and its status returned; SP_OK and "" if none yet. */
+SP_API int sp_torch_last_failure(char *buf, size_t len);
+
+/* How many allocations have failed on the calling thread so far. */
+SP_API uint64_t sp_torch_failed_allocs(void);
 
 /* ---- tenant pools ---- */
 

@@ -6,7 +6,8 @@
 # location (/usr/local/cuda); nothing here downloads it.
 # Test-only: promtool (Debian's prometheus) and prometheus-client (python3-prometheus-client)
 # check the metrics text and the example server's scrape, and clang++ (Debian's clang) builds
-# streampool.hpp's test beside g++. Run as root, setup.sh installs them too, so that every test
+# streampool.hpp's test beside g++, and python3-venv makes the pytorch suite's venv
+# (tests/torch/venv.sh). Run as root, setup.sh installs them too, so that every test
 # runs; otherwise it names them and those tests skip without them (fail under CI=true).
 # `setup.sh --list` prints the lists and installs nothing. `setup.sh --bench` (scripts/bench.sh)
 # installs only what building sp-bench needs: no test framework, no test-only package (Debian's
@@ -14,7 +15,7 @@
 set -euo pipefail
 packages=(meson ninja-build pkg-config libcmocka-dev python3 cmake g++ make binutils
           libmicrohttpd-dev)
-test_packages=(prometheus python3-prometheus-client clang)
+test_packages=(prometheus python3-prometheus-client clang python3-venv)
 bench_packages=(meson ninja-build pkg-config gcc libc6-dev python3)
 if [ "${1:-}" = --list ]; then
   echo "required: ${packages[*]}"

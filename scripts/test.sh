@@ -13,4 +13,6 @@ else
   meson setup "$build" "$@" | sed -n '/^streampool /,$p'
 fi
 ninja -C "$build"
+# The pytorch suite's PyTorch, from PyPI into a venv made once and reused (tests/torch/venv.sh).
+tests/torch/venv.sh
 meson test -C "$build" --print-errorlogs

@@ -119,6 +119,8 @@ void *sp_torch_malloc(size_t size, int device, cudaStream_t stream)
     if (rc == SP_OK)
         rc = sp_alloc(pool, &ptr, size, stream);
     last_status = rc;
+    if (rc != SP_OK)
+        sp__torch_failure(current.name, device, size, stream, rc);
     return rc == SP_OK ? ptr : NULL;
 }
 
@@ -197,16 +199,26 @@ void sp_torch_set_memory_fraction(double fraction, int device)
     if (rc == SP_OK) {
         pthread_mutex_lock(&devices_lock);
         uint64_t total = 0;
-        if (atomic_load_explicit(&devices[device].rt, memory_order_relaxed))
-            rc = SP_ERR_BUSY; /* its default pool exists, with the limit it was created with */
-        else if ((rc = device_total(device, &total)) == SP_OK)
-            devices[device].default_limit = (uint64_t)(fraction * (double)total);
+        sp_runtime *rt = atomic_load_explicit(&devices[device].rt, memory_order_relaxed);
+        sp_pool *pool = NULL;
+        if ((rc = device_total(device, &total)) == SP_OK) {
+            uint64_t limit = (uint64_t)(fraction * (double)total);
+            /* an existing default pool changes its limit now; a runtime made later (the first
+             * allocation, or after sp_torch_shutdown) is created with it */
+            if (rt && (rc = sp_runtime_default_pool(rt, &pool)) == SP_OK)
+                rc = sp_pool_set_limit(pool, limit);
+            if (rc == SP_OK)
+                devices[device].default_limit = limit;
+        }
         pthread_mutex_unlock(&devices_lock);
     }
     last_status = rc;
     /* PyTorch gives the hook no way to fail, and a limit silently not applied is worse than a
      * line on stderr. */
-    if (rc != SP_OK)
+    if (rc == SP_ERR_CONFIG)
+        fprintf(stderr, "streampool_torch: memory fraction %g for device %d not applied: %s\n",
+                fraction, device, sp_config_error());
+    else if (rc != SP_OK)
         fprintf(stderr, "streampool_torch: memory fraction %g for device %d not applied: %s\n",
                 fraction, device, sp_strerror(rc));
 }

@@ -18,4 +18,12 @@ int sp__torch_recorded_add(void *ptr, int device, cudaStream_t stream);
  * the order could not be established: the caller must then not free ptr. */
 int sp__torch_recorded_order(void *ptr, cudaStream_t free_stream);
 
+/* ---- failure.c ---- */
+
+/* An allocation of `size` bytes on (device, stream) from the pool the calling thread chose
+ * ("" or NULL: the default pool) failed with `status`: records it as the thread's latest
+ * failure, and reports it on stderr unless this same failure was reported before. */
+void sp__torch_failure(const char *pool, int device, size_t size, cudaStream_t stream,
+                       int status);
+
 #endif

@@ -8,7 +8,8 @@ lib=$1
 expected=(sp_torch_malloc sp_torch_free sp_torch_empty_cache sp_torch_set_memory_fraction
           sp_torch_record_stream sp_torch_last_status sp_torch_pool_create sp_torch_pool_destroy
           sp_torch_set_pool sp_torch_current_pool sp_torch_runtime sp_torch_pool_stats
-          sp_torch_pool_stats_json sp_torch_shutdown)
+          sp_torch_pool_stats_json sp_torch_shutdown sp_torch_last_failure
+          sp_torch_failed_allocs)
 # Whole output first: `nm | grep -q` under pipefail fails when grep exits before nm is done.
 if ! syms=$(nm -D --defined-only "$lib"); then
     echo "Bail out! nm failed on $lib"

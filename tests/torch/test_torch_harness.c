@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "streampool_torch.h"
 #include "support/test_support.h"
@@ -48,6 +49,8 @@ static struct {
     __typeof__(sp_torch_pool_stats) *pool_stats;
     __typeof__(sp_torch_pool_stats_json) *pool_stats_json;
     __typeof__(sp_torch_shutdown) *shutdown;
+    __typeof__(sp_torch_last_failure) *last_failure;
+    __typeof__(sp_torch_failed_allocs) *failed_allocs;
 } T;
 
 #define SP(call) assert_int_equal((call), SP_OK)
@@ -83,6 +86,8 @@ static int load_library(void **state)
     *(void **)&T.pool_stats = must_find("sp_torch_pool_stats");
     *(void **)&T.pool_stats_json = must_find("sp_torch_pool_stats_json");
     *(void **)&T.shutdown = must_find("sp_torch_shutdown");
+    *(void **)&T.last_failure = must_find("sp_torch_last_failure");
+    *(void **)&T.failed_allocs = must_find("sp_torch_failed_allocs");
     return 0;
 }
 
@@ -252,7 +257,7 @@ static void a_tenant_limit_and_a_missing_tenant_fail_with_null(void **state)
     SP(T.set_pool("small"));
     void *a = T.malloc_(6 * MiB, 0, s);
     assert_non_null(a);
-    assert_null(T.malloc_(6 * MiB, 0, s)); /* PyTorch raises OutOfMemoryError on NULL */
+    assert_null(T.malloc_(6 * MiB, 0, s)); /* PyTorch 2.15 does not check it: README */
     assert_int_equal(T.last_status(), SP_ERR_LIMIT);
     assert_int_equal(stats("small", 0).limit_rejections, 1);
     assert_int_equal(stats(NULL, 0).allocs, 0); /* never a fallback to another pool */
@@ -274,6 +279,61 @@ static void a_tenant_limit_and_a_missing_tenant_fail_with_null(void **state)
     assert_null(T.malloc_(MiB, -1, s));
     assert_int_equal(T.last_status(), SP_ERR_NO_DEVICE);
     T.free_(a, 6 * MiB, 0, s);
+    SP(T.last_status());
+    drop_stream(s);
+}
+
+/* PyTorch 2.15 turns a NULL from alloc_fn into a tensor at address 0 without a word, so each
+ * failure is said on stderr at once: one line naming the pool, the request and the reason, and
+ * the same failure again (a retry loop) adds no line. The thread keeps its latest line and a
+ * count of its failures. */
+static void a_failure_is_reported_once_on_stderr(void **state)
+{
+    (void)state;
+    cudaStream_t s = new_stream();
+    SP(T.pool_create("tiny", 0, 4 * MiB));
+    SP(T.set_pool("tiny"));
+    uint64_t before = T.failed_allocs();
+    FILE *cap = tmpfile();
+    assert_non_null(cap);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fileno(cap), 2), 2);
+    void *never = T.malloc_(5 * MiB + 3, 0, s);     /* over the limit itself */
+    void *again = T.malloc_(5 * MiB + 3, 0, s);     /* the same failure: no line */
+    void *other = T.malloc_(5 * MiB + 5, 0, s);     /* another size: a line */
+    void *a = T.malloc_(3 * MiB, 0, s);
+    void *no_room = T.malloc_(3 * MiB + 7, 0, s);   /* no room now */
+    void *no_room2 = T.malloc_(3 * MiB + 7, 0, s);
+    dup2(saved, 2);
+    close(saved);
+    assert_null(never);
+    assert_null(again);
+    assert_null(other);
+    assert_non_null(a);
+    assert_null(no_room);
+    assert_null(no_room2);
+    char text[4096] = {0};
+    rewind(cap);
+    size_t n = fread(text, 1, sizeof text - 1, cap);
+    fclose(cap);
+    char want[1024];
+    int len = snprintf(want, sizeof want,
+                       "streampool_torch: 5242883 bytes on device 0, stream %p, from pool \"tiny\" "
+                       "failed: SP_ERR_NEVER_FITS (larger than the pool's limit can ever hold)\n"
+                       "streampool_torch: 5242885 bytes on device 0, stream %p, from pool \"tiny\" "
+                       "failed: SP_ERR_NEVER_FITS (larger than the pool's limit can ever hold)\n"
+                       "streampool_torch: 3145735 bytes on device 0, stream %p, from pool \"tiny\" "
+                       "failed: SP_ERR_LIMIT (the pool's limit would be exceeded now (retry after "
+                       "frees))\n",
+                       (void *)s, (void *)s, (void *)s);
+    assert_int_equal(n, (size_t)len);
+    assert_string_equal(text, want);
+    char line[512];
+    assert_int_equal(T.last_failure(line, sizeof line), SP_ERR_LIMIT);
+    assert_memory_equal(line, want + len - strlen(line) - 1, strlen(line)); /* the last line */
+    assert_int_equal(T.failed_allocs() - before, 5);
+    T.free_(a, 3 * MiB, 0, s);
     SP(T.last_status());
     drop_stream(s);
 }
@@ -496,9 +556,18 @@ static void memory_fraction_limits_the_default_pool(void **state)
     assert_non_null(a);
     assert_null(T.malloc_(8 * MiB, 0, s));
     assert_int_equal(T.last_status(), SP_ERR_LIMIT);
-    /* the default pool exists now, with the limit it was made with */
+    /* the default pool exists now: the fraction changes its limit at once (sp_pool_set_limit) */
     T.memory_fraction(0.5, 0);
-    assert_int_equal(T.last_status(), SP_ERR_BUSY);
+    SP(T.last_status());
+    void *b = T.malloc_(8 * MiB, 0, s);
+    assert_non_null(b);
+    T.free_(b, 8 * MiB, 0, s);
+    SP(T.last_status());
+    /* lowered again: the cache above the limit goes back, and 8 MiB more does not fit */
+    T.memory_fraction(fraction, 0);
+    SP(T.last_status());
+    assert_null(T.malloc_(8 * MiB, 0, s));
+    assert_int_equal(T.last_status(), SP_ERR_LIMIT);
     T.free_(a, (size_t)limit - 4 * MiB, 0, s);
     SP(T.last_status());
     drop_stream(s);
@@ -545,6 +614,7 @@ int main(int argc, char **argv)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_tenant_limit_and_a_missing_tenant_fail_with_null, fresh,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_failure_is_reported_once_on_stderr, fresh, teardown),
         cmocka_unit_test_setup_teardown(bad_frees_are_refused_without_harm, fresh, teardown),
         cmocka_unit_test_setup_teardown(each_device_has_its_own_runtime_and_pools, fresh,
                                         teardown),

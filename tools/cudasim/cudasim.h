@@ -94,8 +94,8 @@
  *    cudaMallocAsync/cudaMallocFromPoolAsync (allocation nodes) and cudaFreeAsync (free nodes).
  *    A launch enqueues the nodes in capture order; forked branches run concurrently on streams
  *    of their own, which the launch stream waits for at the end. Event record inside a
- *    capture adds no node; cudaEventRecordWithFlags, child graphs, kernel nodes and explicit
- *    graph construction (cudaGraphAdd*) are not emulated.
+ *    capture adds no node; cudaEventRecordWithFlags's external records, child graphs, kernel
+ *    nodes and explicit graph construction (cudaGraphAdd*) are not emulated.
  *  - Stricter readings of capture where the documentation is silent: a launch of a graph into a
  *    capturing stream fails (cudaErrorStreamCaptureUnsupported) and invalidates the capture;
  *    cudaStreamEndCapture from the wrong thread, from a joined stream (Unmatched) and any
@@ -184,6 +184,39 @@
  *    runs alone. Destroying a stream or pool while another thread uses it is undefined, as in
  *    CUDA.
  *
+ *  - What PyTorch imports beyond the above (sim_torch_exports.c, sim_host.c): the emulated device
+ *    runs no device code. nvcc's registration calls (__cudaRegisterFatBinary and the rest) are
+ *    accepted, and every kernel, function and symbol of the registered fatbinaries has no image
+ *    for the device: launches (cudaLaunchKernel, __cudaLaunchKernel, cooperative, Ex),
+ *    __cudaGetKernel, cudaFuncGetAttributes/SetAttribute, occupancy, cudaGetSymbolAddress and
+ *    cudaMemcpyToSymbol answer cudaErrorNoKernelImageForDevice, recorded as the last error (not
+ *    sticky); cudaLibraryLoadData/LoadFromFile the same, and every library handle is
+ *    cudaErrorInvalidResourceHandle. Explicit graph construction and inspection
+ *    (cudaGraphAddNode, cudaGraphGetNodes, ...), capture to a graph, capture dependency updates,
+ *    conditional handles and user objects are cudaErrorNotSupported. So is legacy IPC
+ *    (cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle, cudaIpcGetEventHandle
+ *    of an interprocess event, cudaIpcOpenEventHandle): cudaMalloc memory is private to the
+ *    process (pools exported with a shareable handle are the way across processes).
+ *  - cudaMemset is asynchronous for device memory (the Runtime API's synchronization table), on
+ *    the legacy stream; cudaMemcpy2DAsync enqueues its rows, each checked as a cudaMemcpyAsync.
+ *  - cudaPointerGetAttributes: device memory is what a live mapping holds (freed pool memory
+ *    still mapped included), managed memory is cudaMallocManaged's, host memory is pinned
+ *    (cudaMallocHost, cudaHostAlloc) or registered (cudaHostRegister) memory, interior pointers
+ *    included, with the device current when it was made; anything else is
+ *    cudaMemoryTypeUnregistered with device cudaInvalidDeviceId and cudaSuccess (CUDA 11 on).
+ *    cudaHostRegister refuses any overlap with known host memory
+ *    (cudaErrorHostMemoryAlreadyRegistered), device memory (cudaErrorInvalidValue) and
+ *    cudaHostRegisterIoMemory (cudaErrorNotSupported); cudaDeviceReset forgets registrations.
+ *  - Stream priorities range over [-5, 0] (an H100's); cudaEventRecordWithFlags with
+ *    cudaEventRecordExternal is a plain record outside capture and cudaErrorNotSupported inside
+ *    one; cudaStreamAddCallback in a capture is cudaErrorStreamCaptureUnsupported (the capture
+ *    is not invalidated), and its callback gets the device's sticky error as its status.
+ *  - cudaGetDriverEntryPointByVersion: no driver API behind cudasim, so every symbol is
+ *    cudaDriverEntryPointSymbolNotFound with a NULL function and cudaSuccess. The stand-in
+ *    libcuda.so.1 (tools/cudasim/driver, for the pytorch suite only) answers device queries and
+ *    cuDevicePrimaryCtxGetState (active once the runtime initialised the device) and refuses
+ *    modules, linking and launches. cudaProfilerStart/Stop succeed (no profiler attached).
+ *
  * Environment: CUDASIM_DEVICE_COUNT (default 1), CUDASIM_DEVICE_MEMORY (default 16G; suffixes
  * K, M, G, T), CUDASIM_PEER_ACCESS (1: every pair of devices may be peers; default none), read
  * when the emulator first starts and after cudasimReset().
@@ -223,6 +256,11 @@ void cudasimClearFaults(void);
  * Unknown names count 0. */
 unsigned long long cudasimCallCount(const char *api);
 void cudasimResetCallCounts(void);
+
+/* Whether the runtime has initialised `device` (on a GPU: its primary context exists), for the
+ * stand-in libcuda.so.1's cuDevicePrimaryCtxGetState. cudaErrorInvalidDevice for a bad
+ * ordinal. */
+cudaError_t cudasimDeviceInitialized(int device, int *initialized);
 
 /* Waits for all work, then returns every device to its initial state: all streams, events and
  * pools are destroyed (their handles become invalid), memory is released, sticky errors,

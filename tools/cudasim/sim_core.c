@@ -722,7 +722,13 @@ cudaError_t cudaPeekAtLastError(void)
     X(cudaErrorCapturedEvent, "operation not permitted on an event last recorded in a capturing stream") \
     X(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence from another thread") \
     X(cudaErrorIllegalState, "the operation cannot be performed in the present state") \
+    X(cudaErrorNoKernelImageForDevice, "no kernel image is available for execution on the device") \
+    X(cudaErrorInvalidDeviceFunction, "invalid device function") \
+    X(cudaErrorMissingConfiguration, "__global__ function call is not configured") \
+    X(cudaErrorInvalidPitchValue, "invalid pitch argument") \
     X(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy") \
+    X(cudaErrorHostMemoryAlreadyRegistered, "part or all of the requested memory range is already mapped") \
+    X(cudaErrorHostMemoryNotRegistered, "pointer does not correspond to a registered memory region") \
     X(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled") \
     X(cudaErrorPeerAccessNotEnabled, "peer access has not been enabled") \
     X(cudaErrorUnknown, "unknown error")

@@ -235,6 +235,12 @@ bool sim_graph_range_live(const void *p, size_t n)
     return a && a->live && n <= (size_t)(a->ptr + a->size - (const char *)p);
 }
 
+int sim_graph_alloc_device(const void *p)
+{
+    struct CUgraphNode_st *a = alloc_node_at(p, false);
+    return a && a->live ? a->graph->device : -1;
+}
+
 /* Frees graph allocation a; `on` (NULL: a host-synchronous free, or a free node of a's own
  * graph, which every relaunch follows) is the stream whose op `seq` is the free. */
 static void alloc_release(struct CUgraphNode_st *a, sim_stream *on, uint64_t seq)

@@ -71,7 +71,30 @@
     X(cudaStreamGetId) X(cudaDeviceCanAccessPeer) X(cudaMemPoolGetAccess) \
     X(cudaMemPoolExportPointer) X(cudaMemPoolImportPointer) X(cudaDeviceReset) \
     X(cudaStreamGetDevice) \
-    SIM_GRAPH_APIS(X) SIM_PEER_APIS(X)
+    SIM_GRAPH_APIS(X) SIM_PEER_APIS(X) SIM_TORCH_APIS(X)
+
+/* The rest of what PyTorch imports: pinned/registered host memory and pointer attributes
+ * (sim_host.c), sim_torch_exports.c's, and legacy IPC (sim_ipc_legacy.c). */
+#define SIM_TORCH_APIS(X) \
+    X(cudaHostRegister) X(cudaHostUnregister) X(cudaPointerGetAttributes) X(cudaMemset) \
+    X(cudaMemcpy2DAsync) X(cudaStreamGetPriority) X(cudaDeviceGetStreamPriorityRange) \
+    X(cudaEventRecordWithFlags) X(cudaStreamAddCallback) X(cudaDeviceGetPCIBusId) \
+    X(cudaGetDriverEntryPointByVersion) X(cudaProfilerStart) X(cudaProfilerStop) \
+    X(__cudaRegisterFatBinary) X(__cudaRegisterFatBinaryEnd) X(__cudaUnregisterFatBinary) \
+    X(__cudaRegisterFunction) X(__cudaRegisterVar) X(__cudaPushCallConfiguration) \
+    X(__cudaPopCallConfiguration) X(__cudaGetKernel) X(__cudaLaunchKernel) \
+    X(cudaLaunchKernel) X(cudaLaunchCooperativeKernel) X(cudaLaunchKernelExC) \
+    X(cudaFuncGetAttributes) X(cudaFuncSetAttribute) \
+    X(cudaOccupancyMaxActiveBlocksPerMultiprocessor) \
+    X(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) X(cudaGetSymbolAddress) \
+    X(cudaMemcpyToSymbol) X(cudaKernelSetAttributeForDevice) X(cudaLibraryLoadData) \
+    X(cudaLibraryLoadFromFile) X(cudaLibraryUnload) X(cudaLibraryGetKernel) \
+    X(cudaLibraryGetKernelCount) X(cudaLibraryGetGlobal) X(cudaLibraryGetManaged) \
+    X(cudaLibraryGetUnifiedFunction) X(cudaGraphAddNode) X(cudaGraphConditionalHandleCreate) \
+    X(cudaGraphGetNodes) X(cudaGraphNodeGetDependencies) X(cudaStreamBeginCaptureToGraph) \
+    X(cudaStreamUpdateCaptureDependencies) X(cudaUserObjectCreate) X(cudaUserObjectRelease) \
+    X(cudaGraphRetainUserObject) X(cudaIpcGetMemHandle) X(cudaIpcOpenMemHandle) \
+    X(cudaIpcCloseMemHandle) X(cudaIpcGetEventHandle) X(cudaIpcOpenEventHandle)
 
 /* Copies, peers and IPC (sim_copy.c, sim_pool.c). */
 #define SIM_PEER_APIS(X) \
@@ -193,6 +216,7 @@ typedef struct sim_seg {
     uint64_t alloc_seq;
     sim_use *uses;
     uint32_t n_uses, cap_uses;
+    bool managed;            /* allocated by cudaMallocManaged (the sync pool's) */
     /* IPC (sim_pool.c): an exported block's slot in its pool's shared table, plus one (0: not
      * exported); an imported block's too, with the serial it was exported under. */
     uint32_t export_slot;
@@ -344,6 +368,15 @@ sim_stream *sim_stream_resolve(cudaStream_t handle, cudaError_t *err);
  * cudaSuccess when the call must take the exclusive path instead (the legacy stream, a stream
  * still to create, a device not initialised). */
 sim_stream *sim_stream_lookup(cudaStream_t handle, cudaError_t *err);
+/* sim_stream_resolve, failing with the device's sticky error if it has one. */
+sim_stream *sim_stream_resolve_live(cudaStream_t handle, cudaError_t *err);
+/* The bodies of cudaMemsetAsync and cudaLaunchHostFunc on a resolved stream, under the
+ * exclusive lock, for the entry points built on them (errors returned, not recorded as the
+ * last error). */
+cudaError_t sim_memset_locked(sim_stream *s, void *devPtr, int value, size_t count);
+cudaError_t sim_host_fn_locked(sim_stream *s, cudaHostFn_t fn, void *userData);
+/* cudaEventRecord's body (takes the lock; the error is returned, not recorded). */
+cudaError_t sim_event_record(cudaEvent_t event, cudaStream_t stream);
 void sim_stream_ref(sim_stream *s);
 void sim_stream_unref(sim_stream *s);
 /* Applies the legacy stream's implicit synchronization before work is enqueued on s. */
@@ -388,6 +421,9 @@ bool sim_range_use_ok(const void *p, size_t n, sim_stream *s, bool write, sim_se
 void sim_range_note_use(sim_seg *seg, const void *p, size_t n, sim_stream *s, uint64_t seq,
                         bool write);
 bool sim_is_device_address(const void *p);
+/* Exclusive lock: the device whose mapped memory (pool, cudaMalloc, managed, graph) holds p,
+ * or -1; *managed: p is inside a live cudaMallocManaged allocation. */
+int sim_device_of_address(const void *p, bool *managed);
 cudaError_t sim_device_memory_init(sim_device *d, int device);
 /* Releases memory above each pool's threshold after a host synchronize (rule 12). */
 void sim_pools_release_after_sync(int device);
@@ -399,6 +435,14 @@ void sim_pools_device_reset(int device);
  * returns its address range to the arena (takes sim_g.lock shared, then arena_lock). */
 void sim_pool_unmap(const sim_op *op);
 
+/* ---- sim_host.c: pinned and registered host memory (exclusive lock) ---- */
+/* Records [p, p+size) as host memory the runtime knows, made with `device` current. */
+bool sim_host_add(void *p, size_t size, int device, bool registered);
+/* cudaFreeHost's part: forgets p if it starts a pinned (not registered) allocation. */
+bool sim_host_remove_pinned(void *p);
+/* The device's context goes: frees its pinned memory, forgets its registrations. */
+void sim_host_device_reset(int device);
+
 /* ---- sim_graph.c: stream capture, graphs, graph-owned memory ---- */
 enum { SIM_H_GRAPH = 16, SIM_H_GRAPH_EXEC };
 /* Lock-free: is a capture sequence in progress? The other files' fast paths skip every capture
@@ -408,6 +452,9 @@ bool sim_graph_capturing_any(void);
 bool sim_graph_owns(const void *p);
 /* Under the lock, for p with sim_graph_owns(p): is [p, p+n) inside one live graph allocation? */
 bool sim_graph_range_live(const void *p, size_t n);
+/* Under the lock, for p with sim_graph_owns(p): the device of the graph allocation holding p,
+ * or -1 (not live). */
+int sim_graph_alloc_device(const void *p);
 /* Under the lock, for a call about to enqueue `op` on s: false when the call goes on as usual;
  * true when capture handled it (op recorded into s's capture, or freed on error: *err). */
 bool sim_graph_capture_op(sim_stream *s, sim_op *op, bool dst_dev, bool src_dev,

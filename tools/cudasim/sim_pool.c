@@ -283,6 +283,22 @@ static sim_chunk *chunk_at(const void *p, sim_device **dev_out)
     return NULL;
 }
 
+static sim_seg *live_seg(const void *p, size_t n);
+
+int sim_device_of_address(const void *p, bool *managed)
+{
+    *managed = false;
+    if (sim_graph_owns(p))
+        return sim_graph_alloc_device(p);
+    sim_device *d = NULL;
+    sim_chunk *c = chunk_at(p, &d);
+    if (!c || c == &retired_range)
+        return -1; /* not mapped (any more): no device's memory */
+    sim_seg *seg = live_seg(p, 0);
+    *managed = seg && seg->managed;
+    return (int)(d - sim_g.devices);
+}
+
 bool sim_is_device_address(const void *p)
 {
     if (sim_graph_owns(p) || (n_imported && window_pool(p)))
@@ -979,6 +995,8 @@ void sim_pool_unmap(const sim_op *op)
 
 void sim_pools_reset(void)
 {
+    for (int dev = 0; dev < SIM_MAX_DEVICES; dev++)
+        sim_host_device_reset(dev);
     for (int dev = 0; dev < SIM_MAX_DEVICES; dev++) {
         sim_device *d = &sim_g.devices[dev];
         if (!d->ready)
@@ -1099,16 +1117,7 @@ void sim_pools_device_reset(int device)
         pool_release_alloc(live[i], NULL, 0);
     free(live);
     pool_release_to(pool, 0);
-    /* pinned host memory belongs to the device's context (host_alloc tags it) */
-    void **host;
-    n = sim_handles_of_type(SIM_H_HOST, &host);
-    for (size_t i = 0; i < n; i++) {
-        if ((intptr_t)sim_handle_get(host[i], SIM_H_HOST) - 1 != device)
-            continue;
-        sim_handle_remove(host[i]);
-        free(host[i]);
-    }
-    free(host);
+    sim_host_device_reset(device); /* pinned and registered host memory are the context's */
 }
 
 /* Under the lock (shared: with s's slock, and this takes the pool's lock). A destroyed pool
@@ -1265,7 +1274,7 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 /* ---- API: synchronous allocation (rule 22: synchronizes the device) ---- */
 
 /* cudaMalloc and cudaMallocManaged: whole pages of the device's synchronous pool. */
-static cudaError_t malloc_sync(void **devPtr, size_t size)
+static cudaError_t malloc_sync(void **devPtr, size_t size, bool managed)
 {
     sim_lock();
     int dev = sim_current_device();
@@ -1281,8 +1290,10 @@ static cudaError_t malloc_sync(void **devPtr, size_t size)
         sim_device_sync(dev);
         void *p = NULL;
         err = pool_alloc(d->sync_pool, NULL, size, &p);
-        if (!err)
+        if (!err) {
+            alloc_lookup(p)->managed = managed; /* for cudaPointerGetAttributes */
             *devPtr = p;
+        }
     }
     sim_unlock();
     return err;
@@ -1295,7 +1306,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
         return sim_ret(err);
     if (!devPtr)
         return sim_ret(cudaErrorInvalidValue);
-    return sim_ret(malloc_sync(devPtr, size));
+    return sim_ret(malloc_sync(devPtr, size, false));
 }
 
 /* Managed memory as on a device without concurrent managed access
@@ -1311,7 +1322,7 @@ cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
         return sim_ret(err);
     if (!devPtr || size == 0 || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost))
         return sim_ret(cudaErrorInvalidValue);
-    return sim_ret(malloc_sync(devPtr, size));
+    return sim_ret(malloc_sync(devPtr, size, true));
 }
 
 cudaError_t cudaFree(void *devPtr)
@@ -1399,8 +1410,12 @@ static cudaError_t host_alloc(sim_api api, void **ptr, size_t size, unsigned fla
         return sim_ret(cudaErrorMemoryAllocation);
     if (p) {
         sim_lock();
-        sim_handle_put(p, SIM_H_HOST, (void *)(intptr_t)(dev + 1)); /* whose cudaDeviceReset */
+        bool ok = sim_host_add(p, size, dev, false); /* whose cudaDeviceReset takes it */
         sim_unlock();
+        if (!ok) {
+            free(p);
+            return sim_ret(cudaErrorMemoryAllocation);
+        }
     }
     *ptr = p;
     return cudaSuccess;
@@ -1424,9 +1439,7 @@ cudaError_t cudaFreeHost(void *ptr)
     if (!ptr)
         return cudaSuccess;
     sim_lock();
-    bool ok = sim_handle_valid(ptr, SIM_H_HOST);
-    if (ok)
-        sim_handle_remove(ptr);
+    bool ok = sim_host_remove_pinned(ptr);
     sim_device *d = sim_dev_ready(sim_current_device());
     err = d ? d->sticky : cudaSuccess; /* reported; the memory goes all the same */
     sim_unlock();

@@ -443,8 +443,7 @@ sim_stream *sim_stream_lookup(cudaStream_t handle, cudaError_t *err)
     return &handle->s;
 }
 
-/* Resolves the stream and fails with the device's sticky error, if it has one. */
-static sim_stream *resolve_live(cudaStream_t handle, cudaError_t *err)
+sim_stream *sim_stream_resolve_live(cudaStream_t handle, cudaError_t *err)
 {
     sim_stream *s = sim_stream_resolve(handle, err);
     if (s && sim_g.devices[s->device].sticky) {
@@ -615,7 +614,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
     if (err)
         return sim_ret(err);
     sim_lock();
-    sim_stream *s = resolve_live(stream, &err);
+    sim_stream *s = sim_stream_resolve_live(stream, &err);
     if (s && (err = sim_graph_stream_check(s)))
         s = NULL; /* Programming Guide: nor queried */
     if (s && s->completed < s->submitted)
@@ -633,22 +632,26 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userD
     if (!fn)
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
-    sim_stream *s = resolve_live(stream, &err);
-    if (s) {
-        sim_op *op = sim_op_new(OP_HOST);
-        if (!op) {
-            err = cudaErrorMemoryAllocation;
-        } else {
-            op->u.host.fn = fn;
-            op->u.host.arg = userData;
-            if (!sim_graph_capture_op(s, op, false, false, &err)) {
-                sim_stream_implicit_sync(s);
-                err = sim_stream_enqueue(s, op);
-            }
-        }
-    }
+    sim_stream *s = sim_stream_resolve_live(stream, &err);
+    if (s)
+        err = sim_host_fn_locked(s, fn, userData);
     sim_unlock();
     return sim_ret(err);
+}
+
+cudaError_t sim_host_fn_locked(sim_stream *s, cudaHostFn_t fn, void *userData)
+{
+    cudaError_t err = cudaSuccess;
+    sim_op *op = sim_op_new(OP_HOST);
+    if (!op)
+        return cudaErrorMemoryAllocation;
+    op->u.host.fn = fn;
+    op->u.host.arg = userData;
+    if (!sim_graph_capture_op(s, op, false, false, &err)) {
+        sim_stream_implicit_sync(s);
+        err = sim_stream_enqueue(s, op);
+    }
+    return err;
 }
 
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
@@ -657,29 +660,35 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
     if (err)
         return sim_ret(err);
     sim_lock();
-    sim_stream *s = resolve_live(stream, &err);
-    if (s && count > 0) {
-        sim_op *op = sim_op_new(OP_MEMSET);
-        if (!op) {
-            err = cudaErrorMemoryAllocation;
-        } else {
-            op->u.set.dst = devPtr;
-            op->u.set.value = value;
-            op->u.set.count = count;
-            if (!sim_graph_capture_op(s, op, true, false, &err)) {
-                sim_stream_implicit_sync(s);
-                sim_seg *seg;
-                op->bad_address = !sim_range_use_ok(devPtr, count, s, true, &seg) ||
-                                  !sim_range_access_ok(devPtr, count, s->device, true);
-                bool bad = op->bad_address;
-                err = sim_stream_enqueue(s, op);
-                if (!err && !bad)
-                    sim_range_note_use(seg, devPtr, count, s, s->submitted, true);
-            }
-        }
-    }
+    sim_stream *s = sim_stream_resolve_live(stream, &err);
+    if (s)
+        err = sim_memset_locked(s, devPtr, value, count);
     sim_unlock();
     return sim_ret(err);
+}
+
+cudaError_t sim_memset_locked(sim_stream *s, void *devPtr, int value, size_t count)
+{
+    cudaError_t err = cudaSuccess;
+    if (count == 0)
+        return cudaSuccess;
+    sim_op *op = sim_op_new(OP_MEMSET);
+    if (!op)
+        return cudaErrorMemoryAllocation;
+    op->u.set.dst = devPtr;
+    op->u.set.value = value;
+    op->u.set.count = count;
+    if (!sim_graph_capture_op(s, op, true, false, &err)) {
+        sim_stream_implicit_sync(s);
+        sim_seg *seg;
+        op->bad_address = !sim_range_use_ok(devPtr, count, s, true, &seg) ||
+                          !sim_range_access_ok(devPtr, count, s->device, true);
+        bool bad = op->bad_address;
+        err = sim_stream_enqueue(s, op);
+        if (!err && !bad)
+            sim_range_note_use(seg, devPtr, count, s, s->submitted, true);
+    }
+    return err;
 }
 
 cudaError_t sim_copy_enqueue(sim_stream *s, void *dst, const void *src, size_t count,
@@ -724,7 +733,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     if (count > 0 && (!dst || !src))
         return sim_ret(cudaErrorInvalidValue);
     sim_lock();
-    sim_stream *s = resolve_live(stream, &err);
+    sim_stream *s = sim_stream_resolve_live(stream, &err);
     if (s && count > 0) {
         bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice ||
                        (kind == cudaMemcpyDefault && sim_is_device_address(dst));
@@ -822,12 +831,18 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     cudaError_t err = sim_enter(SIM_API_cudaEventRecord);
     if (err)
         return sim_ret(err);
+    return sim_ret(sim_event_record(event, stream));
+}
+
+cudaError_t sim_event_record(cudaEvent_t event, cudaStream_t stream)
+{
+    cudaError_t err = cudaSuccess;
     sim_lock();
     sim_stream *s = NULL;
     if (!sim_handle_valid(event, SIM_H_EVENT))
         err = cudaErrorInvalidResourceHandle;
     else
-        s = resolve_live(stream, &err);
+        s = sim_stream_resolve_live(stream, &err);
     if (s && s->device != event->device) {
         err = cudaErrorInvalidResourceHandle; /* cuEventRecord: not the event's context */
         s = NULL;
@@ -860,7 +875,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
         }
     }
     sim_unlock();
-    return sim_ret(err);
+    return err;
 }
 
 static bool event_complete(const struct CUevent_st *e)
@@ -926,7 +941,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     if (!sim_handle_valid(event, SIM_H_EVENT))
         err = cudaErrorInvalidResourceHandle;
     else
-        s = resolve_live(stream, &err);
+        s = sim_stream_resolve_live(stream, &err);
     if (s && sim_graph_event_wait(s, event, flags, &err))
         s = NULL; /* a capture joined or extended, or a wait the capture forbids */
     if (s && event->recorded) {
