@@ -824,7 +824,7 @@ static bool runtime_value(const sp_runtime *rt, const char *name, slice *out)
 
 bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len)
 {
-    slice v;
+    slice v = {0}; /* set when found; initialized for gcc -O2's -Wmaybe-uninitialized */
     if (!runtime_value(rt, "trace", &v) || len == 0 || v.n >= len)
         return false;
     memcpy(out, v.p, v.n);
@@ -834,6 +834,6 @@ bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len)
 
 bool sp__config_check_free_order(const sp_runtime *rt)
 {
-    slice v;
+    slice v = {0}; /* as above */
     return runtime_value(rt, "check_free_order", &v) && equals(v, "1");
 }
