@@ -95,13 +95,37 @@ SP_API const char *sp_last_cuda_error_string(void);
 
 /* ---- versioned structs ----
  *
- * sp_runtime_config, sp_pool_config, sp_stats, sp_stream_usage, sp_ptr_info and sp_oom_report
- * begin with a `size` the caller sets to sizeof the struct (the _INIT macros do), so that the
- * library can grow them without breaking programs built against an older header. A size of 0,
- * what `sp_stats st = {0}` gives, is refused with SP_ERR_INVALID, and sp_config_error() names
- * the call and the missing .size: read as "the current size", it would let the library write
- * past the end of an older program's shorter struct. Write `sp_stats st = {.size = sizeof st}`
- * or start from SP_POOL_CONFIG_INIT / SP_RUNTIME_CONFIG_INIT. */
+ * Eight public structs are versioned: sp_runtime_config, sp_pool_config, sp_request_config
+ * (read by the library), sp_stats, sp_stream_usage, sp_ptr_info, sp_oom_report and
+ * sp_request_stats (written by it). One rule holds for all of them, so that the library can grow
+ * them without breaking programs built against an older header:
+ *  - Each begins with `uint32_t size`, which the caller sets to sizeof the struct: start from its
+ *    _INIT macro (SP_RUNTIME_CONFIG_INIT, SP_POOL_CONFIG_INIT, SP_REQUEST_CONFIG_INIT,
+ *    SP_STATS_INIT, SP_STREAM_USAGE_INIT, SP_PTR_INFO_INIT, SP_OOM_REPORT_INIT,
+ *    SP_REQUEST_STATS_INIT) or write `sp_stats st = {.size = sizeof st}`.
+ *  - Fields are only ever added at the end; none is removed, moved or retyped.
+ *  - Every call accepts an older, shorter struct, down to the struct's first fields: a struct the
+ *    library reads gets the defaults for the fields it lacks; into a struct the library writes,
+ *    it writes nothing past the caller's size, and sets size to the bytes it filled.
+ *  - A size of 0, what `sp_stats st = {0}` gives, or one shorter than the first fields, is
+ *    refused with SP_ERR_INVALID, and sp_config_error() names the call and the missing .size:
+ *    read as "the current size", it would let the library write past the end of an older
+ *    program's shorter struct.
+ * ABI: until 0.1 the three configs and sp_request_stats began with a `size_t size`. On the
+ * 64-bit little-endian machines CUDA runs on, a size_t holding a struct's size is that uint32_t
+ * followed by four zero bytes, and the four bytes after `size` are padding the library never
+ * reads (sp_runtime_config names them reserved_), so no field moved and a program built against
+ * the older header keeps working unrebuilt. Source: `.size = sizeof x` and the _INIT macros
+ * compile as before; a positional initializer of sp_runtime_config written out by hand (not
+ * SP_RUNTIME_CONFIG_INIT) needs a 0 for reserved_ after the size. */
+
+/* The _INIT of a struct the library writes: every field 0 but size (in C++, where designated
+ * initializers came only with C++20, the same by a value-initialized copy). */
+#ifdef __cplusplus
+#define SP_SIZED_INIT(type) ([] { type sized_ = {}; sized_.size = sizeof sized_; return sized_; }())
+#else
+#define SP_SIZED_INIT(type) {.size = sizeof(type)}
+#endif
 
 /* ---- runtime ---- */
 
@@ -131,7 +155,8 @@ typedef enum {
 } sp_capture_check;
 
 typedef struct sp_runtime_config {
-    size_t size;                       /* sizeof(sp_runtime_config): lets the struct grow */
+    uint32_t size;                     /* sizeof(sp_runtime_config): lets the struct grow */
+    uint32_t reserved_;                /* 0; where a size_t size's high half stood */
     sp_capture_check capture_check;
     /* Each stream's cache keeps its byte counts to itself until they have moved by more than
      * this, so that threads on different streams share no counter on the hot path. Current
@@ -144,7 +169,7 @@ typedef struct sp_runtime_config {
 } sp_runtime_config;
 
 #define SP_RUNTIME_CONFIG_INIT                                                                 \
-    {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED, (size_t)1 << 20, NULL}
+    {sizeof(sp_runtime_config), 0, SP_CAPTURE_DECLARED, (size_t)1 << 20, NULL}
 
 /* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults.
  * Reports (sp_runtime_stats and its pool count, summaries, Prometheus metrics, the OOM report)
@@ -227,7 +252,7 @@ typedef uint64_t sp_request;              /* 0 is never a request */
 
 /* A request's figures, returned by its end. */
 typedef struct sp_request_stats {
-    size_t size;                          /* sizeof(sp_request_stats) */
+    uint32_t size;                        /* set by the caller: sizeof(sp_request_stats) */
     sp_request id;
     uint64_t allocs;                      /* successful sp_request_alloc calls (size > 0) */
     uint64_t misses;                      /* of them, not served by the stream's own cache */
@@ -238,6 +263,8 @@ typedef struct sp_request_stats {
     uint64_t requested_peak;              /* most bytes of its allocations live at once */
     uint64_t fences_recorded;             /* by the end: 0 or 1 */
 } sp_request_stats;
+
+#define SP_REQUEST_STATS_INIT SP_SIZED_INIT(sp_request_stats)
 
 /* Opens a request on (pool, stream); label (NULL: none) is copied, at most SP_POOL_NAME_MAX
  * bytes, for the trace. */
@@ -260,7 +287,7 @@ SP_API int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *labe
  * to the pool. A pool without a limit admits every request (its claim is still counted).
  * Counted in the stats: admissions, admitted_bytes, admission_refusals. */
 typedef struct sp_request_config {
-    size_t size;                          /* sizeof(sp_request_config) */
+    uint32_t size;                        /* sizeof(sp_request_config) */
     const char *label;                    /* as sp_request_begin's label; NULL: none */
     uint64_t expected_bytes;              /* the footprint to admit; 0: no admission */
 } sp_request_config;
@@ -280,7 +307,7 @@ SP_API int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_requ
 #define SP_POOL_NAME_MAX 63
 
 typedef struct sp_pool_config {
-    size_t size;                       /* sizeof(sp_pool_config) */
+    uint32_t size;                     /* sizeof(sp_pool_config) */
     uint64_t release_threshold;        /* bytes the cudaMemPool keeps at a synchronize;
                                           default UINT64_MAX (keep), unlike CUDA's 0 */
     sp_cross_stream_policy cross_stream;
@@ -439,6 +466,8 @@ typedef struct sp_oom_report {
                                            * class, or rounded to 512 bytes) */
     char stream_name[64];                 /* the stream's label (sp_stream_set_name), or "" */
 } sp_oom_report;
+
+#define SP_OOM_REPORT_INIT SP_SIZED_INIT(sp_oom_report)
 
 SP_API int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out);
 /* The report as one JSON object, snprintf-style. */
@@ -605,6 +634,8 @@ typedef struct sp_stats {
 #undef SP_STATS_FIELD
 } sp_stats;
 
+#define SP_STATS_INIT SP_SIZED_INIT(sp_stats)
+
 /* Fills *out (out->size must be set) for one pool, or for all pools of a runtime. */
 SP_API int sp_pool_stats(sp_pool *pool, sp_stats *out);
 SP_API int sp_runtime_stats(sp_runtime *rt, sp_stats *out);
@@ -717,6 +748,8 @@ typedef struct sp_stream_usage {
     char name[SP_STREAM_NAME_MAX + 1];    /* its label, or "" */
 } sp_stream_usage;
 
+#define SP_STREAM_USAGE_INIT SP_SIZED_INIT(sp_stream_usage)
+
 /* SP_ERR_NOT_FOUND if the pool has not seen the stream (or it was released). */
 SP_API int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out);
 
@@ -740,6 +773,8 @@ typedef struct sp_ptr_info {
     size_t requested, usable;             /* LIVE only: asked for, and what the block holds */
     cudaStream_t stream;                  /* LIVE only: the stream it was allocated on */
 } sp_ptr_info;
+
+#define SP_PTR_INFO_INIT SP_SIZED_INIT(sp_ptr_info)
 
 /* What ptr (the exact pointer sp_alloc returned) is; SP_OK with state UNKNOWN for a pointer
  * streampool does not know. A snapshot: another thread may free it right after. */

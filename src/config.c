@@ -18,6 +18,7 @@
 #include "runtime.h"
 #include "status.h"
 #include "format.h"
+#include "versioned.h"
 
 static _Thread_local char config_error[256];
 
@@ -393,20 +394,19 @@ static int walk(sp_pool_config *cfg, const char *pool_name, const char *conf, in
 int sp__config_apply_on(sp_pool_config *cfg, const char *pool_name, const char *conf, int device,
                         char *err, size_t errlen)
 {
-    if (!cfg || cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
-        return sp__bad_size("sp_config_apply", "sp_pool_config", cfg ? cfg->size : 0);
-    if (!conf)
-        return SP_OK;
+    int rc = sp__struct_check(cfg, SP__MIN_POOL_CONFIG, "sp_config_apply", "sp_pool_config");
+    if (rc != SP_OK || !conf)
+        return rc;
     conf_ctx ctx = {device, false, 0};
     sp_pool_config work = SP_POOL_CONFIG_INIT;
-    memcpy(&work, cfg, cfg->size < sizeof work ? cfg->size : sizeof work);
-    int rc = walk(&work, pool_name, conf, 0, &ctx, err, errlen);
+    sp__struct_read(&work, sizeof work, cfg);
+    rc = walk(&work, pool_name, conf, 0, &ctx, err, errlen);
     if (rc == SP_OK)
         rc = walk(&work, pool_name, conf, 1, &ctx, err, errlen);
     if (rc == SP_OK)
         rc = sp__config_check(&work, err, errlen);
     if (rc == SP_OK)
-        memcpy(cfg, &work, cfg->size < sizeof work ? cfg->size : sizeof work);
+        sp__struct_write(cfg, &work, sizeof work);
     return rc;
 }
 

@@ -14,6 +14,7 @@
 #include "format.h"
 #include "free_order.h"
 #include "trace.h"
+#include "versioned.h"
 
 /* ---- the process's runtimes, for threads that exit ---- */
 
@@ -69,13 +70,13 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     if (!out)
         return SP_ERR_INVALID;
     if (cfg) {
-        if (cfg->size < offsetof(sp_runtime_config, capture_check) + sizeof cfg->capture_check)
-            return sp__bad_size("sp_runtime_create", "sp_runtime_config", cfg->size);
+        int rc = sp__struct_check(cfg, SP__MIN_RUNTIME_CONFIG, "sp_runtime_create",
+                                  "sp_runtime_config");
+        if (rc != SP_OK)
+            return rc;
         if ((unsigned)cfg->capture_check > SP_CAPTURE_ALWAYS)
             return SP_ERR_CONFIG;
-        /* a caller built against a shorter struct gets defaults for what it lacks */
-        memcpy(&config, cfg, cfg->size < sizeof config ? cfg->size : sizeof config);
-        config.size = sizeof config;
+        sp__struct_read(&config, sizeof config, cfg);
     }
     /* both strings are checked whole now, so that a typo fails here, not at some pool */
     sp_pool_config scratch = SP_POOL_CONFIG_INIT;
@@ -259,9 +260,9 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
         return SP_ERR_INVALID;
     if (sp__pool_name_check(name) != SP_OK)
         return SP_ERR_INVALID;
-    if (cfg && cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
-        return sp__bad_size(adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config",
-                            cfg->size);
+    if (cfg && sp__struct_check(cfg, SP__MIN_POOL_CONFIG,
+                                adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config"))
+        return SP_ERR_INVALID;
     sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
     sp_pool *pool = NULL;

@@ -11,6 +11,7 @@
 #include "status.h"
 #include "conf.h"
 #include "format.h"
+#include "versioned.h"
 
 static uint64_t load(const atomic_uint_least64_t *v)
 {
@@ -98,10 +99,9 @@ static void fill_usage(sp_usage *u, sp_stats *st)
 
 static int begin(const char *call, sp_stats *out, sp_stats *st)
 {
-    if (!out)
-        return SP_ERR_INVALID;
-    if (out->size < offsetof(sp_stats, requested))
-        return sp__bad_size(call, "sp_stats", out->size);
+    int rc = sp__struct_check(out, SP__MIN_STATS, call, "sp_stats");
+    if (rc != SP_OK)
+        return rc;
     memset(st, 0, sizeof *st);
     st->size = sizeof *st;
     st->version = SP_STATS_VERSION;
@@ -110,9 +110,7 @@ static int begin(const char *call, sp_stats *out, sp_stats *st)
 
 static void finish(const sp_stats *st, sp_stats *out)
 {
-    uint32_t size = out->size;
-    memcpy(out, st, size < sizeof *st ? size : sizeof *st);
-    out->size = size < sizeof *st ? size : (uint32_t)sizeof *st;
+    sp__struct_write(out, st, sizeof *st);
 }
 
 int sp_pool_stats(sp_pool *pool, sp_stats *out)
