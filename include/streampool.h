@@ -470,7 +470,8 @@ typedef struct sp_oom_report {
 #define SP_OOM_REPORT_INIT SP_SIZED_INIT(sp_oom_report)
 
 SP_API int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out);
-/* The report as one JSON object, snprintf-style. */
+/* The report as one JSON object, snprintf-style (the buffer form of sp_oom_report_print's
+ * SP_TEXT_JSON). */
 SP_API size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len);
 
 /* ---- allocation ---- */
@@ -641,18 +642,58 @@ SP_API int sp_pool_stats(sp_pool *pool, sp_stats *out);
 SP_API int sp_runtime_stats(sp_runtime *rt, sp_stats *out);
 
 /* Writes stats as one JSON object into buf (always NUL-terminated when len > 0); returns the
- * length the full text needs, excluding the NUL, like snprintf. */
+ * length the full text needs, excluding the NUL, like snprintf. The buffer form of
+ * sp_stats_print's SP_TEXT_JSON (text output, below). */
 SP_API size_t sp_stats_json(const sp_stats *st, char *buf, size_t len);
 
-/* ---- one-call text ----
+/* ---- text output: one shape for every report ----
  *
- * Each text output in one call: *out gets a NUL-terminated string the caller frees with
- * sp_text_free (NULL on failure). The status is the two-call form's: SP_OK, or a stats read's
- * error with the text complete all the same; SP_ERR_INVALID or SP_ERR_NO_HOST_MEMORY with no
- * text.
- *   char *text;
- *   if (sp_runtime_summary_alloc(rt, &text) == SP_OK) { fputs(text, stderr); sp_text_free(text); }
- */
+ * Every report comes as text the same way, as jemalloc's malloc_stats_print and mimalloc's
+ * mi_stats_print_out give theirs: sp_<subject>_print(subject, format, write, user) hands the
+ * whole text to the caller's writer, in one or more pieces in order (not NUL-terminated; len
+ * bytes each). The reports, by subject and format:
+ *   sp_stats_print       SP_TEXT_JSON (as sp_stats_json), SP_TEXT_SUMMARY (sp_stats_summary)
+ *   sp_oom_report_print  SP_TEXT_JSON (sp_oom_report_json)
+ *   sp_pool_print        SP_TEXT_SUMMARY (sp_pool_summary)
+ *   sp_runtime_print     SP_TEXT_SUMMARY (sp_runtime_summary), SP_TEXT_PROMETHEUS
+ *                        (sp_runtime_metrics_prometheus)
+ * Returns SP_OK, or a stats read's error with the text written all the same; SP_ERR_IO if write
+ * returned non-zero (it is not called again); SP_ERR_INVALID (a NULL argument, a format the
+ * subject has not) or SP_ERR_NO_HOST_MEMORY with nothing written.
+ *   static int to_file(const char *text, size_t len, void *f)
+ *   { return fwrite(text, 1, len, f) == len ? 0 : -1; }
+ *   sp_runtime_print(rt, SP_TEXT_SUMMARY, to_file, stderr);
+ *
+ * Kept so that code written for 0.1 compiles and links unchanged, each documented below where it
+ * was: the buffer forms (snprintf-style into the caller's buffer: sp_stats_json,
+ * sp_stats_summary, sp_oom_report_json, sp_pool_summary, sp_runtime_summary,
+ * sp_runtime_metrics_prometheus), which render each report's text, and the one-call forms below,
+ * thin wrappers of sp_*_print that collect the text into a string. */
+typedef enum {
+    SP_TEXT_JSON = 1,
+    SP_TEXT_SUMMARY = 2,    /* for people, as PyTorch's memory_summary */
+    SP_TEXT_PROMETHEUS = 3, /* the text exposition format, for a /metrics endpoint */
+} sp_text_format;
+
+/* Receives len bytes of the text; returns 0 to go on, non-zero to stop (the call: SP_ERR_IO). */
+typedef int (*sp_text_writer)(const char *text, size_t len, void *user);
+
+SP_API int sp_stats_print(const sp_stats *st, sp_text_format format, sp_text_writer write,
+                          void *user);
+SP_API int sp_oom_report_print(const sp_oom_report *r, sp_text_format format,
+                               sp_text_writer write, void *user);
+SP_API int sp_pool_print(sp_pool *pool, sp_text_format format, sp_text_writer write, void *user);
+SP_API int sp_runtime_print(sp_runtime *rt, sp_text_format format, sp_text_writer write,
+                            void *user);
+
+/* The one-call forms (compatibility wrappers): sp_*_print's text as a NUL-terminated string in
+ * *out that the caller frees with sp_text_free (NULL on failure); statuses as sp_*_print's.
+ *   sp_stats_json_alloc(st, &s)          is  sp_stats_print(st, SP_TEXT_JSON, ...)
+ *   sp_stats_summary_alloc(st, &s)       is  sp_stats_print(st, SP_TEXT_SUMMARY, ...)
+ *   sp_oom_report_json_alloc(r, &s)      is  sp_oom_report_print(r, SP_TEXT_JSON, ...)
+ *   sp_pool_summary_alloc(pool, &s)      is  sp_pool_print(pool, SP_TEXT_SUMMARY, ...)
+ *   sp_runtime_summary_alloc(rt, &s)     is  sp_runtime_print(rt, SP_TEXT_SUMMARY, ...)
+ *   sp_runtime_metrics_prometheus_alloc  is  sp_runtime_print(rt, SP_TEXT_PROMETHEUS, ...) */
 SP_API int sp_stats_json_alloc(const sp_stats *st, char **out);
 SP_API int sp_stats_summary_alloc(const sp_stats *st, char **out);
 SP_API int sp_oom_report_json_alloc(const sp_oom_report *r, char **out);
@@ -674,7 +715,8 @@ SP_API void sp_text_free(char *text);
  * with # HELP and # TYPE lines from the X-macro lists above. Writes into buf (NUL-terminated
  * when len > 0) and sets *needed to the length the whole text needs, excluding the NUL: a
  * buffer of at least *needed + 1 bytes holds all of it. Returns SP_OK or the first error a
- * pool's stats read met (the text is complete either way). */
+ * pool's stats read met (the text is complete either way). The buffer form of
+ * sp_runtime_print's SP_TEXT_PROMETHEUS. */
 SP_API int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t *needed);
 
 /* ---- allocation trace ----
@@ -712,7 +754,8 @@ SP_API int sp_runtime_trace_stop(sp_runtime *rt);
  *                        pool (oldest first): requested, active, cached, held, reserved, limit.
  * Each writes into buf (NUL-terminated when len > 0); sp_stats_summary returns the length the
  * whole text needs (like snprintf), the others set *needed to it and return SP_OK or the first
- * error a stats read met. */
+ * error a stats read met. The buffer forms of sp_stats_print, sp_pool_print and sp_runtime_print
+ * with SP_TEXT_SUMMARY. */
 SP_API size_t sp_stats_summary(const sp_stats *st, char *buf, size_t len);
 SP_API int sp_pool_summary(sp_pool *pool, char *buf, size_t len, size_t *needed);
 SP_API int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed);
