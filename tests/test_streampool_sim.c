@@ -3,17 +3,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
 static void steady_state_same_stream_makes_no_cuda_calls(void **state)
 {
     (void)state;
-    sp_runtime *rt;
-    sp_pool *pool;
-    rt = track_runtime(0, NULL);
-    SP(sp_runtime_default_pool(rt, &pool));
+    sp_runtime *rt = fx.rt;
+    sp_pool *pool = fx.pool;
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
     static const size_t sizes[] = {256, 4 * KiB, 100 * KiB, 3 * MiB, 64 * MiB};
@@ -40,7 +38,6 @@ static void steady_state_same_stream_makes_no_cuda_calls(void **state)
     assert_int_equal(st.segment_bytes, 68 * MiB);
     SP(sp_stream_release(rt, s));
     CK(cudaStreamDestroy(s));
-    destroy_runtime(rt);
 }
 
 /* Once a stream's frees are known complete, taking its blocks costs no CUDA call: one stream
@@ -48,11 +45,8 @@ static void steady_state_same_stream_makes_no_cuda_calls(void **state)
 static void known_complete_steals_make_no_cuda_calls(void **state)
 {
     (void)state;
-    sp_runtime *rt;
-    sp_pool *pool;
-    rt = track_runtime(0, NULL);
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b;
     void *p[8], *q[8];
     for (int i = 0; i < 8; i++)
         SP(sp_alloc(pool, &p[i], 64 * KiB, a));
@@ -67,9 +61,6 @@ static void known_complete_steals_make_no_cuda_calls(void **state)
     assert_int_equal(stats_of(pool).cross_stream_reuses, 8);
     for (int i = 0; i < 8; i++)
         SP(sp_free(pool, q[i], b));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
 }
 
 /* SP_CAPTURE_ALWAYS asks CUDA on every call; the default (declared captures) never does. */
@@ -149,10 +140,8 @@ static void own_cache_is_released_on_out_of_memory(void **state)
 static void trim_returns_memory_to_the_device(void **state)
 {
     (void)state;
-    sp_runtime *rt;
-    sp_pool *pool;
-    rt = track_runtime(0, NULL);
-    SP(sp_runtime_default_pool(rt, &pool));
+    sp_runtime *rt = fx.rt;
+    sp_pool *pool = fx.pool;
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
     size_t free0, free1, total;
@@ -172,7 +161,6 @@ static void trim_returns_memory_to_the_device(void **state)
     assert_int_equal(stats_of(pool).pool_reserved, 0);
     SP(sp_stream_release(rt, s));
     CK(cudaStreamDestroy(s));
-    destroy_runtime(rt);
 }
 
 /* Failing CUDA calls: errors are reported, nothing leaks, the pool keeps working. */
@@ -263,10 +251,8 @@ static void refused_give_back_keeps_the_segment(void **state)
 static void miss_gives_back_on_its_own_stream_without_waiting(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t s = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t s = fx.a;
     gate *g = gate_new();
     void *a, *b;
     SP(sp_alloc(pool, &a, 40 * MiB, s));
@@ -291,8 +277,6 @@ static void miss_gives_back_on_its_own_stream_without_waiting(void **state)
     CK(cudaMemsetAsync(b, 0x11, 20 * MiB, s)); /* after a's memset, in stream order */
     assert_true(device_bytes_are(b, 20 * MiB, 0x11, s));
     SP(sp_free(pool, b, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* A miss that found a stream's frees unsettled makes that stream fence its next large frees
@@ -302,10 +286,8 @@ static void miss_gives_back_on_its_own_stream_without_waiting(void **state)
 static void asked_stream_fences_its_next_large_frees(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b;
     gate *g1 = gate_new(), *g2 = gate_new();
     void *x[3], *y, *z[3];
     for (int i = 0; i < 3; i++)
@@ -331,9 +313,6 @@ static void asked_stream_fences_its_next_large_frees(void **state)
     for (int i = 0; i < 3; i++)
         SP(sp_free(pool, z[i], b));
     SP(sp_free(pool, y, b));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
 }
 
 /* A huge segment given back at free time (a free of another size) sits in the driver's pool
@@ -343,10 +322,8 @@ static void asked_stream_fences_its_next_large_frees(void **state)
 static void huge_given_back_at_free_is_reused_and_trimmed(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t s = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t s = fx.a;
     gate *g = gate_new();
     void *a, *b;
     SP(sp_alloc(pool, &a, 40 * MiB, s));
@@ -380,8 +357,6 @@ static void huge_given_back_at_free_is_reused_and_trimmed(void **state)
     CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent,
                                &reserved));
     assert_int_equal(reserved, 0);
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* A fence another stream's ask recorded stays where it was: a later free of the asked stream
@@ -390,10 +365,8 @@ static void huge_given_back_at_free_is_reused_and_trimmed(void **state)
 static void askers_fence_stays_where_it_was_recorded(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b;
     gate *g1 = gate_new(), *g2 = gate_new();
     void *y, *x, *p1, *p2;
     SP(sp_alloc(pool, &y, 16 * MiB, a)); /* a huge segment */
@@ -418,31 +391,28 @@ static void askers_fence_stays_where_it_was_recorded(void **state)
     assert_int_equal(st.cross_stream_reuses, 1);
     SP(sp_free(pool, p1, b));
     SP(sp_free(pool, p2, b));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
 }
 
-/* The same with no allocation on the asked stream between its frees: free, more work, free. */
-static void later_free_gets_a_fence_of_its_own(void **state)
+/* Stream a frees x[0] (4 MiB) behind gate g1, b's 4 MiB miss asks about it (a is busy: a fence
+ * behind g1, and b grows), then a frees x[1] (second_bytes) behind g2. Once x[0]'s free is
+ * complete and x[1]'s is not, b's next 4 MiB miss must take x[0] without the driver, whatever it
+ * asks about x[1]. */
+static void miss_takes_the_completed_older_free(size_t second_bytes)
 {
-    (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b;
     gate *g1 = gate_new(), *g2 = gate_new();
     void *x[2], *p1, *p2;
-    SP(sp_alloc(pool, &x[0], 4 * MiB, a)); /* a 4 MiB segment */
-    SP(sp_alloc(pool, &x[1], 2 * MiB, a)); /* a 2 MiB one: too small for b, never asked about */
+    SP(sp_alloc(pool, &x[0], 4 * MiB, a));
+    SP(sp_alloc(pool, &x[1], second_bytes, a));
     gate_hold(g1, a);
-    SP(sp_free(pool, x[0], a));          /* behind g1 */
-    SP(sp_alloc(pool, &p1, 4 * MiB, b)); /* asks about a: busy, a fence behind g1; b grows */
+    SP(sp_free(pool, x[0], a));
+    SP(sp_alloc(pool, &p1, 4 * MiB, b));
     assert_int_equal(stats_of(pool).driver_allocs, 3);
-    gate_hold(g2, a);                    /* a's next piece of work */
-    SP(sp_free(pool, x[1], a));          /* fence_interest: a fence of its own, behind g2 */
+    gate_hold(g2, a); /* a's next piece of work */
+    SP(sp_free(pool, x[1], a));
     gate_open(g1);
-    gate_wait_arrival(g2);               /* x[0]'s free is complete */
+    gate_wait_arrival(g2); /* x[0]'s free is complete, x[1]'s not */
     SP(sp_alloc(pool, &p2, 4 * MiB, b));
     sp_stats st = stats_of(pool);
     gate_open(g2);
@@ -450,41 +420,24 @@ static void later_free_gets_a_fence_of_its_own(void **state)
     assert_int_equal(st.driver_allocs, 3);
     SP(sp_free(pool, p1, b));
     SP(sp_free(pool, p2, b));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
+}
+
+/* The same with no allocation on the asked stream between its frees: free, more work, free.
+ * x[1] is a 2 MiB segment, too small for b's misses, so never asked about: fence_interest gives
+ * its free a fence of its own, behind g2. */
+static void later_free_gets_a_fence_of_its_own(void **state)
+{
+    (void)state;
+    miss_takes_the_completed_older_free(2 * MiB);
 }
 
 /* One unanswered ask about a stream's newest free does not hide that stream's older frees from
- * the same miss: a completed older fence covering them still settles them (found in review). */
+ * the same miss: a completed older fence covering them still settles them (found in review).
+ * x[1] is 4 MiB: b's second miss asks about it first (newest in its bin). */
 static void older_fence_settles_older_frees_in_the_same_miss(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
-    gate *g1 = gate_new(), *g2 = gate_new();
-    void *x[2], *p1, *p2;
-    for (int i = 0; i < 2; i++)
-        SP(sp_alloc(pool, &x[i], 4 * MiB, a));
-    gate_hold(g1, a);
-    SP(sp_free(pool, x[0], a));          /* behind g1 */
-    SP(sp_alloc(pool, &p1, 4 * MiB, b)); /* a fence behind g1; b grows */
-    gate_hold(g2, a);
-    SP(sp_free(pool, x[1], a));          /* behind g2 */
-    gate_open(g1);
-    gate_wait_arrival(g2);               /* x[0]'s free complete, x[1]'s not */
-    SP(sp_alloc(pool, &p2, 4 * MiB, b)); /* asks about x[1] first (newest in its bin) */
-    sp_stats st = stats_of(pool);
-    gate_open(g2);
-    assert_ptr_equal(p2, x[0]);
-    assert_int_equal(st.driver_allocs, 3);
-    SP(sp_free(pool, p1, b));
-    SP(sp_free(pool, p2, b));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
+    miss_takes_the_completed_older_free(4 * MiB);
 }
 
 /* A miss asks the driver about free neighbours that tags keep apart only if, merged, they would
@@ -494,10 +447,8 @@ static void older_fence_settles_older_frees_in_the_same_miss(void **state)
 static void coalesce_asks_only_where_the_merge_would_fit(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b, c = fx.c;
     gate *ga = gate_new(), *gb = gate_new();
     void *p, *x, *y, *w, *z, *m;
     SP(sp_alloc(pool, &p, 8 * MiB, c)); /* one 8 MiB segment */
@@ -531,10 +482,6 @@ static void coalesce_asks_only_where_the_merge_would_fit(void **state)
     SP(sp_free(pool, m, c));
     SP(sp_free(pool, w, c));
     SP(sp_free(pool, z, c));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    drop_stream(rt, c);
-    destroy_runtime(rt);
 }
 
 /* A stream released after giving segments back to the driver, when a miss had already found
@@ -580,20 +527,20 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-        T(steady_state_same_stream_makes_no_cuda_calls),
-        T(known_complete_steals_make_no_cuda_calls),
+        FX(steady_state_same_stream_makes_no_cuda_calls),
+        FX(known_complete_steals_make_no_cuda_calls),
         T(capture_check_always_asks_cuda),
         T(own_cache_is_released_on_out_of_memory),
-        T(trim_returns_memory_to_the_device),
+        FX(trim_returns_memory_to_the_device),
         T(failing_driver_calls_leave_state_intact),
         T(refused_give_back_keeps_the_segment),
-        T(miss_gives_back_on_its_own_stream_without_waiting),
-        T(asked_stream_fences_its_next_large_frees),
-        T(huge_given_back_at_free_is_reused_and_trimmed),
-        T(askers_fence_stays_where_it_was_recorded),
-        T(later_free_gets_a_fence_of_its_own),
-        T(older_fence_settles_older_frees_in_the_same_miss),
-        T(coalesce_asks_only_where_the_merge_would_fit),
+        FX(miss_gives_back_on_its_own_stream_without_waiting),
+        FX(asked_stream_fences_its_next_large_frees),
+        FX(huge_given_back_at_free_is_reused_and_trimmed),
+        FX(askers_fence_stays_where_it_was_recorded),
+        FX(later_free_gets_a_fence_of_its_own),
+        FX(older_fence_settles_older_frees_in_the_same_miss),
+        FX(coalesce_asks_only_where_the_merge_would_fit),
         T(released_streams_give_backs_are_trimmed),
 #undef T
     };

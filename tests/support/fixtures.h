@@ -1,0 +1,72 @@
+/* Shared fixtures: what most streampool tests set up before the behaviour they state and tear
+ * down after it, made by a cmocka setup and undone by its teardown, so that a test's body is
+ * only that behaviour. One fixture, `fx`: a runtime on device 0 and its default pool (created
+ * with defaults, or with exact figures: stats_flush_bytes 0), and three non-blocking streams.
+ * The teardown opens every gate, releases the streams from the runtime's pools, synchronizes and
+ * destroys them, destroys the runtime and leaves a fresh device. A runtime that still holds
+ * live allocations (SP_ERR_BUSY) fails the test there, as the destroy_runtime at the end of a
+ * test did. Register a test with FX(fn) or FX_EXACT(fn). */
+#ifndef SP_TEST_FIXTURES_H
+#define SP_TEST_FIXTURES_H
+
+#include "sp_test_support.h"
+
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pool;          /* rt's default pool */
+    cudaStream_t a, b, c;   /* non-blocking streams */
+} sp_fixture;
+
+static sp_fixture fx;
+
+static inline int fx_setup_with(const sp_runtime_config *cfg)
+{
+    memset(&fx, 0, sizeof fx);
+    if (sp_runtime_create(0, cfg, &fx.rt) != SP_OK)
+        return -1;
+    tracked_runtimes[tracked_count++] = fx.rt; /* destroyed by the teardown, whatever happened */
+    if (sp_runtime_default_pool(fx.rt, &fx.pool) != SP_OK)
+        return -1;
+    cudaStream_t *streams[] = {&fx.a, &fx.b, &fx.c};
+    for (int i = 0; i < 3; i++)
+        if (cudaStreamCreateWithFlags(streams[i], cudaStreamNonBlocking) != cudaSuccess)
+            return -1;
+    return 0;
+}
+
+/* cmocka setups: the runtime with defaults, or with figures exact at every read. */
+static inline int fx_setup(void **state)
+{
+    (void)state;
+    return fx_setup_with(NULL);
+}
+
+static inline int fx_setup_exact(void **state)
+{
+    (void)state;
+    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
+    cfg.stats_flush_bytes = 0;
+    return fx_setup_with(&cfg);
+}
+
+static inline int fx_teardown(void **state)
+{
+    for (int i = 0; i < gate_pool_used; i++)
+        gate_open(&gate_pool[i]);
+    cudaStream_t streams[] = {fx.a, fx.b, fx.c};
+    for (int i = 0; i < 3; i++) {
+        if (!streams[i])
+            continue;
+        if (fx.rt)
+            (void)sp_stream_release(fx.rt, streams[i]);
+        (void)cudaStreamSynchronize(streams[i]);
+        (void)cudaStreamDestroy(streams[i]);
+    }
+    memset(&fx, 0, sizeof fx);
+    return teardown_runtimes(state);
+}
+
+#define FX(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+#define FX_EXACT(fn) cmocka_unit_test_setup_teardown(fn, fx_setup_exact, fx_teardown)
+
+#endif
