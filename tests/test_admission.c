@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -150,7 +150,7 @@ static void alloc_larger_than_limit_never_fits(void **state)
 static void bad_configs_are_refused(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
     sp_pool *pool = limited_pool(rt, "tenant", 16 * MiB);
     sp_request req;
     assert_int_equal(sp_request_begin_with(pool, NULL, NULL, &req), SP_ERR_INVALID);
@@ -224,7 +224,7 @@ static void wait_step(filler *f)
 static void admitted_request_never_meets_the_limit(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
     sp_pool *pool = limited_pool(rt, "tenant", 64 * MiB);
     filler f = {.pool = pool, .stream = new_stream()};
     atomic_init(&f.order, IDLE);
@@ -277,8 +277,8 @@ int main(void)
         cmocka_unit_test_teardown(refusal_makes_no_cuda_call, teardown_runtimes),
         cmocka_unit_test_teardown(claim_released_exactly_at_end, teardown_runtimes),
         cmocka_unit_test_teardown(alloc_larger_than_limit_never_fits, teardown_runtimes),
-        cmocka_unit_test_teardown(bad_configs_are_refused, teardown_runtimes),
-        cmocka_unit_test_teardown(admitted_request_never_meets_the_limit, teardown_runtimes),
+        FX(bad_configs_are_refused),
+        FX(admitted_request_never_meets_the_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

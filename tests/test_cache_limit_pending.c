@@ -4,7 +4,7 @@
  * by a host-function gate here). cudasim only: a device of known size. */
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
@@ -15,7 +15,7 @@ static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime_on_device_of(1 * GiB);
+    sp_runtime *rt = fx.rt;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.cache_limit = 0;
     sp_pool *pool;
@@ -70,7 +70,6 @@ static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state
     drop_stream(rt, s);
     drop_stream(rt, other);
     SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
 }
 
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
@@ -78,7 +77,7 @@ static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(free_over_the_cache_limit_goes_back_behind_pending_work),
+        FX_DEVICE(free_over_the_cache_limit_goes_back_behind_pending_work, 1 * GiB),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = 1024 * 1024;
 
@@ -35,7 +35,7 @@ static sp_stream_usage usage_of(sp_pool *pool, cudaStream_t s)
 static void stream_stats_follow_each_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
     sp_pool *pool;
     SP(sp_pool_create(rt, "p", NULL, &pool));
     cudaStream_t s1 = new_stream(), s2 = new_stream();
@@ -98,7 +98,6 @@ static void stream_stats_follow_each_stream(void **state)
     drop_stream(rt, s2);
     assert_int_equal(sp_stream_stats(pool, s1, &none), SP_ERR_NOT_FOUND); /* released */
     SP(sp_pool_destroy(pool));
-    SP(sp_runtime_destroy(rt));
 }
 
 /* A steal is a steal for the streams as for the pool (cross_stream_reuses) when the memory
@@ -107,7 +106,7 @@ static void stream_stats_follow_each_stream(void **state)
 static void stream_stats_count_steals_of_a_split_range(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
     sp_pool *pool;
     SP(sp_pool_create(rt, "p", NULL, &pool));
     cudaStream_t s1 = new_stream(), s2 = new_stream();
@@ -129,13 +128,12 @@ static void stream_stats_count_steals_of_a_split_range(void **state)
     drop_stream(rt, s1);
     drop_stream(rt, s2);
     SP(sp_pool_destroy(pool));
-    SP(sp_runtime_destroy(rt));
 }
 
 static void reset_peaks_moves_peaks_to_current(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
     sp_pool *pool;
     SP(sp_pool_create(rt, "p", NULL, &pool));
     cudaStream_t s = new_stream();
@@ -181,7 +179,6 @@ static void reset_peaks_moves_peaks_to_current(void **state)
     SP(sp_free(pool, small, s));
     drop_stream(rt, s);
     SP(sp_pool_destroy(pool));
-    SP(sp_runtime_destroy(rt));
 }
 
 static sp_ptr_info info_of(sp_runtime *rt, const void *p)
@@ -194,7 +191,7 @@ static sp_ptr_info info_of(sp_runtime *rt, const void *p)
 static void pointer_info_and_free_any(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
     sp_pool *pool, *other;
     SP(sp_pool_create(rt, "p", NULL, &pool));
     SP(sp_pool_create(rt, "q", NULL, &other));
@@ -257,7 +254,6 @@ static void pointer_info_and_free_any(void **state)
     drop_stream(rt, s2);
     SP(sp_pool_destroy(pool));
     SP(sp_pool_destroy(other));
-    SP(sp_runtime_destroy(rt));
 }
 
 /* A block allocated on another thread's cudaStreamPerThread cannot be freed from here: this
@@ -285,9 +281,8 @@ static void *per_thread_owner(void *arg)
 static void free_any_refuses_another_threads_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
+    sp_runtime *rt = fx.rt;
+    sp_pool *pool = fx.pool;
     per_thread_ctx x = {.pool = pool};
     pthread_barrier_init(&x.step, NULL, 2);
     pthread_t t;
@@ -302,7 +297,6 @@ static void free_any_refuses_another_threads_stream(void **state)
     SP(x.rc);
     assert_int_equal(info_of(rt, x.p).state, SP_POINTER_CACHED);
     pthread_barrier_destroy(&x.step);
-    SP(sp_runtime_destroy(rt));
 }
 
 static char *slurp(const char *path)
@@ -406,7 +400,7 @@ static int keep_row(const sp_live_alloc *a, void *user)
 static void dump_live_lists_outstanding_allocations(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
     sp_pool *pool, *other;
     SP(sp_pool_create(rt, "p", NULL, &pool));
     SP(sp_pool_create(rt, "q", NULL, &other));
@@ -456,7 +450,6 @@ static void dump_live_lists_outstanding_allocations(void **state)
     drop_stream(rt, s2);
     SP(sp_pool_destroy(pool));
     SP(sp_pool_destroy(other));
-    SP(sp_runtime_destroy(rt));
 }
 
 /* Threads allocate on their own streams and free each other's blocks: every stream's figures
@@ -557,13 +550,13 @@ static void stream_figures_balance_across_threads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(stream_stats_follow_each_stream, reset_device),
-        cmocka_unit_test_teardown(stream_stats_count_steals_of_a_split_range, reset_device),
-        cmocka_unit_test_teardown(reset_peaks_moves_peaks_to_current, reset_device),
-        cmocka_unit_test_teardown(pointer_info_and_free_any, reset_device),
-        cmocka_unit_test_teardown(free_any_refuses_another_threads_stream, reset_device),
+        FX_EXACT(stream_stats_follow_each_stream),
+        FX_EXACT(stream_stats_count_steals_of_a_split_range),
+        FX_EXACT(reset_peaks_moves_peaks_to_current),
+        FX_EXACT(pointer_info_and_free_any),
+        FX_EXACT(free_any_refuses_another_threads_stream),
         cmocka_unit_test_teardown(stream_labels_in_reports, reset_device),
-        cmocka_unit_test_teardown(dump_live_lists_outstanding_allocations, reset_device),
+        FX_EXACT(dump_live_lists_outstanding_allocations),
         cmocka_unit_test_teardown(stream_figures_balance_across_threads, reset_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

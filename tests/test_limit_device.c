@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
@@ -234,7 +234,7 @@ static void limit_below_a_page_is_refused(void **state)
 static void limit_between_pages_rounds_down(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime_on_device_of(1 * GiB);
+    sp_runtime *rt = fx.rt;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT, got = {.size = sizeof got};
     cfg.limit = 3 * MiB;
     sp_pool *pool;
@@ -262,7 +262,6 @@ static void limit_between_pages_rounds_down(void **state)
     assert_true(reserved_of(pool, cudaMemPoolAttrReservedMemHigh) <= 2 * MiB);
     drop_stream(rt, s);
     SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
 }
 
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
@@ -273,7 +272,7 @@ int main(void)
         T(threads_never_pass_a_256_mib_limit),
         T(threads_never_pass_a_96_mib_limit),
         T(limit_below_a_page_is_refused),
-        T(limit_between_pages_rounds_down),
+        FX_DEVICE(limit_between_pages_rounds_down, 1 * GiB),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
@@ -51,7 +51,7 @@ static const char *capture_end(char *buf, size_t len)
 static void zero_size_structs_name_the_missing_size(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
     sp_pool *pool;
     sp_pool_config c = {0};
     assert_int_equal(sp_pool_create(rt, "chat", &c, &pool), SP_ERR_INVALID);
@@ -85,7 +85,6 @@ static void zero_size_structs_name_the_missing_size(void **state)
     sp_stats short_one = {.size = 4};
     assert_int_equal(sp_pool_stats(pool, &short_one), SP_ERR_INVALID);
     contains(sp_config_error(), ".size is 4, smaller than any version of it");
-    destroy_runtime(rt);
 }
 
 /* ---- item 8: one call per text ---- */
@@ -93,7 +92,7 @@ static void zero_size_structs_name_the_missing_size(void **state)
 static void one_call_text_equals_the_two_call_form(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
     sp_pool *pool;
     SP(sp_pool_create(rt, "chat", NULL, &pool));
     void *p;
@@ -137,7 +136,6 @@ static void one_call_text_equals_the_two_call_form(void **state)
     sp_text_free(NULL);
     SP(sp_free(pool, p, cudaStreamPerThread));
     SP(sp_stream_release(rt, cudaStreamPerThread));
-    destroy_runtime(rt);
 }
 
 /* ---- item 9: runtime-wide trim, the pools of a runtime, the default pool in reports ---- */
@@ -435,8 +433,8 @@ int main(void)
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_teardown(fn, teardown)
-        T(zero_size_structs_name_the_missing_size),
-        T(one_call_text_equals_the_two_call_form),
+        FX(zero_size_structs_name_the_missing_size),
+        FX(one_call_text_equals_the_two_call_form),
         T(runtime_trim_lists_and_reports_only_used_pools),
         T(limit_as_a_share_of_the_device),
         T(conf_keywords_spaces_duplicates_and_prefixes),

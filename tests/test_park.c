@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -66,9 +66,8 @@ static void *pairs(void *arg)
 static void two_streams_reuse_their_parks_without_cuda(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
+    sp_runtime *rt = fx.rt;
+    sp_pool *pool = fx.pool;
     pair_worker w[2] = {{.pool = pool, .stream = new_stream()}, {.pool = pool, .stream = new_stream()}};
     for (int i = 0; i < 2; i++) { /* warm up: a huge segment and a medium one per stream */
         SP(sp_alloc(pool, &w[i].huge, 16 * MiB, w[i].stream));
@@ -141,7 +140,6 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.segments, 0);
     assert_int_equal(st.driver_frees, 4);
-    destroy_runtime(rt);
 }
 
 /* ---- parks are flushed wherever the heap's whole truth is needed ---- */
@@ -151,10 +149,8 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
 static void parked_range_serves_another_streams_miss_and_trim(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b;
     void *pa, *pb;
     SP(sp_alloc(pool, &pa, 4 * MiB, a));
     SP(sp_free(pool, pa, a)); /* parked on a */
@@ -179,9 +175,6 @@ static void parked_range_serves_another_streams_miss_and_trim(void **state)
     assert_int_equal(st.driver_frees, 1);
     assert_int_equal(st.trimmed_bytes, 4 * MiB); /* a trim's bytes, no reclaim's */
     assert_int_equal(st.reclaimed_bytes, 0);
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
 }
 
 /* A huge range parked by stream a is too large for stream b's request: b's miss flushes it and
@@ -189,10 +182,8 @@ static void parked_range_serves_another_streams_miss_and_trim(void **state)
 static void parked_huge_range_goes_back_for_another_streams_miss(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b;
     void *pa, *pb;
     SP(sp_alloc(pool, &pa, 40 * MiB, a));
     SP(sp_free(pool, pa, a));
@@ -207,9 +198,6 @@ static void parked_huge_range_goes_back_for_another_streams_miss(void **state)
     assert_int_equal(st.held.peak, 40 * MiB);
     assert_int_equal(st.active.current, 20 * MiB);
     SP(sp_free(pool, pb, b));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
 }
 
 /* A block allocated on one stream and freed on another is parked by the freeing stream (its
@@ -299,10 +287,9 @@ static void *pairs_on(void *arg)
 static void release_during_large_pairs_counts_every_byte(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL); /* default flush: a cache keeps figures a while */
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t s = new_stream();
+    sp_runtime *rt = fx.rt;
+    sp_pool *pool = fx.pool;
+    cudaStream_t s = fx.a;
     release_race r = {pool, s, 20000, 0};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, pairs_on, &r), 0);
@@ -321,8 +308,6 @@ static void release_during_large_pairs_counts_every_byte(void **state)
     SP(sp_pool_trim(pool, 0));
     st = stats_of(pool);
     assert_int_equal(st.held.current, 0);
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* ---- a stream released while its thread's miss takes a fresh segment ---- */
@@ -376,10 +361,9 @@ static void *alloc_3mib(void *arg)
 static void segment_taken_as_its_stream_is_released_still_settles(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t s = new_stream(), b = new_stream();
+    sp_runtime *rt = fx.rt;
+    sp_pool *pool = fx.pool;
+    cudaStream_t s = fx.a, b = fx.b;
     miss_on m = {pool, s, NULL, -1};
     held_malloc.stream = s;
     held_malloc.inside = held_malloc.released = false;
@@ -411,9 +395,6 @@ static void segment_taken_as_its_stream_is_released_still_settles(void **state)
     assert_int_equal(st.held.current, 4 * MiB);
     assert_int_equal(st.active.current, 4 * MiB);
     SP(sp_free(pool, q, b));
-    drop_stream(rt, s);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
 }
 
 /* ---- no CUDA call under a stream's spin lock ---- */
@@ -528,12 +509,12 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-        T(two_streams_reuse_their_parks_without_cuda),
-        T(parked_range_serves_another_streams_miss_and_trim),
-        T(parked_huge_range_goes_back_for_another_streams_miss),
+        FX_EXACT(two_streams_reuse_their_parks_without_cuda),
+        FX_EXACT(parked_range_serves_another_streams_miss_and_trim),
+        FX_EXACT(parked_huge_range_goes_back_for_another_streams_miss),
         T(park_follows_the_freeing_stream),
-        T(release_during_large_pairs_counts_every_byte),
-        T(segment_taken_as_its_stream_is_released_still_settles),
+        FX(release_during_large_pairs_counts_every_byte),
+        FX_EXACT(segment_taken_as_its_stream_is_released_still_settles),
         T(huge_give_back_asks_no_cuda_under_the_spin_lock),
 #undef T
     };

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -46,10 +46,8 @@ static unsigned long long all_calls(void)
 static void end_frees_what_is_left(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t s = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t s = fx.a;
     sp_request req = 0;
     SP(sp_request_begin(pool, s, "chat-1", &req));
     assert_true(req != 0);
@@ -77,17 +75,14 @@ static void end_frees_what_is_left(void **state)
     assert_int_equal(after.active.current, 0);
     assert_int_equal(after.frees, before.frees + 2);
     CK(cudaStreamSynchronize(s));
-    drop_stream(rt, s);
 }
 
 /* A request whose allocations were all freed before its end: nothing freed there. */
 static void end_of_a_clean_request_frees_nothing(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t s = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t s = fx.a;
     sp_request req;
     SP(sp_request_begin(pool, s, NULL, &req));
     void *p;
@@ -101,7 +96,6 @@ static void end_of_a_clean_request_frees_nothing(void **state)
     assert_int_equal(st.freed_at_end_bytes, 0);
     assert_int_equal(stats_of(pool).frees, before.frees);
     CK(cudaStreamSynchronize(s));
-    drop_stream(rt, s);
 }
 
 /* The server's word that it synchronized the stream settles the request's frees with no CUDA
@@ -182,10 +176,8 @@ static void one_fence_covers_a_request_and_holds_back_others(void **state)
 static void a_block_freed_elsewhere_leaves_its_request(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b;
     sp_request req;
     SP(sp_request_begin(pool, a, NULL, &req));
     void *p, *q;
@@ -200,15 +192,13 @@ static void a_block_freed_elsewhere_leaves_its_request(void **state)
     assert_int_equal(st.freed_at_end_bytes, 300);
     assert_int_equal(stats_of(pool).bad_frees, 0);
     CK(cudaDeviceSynchronize());
-    drop_stream(rt, a);
-    drop_stream(rt, b);
 }
 
 /* Every misuse gets its own error, and the request and the pool are as they were. */
 static void misuse_gets_its_error_and_changes_nothing(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
     sp_pool *pool, *other;
     SP(sp_runtime_default_pool(rt, &pool));
     SP(sp_pool_create(rt, "other", NULL, &other));
@@ -321,12 +311,12 @@ static void request_end_is_traced(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(end_frees_what_is_left, teardown_runtimes),
-        cmocka_unit_test_teardown(end_of_a_clean_request_frees_nothing, teardown_runtimes),
+        FX_EXACT(end_frees_what_is_left),
+        FX_EXACT(end_of_a_clean_request_frees_nothing),
         cmocka_unit_test_teardown(synchronized_end_settles_with_no_cuda_call, teardown_runtimes),
         cmocka_unit_test_teardown(one_fence_covers_a_request_and_holds_back_others, teardown_runtimes),
-        cmocka_unit_test_teardown(a_block_freed_elsewhere_leaves_its_request, teardown_runtimes),
-        cmocka_unit_test_teardown(misuse_gets_its_error_and_changes_nothing, teardown_runtimes),
+        FX_EXACT(a_block_freed_elsewhere_leaves_its_request),
+        FX_EXACT(misuse_gets_its_error_and_changes_nothing),
         cmocka_unit_test_teardown(pool_destroy_with_open_requests, teardown_runtimes),
         cmocka_unit_test_teardown(request_end_is_traced, teardown_runtimes),
     };

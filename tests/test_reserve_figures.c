@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -69,7 +69,7 @@ static void held_and_idle_reservation_add_up(void **state)
 static void every_output_shows_the_reservation(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
     sp_pool *pool = reserving_pool(rt, "kv", 256 * MiB);
     SP(sp_pool_trim(pool, 0));
     sp_stats st = stats_of(pool);
@@ -102,7 +102,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(held_and_idle_reservation_add_up, teardown_runtimes),
-        cmocka_unit_test_teardown(every_output_shows_the_reservation, teardown_runtimes),
+        FX(every_output_shows_the_reservation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

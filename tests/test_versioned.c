@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = 1024 * 1024;
 #define CANARY 0xAB
@@ -73,7 +73,7 @@ static void every_init_macro_sets_its_structs_size(void **state)
 static void stats_of_the_previous_version_are_filled_and_nothing_past_them(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
     sp_pool *pool;
     SP(sp_pool_create(rt, "p", NULL, &pool));
     void *p;
@@ -94,7 +94,6 @@ static void stats_of_the_previous_version_are_filled_and_nothing_past_them(void 
     assert_int_equal(st.allocs, 1);
     untouched_past(&st, v3, sizeof st);
     SP(sp_free(pool, p, cudaStreamPerThread));
-    destroy_runtime(rt);
 }
 
 /* An sp_stream_usage without its label, and an sp_ptr_info without the stream. */
@@ -136,7 +135,7 @@ static void stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_
 static void oom_report_of_the_previous_version_is_filled_and_nothing_past_it(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 2 * MiB;
     sp_pool *pool;
@@ -157,7 +156,6 @@ static void oom_report_of_the_previous_version_is_filled_and_nothing_past_it(voi
     assert_non_null(strstr(json, "\"pool\":\"small\""));
     assert_null(strstr(json, "\"rounded\""));
     assert_null(strstr(json, "\"stream_name\""));
-    destroy_runtime(rt);
 }
 
 /* sp_request_end took only the whole struct; it now takes one without the last counter (down
@@ -165,7 +163,7 @@ static void oom_report_of_the_previous_version_is_filled_and_nothing_past_it(voi
 static void request_end_fills_a_shorter_request_stats_up_to_its_size(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
     sp_pool *pool;
     SP(sp_pool_create(rt, "p", NULL, &pool));
     sp_request req;
@@ -185,7 +183,6 @@ static void request_end_fills_a_shorter_request_stats_up_to_its_size(void **stat
     assert_int_equal(st.freed_at_end, 1);
     assert_int_equal(st.requested_peak, 4096);
     untouched_past(&st, older, sizeof st);
-    destroy_runtime(rt);
 }
 
 /* A config of an older, shorter version: what it lacks takes the default, whatever stands in
@@ -315,15 +312,12 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(every_init_macro_sets_its_structs_size, teardown_runtimes),
-        cmocka_unit_test_teardown(stats_of_the_previous_version_are_filled_and_nothing_past_them,
-                                  teardown_runtimes),
+        FX(stats_of_the_previous_version_are_filled_and_nothing_past_them),
         cmocka_unit_test_teardown(
             stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_size,
             teardown_runtimes),
-        cmocka_unit_test_teardown(oom_report_of_the_previous_version_is_filled_and_nothing_past_it,
-                                  teardown_runtimes),
-        cmocka_unit_test_teardown(request_end_fills_a_shorter_request_stats_up_to_its_size,
-                                  teardown_runtimes),
+        FX(oom_report_of_the_previous_version_is_filled_and_nothing_past_it),
+        FX(request_end_fills_a_shorter_request_stats_up_to_its_size),
         cmocka_unit_test_teardown(configs_shorter_than_today_get_the_defaults_for_what_they_lack,
                                   teardown_runtimes),
         cmocka_unit_test_teardown(structs_of_a_program_built_against_0_1_keep_working,

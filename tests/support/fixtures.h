@@ -5,7 +5,7 @@
  * The teardown opens every gate, releases the streams from the runtime's pools, synchronizes and
  * destroys them, destroys the runtime and leaves a fresh device. A runtime that still holds
  * live allocations (SP_ERR_BUSY) fails the test there, as the destroy_runtime at the end of a
- * test did. Register a test with FX(fn) or FX_EXACT(fn). */
+ * test did. Register a test with FX(fn), FX_EXACT(fn) or (cudasim) FX_DEVICE(fn, bytes). */
 #ifndef SP_TEST_FIXTURES_H
 #define SP_TEST_FIXTURES_H
 
@@ -34,7 +34,8 @@ static inline int fx_setup_with(const sp_runtime_config *cfg)
     return 0;
 }
 
-/* cmocka setups: the runtime with defaults, or with figures exact at every read. */
+/* cmocka setups: the runtime with defaults, or with figures exact at every read (peaks and
+ * stream figures too). */
 static inline int fx_setup(void **state)
 {
     (void)state;
@@ -48,6 +49,20 @@ static inline int fx_setup_exact(void **state)
     cfg.stats_flush_bytes = 0;
     return fx_setup_with(&cfg);
 }
+
+#ifdef SP_CUDASIM
+/* The exact runtime on a device of *(uint64_t *)*state bytes (cudasimSetDeviceMemory, before
+ * the runtime exists): FX_DEVICE(fn, bytes). */
+static inline int fx_setup_device(void **state)
+{
+    if (cudasimSetDeviceMemory(0, *(const uint64_t *)*state) != cudaSuccess)
+        return -1;
+    return fx_setup_exact(state);
+}
+#define FX_DEVICE(fn, bytes)                                                                   \
+    cmocka_unit_test_prestate_setup_teardown(fn, fx_setup_device, fx_teardown,               \
+                                             &(uint64_t){(bytes)})
+#endif
 
 static inline int fx_teardown(void **state)
 {
