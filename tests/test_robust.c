@@ -5,38 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024;
 
-typedef struct {
-    sp_runtime *rt;
-    sp_pool *pool;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0;
-    if (!f || sp_runtime_create(0, &cfg, &f->rt) != SP_OK ||
-        sp_runtime_default_pool(f->rt, &f->pool) != SP_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    for (int i = 0; i < gate_pool_used; i++)
-        gate_open(&gate_pool[i]);
-    (void)cudaDeviceSynchronize();
-    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
-    reset_device(NULL);
-    free(f);
-    return rc == SP_OK ? 0 : -1;
-}
+typedef sp_fixture fixture; /* fixtures.h */
 
 static void assert_exact(sp_stats st)
 {
@@ -394,7 +367,7 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) FX_EXACT(fn)
         T(exited_threads_caches_are_reused_and_trimmed),
         T(live_threads_cache_is_stolen_behind_its_fence),
         T(range_settled_by_coalescing_counts_as_reuse),

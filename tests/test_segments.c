@@ -6,36 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
-typedef struct {
-    sp_runtime *rt;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0; /* exact peaks */
-    if (!f || sp_runtime_create(0, &cfg, &f->rt) != SP_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    for (int i = 0; i < gate_pool_used; i++) /* gates a failed test left closed */
-        gate_open(&gate_pool[i]);
-    (void)cudaDeviceSynchronize();
-    int rc = sp_runtime_destroy(f->rt);
-    reset_device(NULL);
-    free(f);
-    return rc == SP_OK ? 0 : -1;
-}
+typedef sp_fixture fixture; /* fixtures.h */
 
 static sp_pool *pool_with(fixture *f, const char *name, sp_cross_stream_policy policy)
 {
@@ -400,7 +375,7 @@ static void canary_stress_wait(void **state) { canary_stress(*state, SP_CROSS_ST
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) FX_EXACT(fn)
         T(split_and_merge_bytes_are_exact),
         T(gated_range_stays_with_its_stream),
         T(best_fit_waits_only_on_the_range_it_takes),

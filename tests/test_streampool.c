@@ -3,37 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
-typedef struct {
-    sp_runtime *rt;
-    sp_pool *pool;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    if (!f || sp_runtime_create(0, NULL, &f->rt) != SP_OK)
-        return -1;
-    if (sp_runtime_default_pool(f->rt, &f->pool) != SP_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    for (int i = 0; i < gate_pool_used; i++) /* gates a failed test left closed */
-        gate_open(&gate_pool[i]);
-    (void)cudaDeviceSynchronize();
-    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK; /* before the device's state is reset */
-    reset_device(NULL);
-    free(f);
-    return rc == SP_OK ? 0 : -1;
-}
+typedef sp_fixture fixture; /* fixtures.h: f->rt, f->pool */
 
 /* ---- basics ---- */
 
@@ -794,7 +768,7 @@ static void cached_peak_never_goes_down(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) FX(fn)
         T(version_and_status_strings),
         T(size_classes_bound_rounding_waste),
         T(same_stream_reuse_returns_the_block),

@@ -19,9 +19,11 @@ typedef struct {
 
 static sp_fixture fx;
 
-static inline int fx_setup_with(const sp_runtime_config *cfg)
+/* A setup with any runtime configuration; *state is &fx, for tests that read it from there. */
+static inline int fx_setup_with(void **state, const sp_runtime_config *cfg)
 {
     memset(&fx, 0, sizeof fx);
+    *state = &fx;
     if (sp_runtime_create(0, cfg, &fx.rt) != SP_OK)
         return -1;
     tracked_runtimes[tracked_count++] = fx.rt; /* destroyed by the teardown, whatever happened */
@@ -38,16 +40,14 @@ static inline int fx_setup_with(const sp_runtime_config *cfg)
  * stream figures too). */
 static inline int fx_setup(void **state)
 {
-    (void)state;
-    return fx_setup_with(NULL);
+    return fx_setup_with(state, NULL);
 }
 
 static inline int fx_setup_exact(void **state)
 {
-    (void)state;
     sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
     cfg.stats_flush_bytes = 0;
-    return fx_setup_with(&cfg);
+    return fx_setup_with(state, &cfg);
 }
 
 #ifdef SP_CUDASIM
@@ -55,7 +55,7 @@ static inline int fx_setup_exact(void **state)
  * the runtime exists): FX_DEVICE(fn, bytes). */
 static inline int fx_setup_device(void **state)
 {
-    if (cudasimSetDeviceMemory(0, *(const uint64_t *)*state) != cudaSuccess)
+    if (!*state || cudasimSetDeviceMemory(0, *(const uint64_t *)*state) != cudaSuccess)
         return -1;
     return fx_setup_exact(state);
 }
