@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/test_support.h"
+#include "support/cuda_fixture.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -161,10 +161,8 @@ static void frees_on_two_streams_do_not_merge(void **state)
     cudaMemPool_t pool = new_pool(UINT64_MAX);
     pool_flag(pool, cudaMemPoolReuseAllowOpportunistic, 0);
     pool_flag(pool, cudaMemPoolReuseAllowInternalDependencies, 0);
-    cudaStream_t a, b;
+    cudaStream_t a = cfx.a, b = cfx.b;
     gate *ga = gate_new(), *gb = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     void *p, *q, *r;
     CK(cudaMallocFromPoolAsync(&p, 1 * MiB, pool, a));
     CK(cudaMallocFromPoolAsync(&q, 1 * MiB, pool, a));
@@ -180,8 +178,6 @@ static void frees_on_two_streams_do_not_merge(void **state)
     gate_open(gb);
     CK(cudaFreeAsync(r, a));
     CK(cudaDeviceSynchronize());
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -191,8 +187,7 @@ static void remap_grows_only_by_the_shortfall(void **state)
 {
     (void)state;
     cudaMemPool_t pool = new_pool(UINT64_MAX);
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = cfx.a;
     void *p[3], *r1, *r2, *r3;
     for (int i = 0; i < 3; i++)
         CK(cudaMallocFromPoolAsync(&p[i], 2 * MiB, pool, s));
@@ -219,7 +214,6 @@ static void remap_grows_only_by_the_shortfall(void **state)
     CK(cudaStreamSynchronize(s));
     CK(cudaMemPoolTrimTo(pool, 0));
     assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
-    CK(cudaStreamDestroy(s));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -232,10 +226,8 @@ static void remap_of_pending_free_counts_pages_once_and_keeps_old_data(void **st
     (void)state;
     CK(cudasimSetDeviceMemory(0, 16 * MiB));
     cudaMemPool_t pool = new_pool(UINT64_MAX), other = new_pool(UINT64_MAX);
-    cudaStream_t s, t;
+    cudaStream_t s = cfx.a, t = cfx.b;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
     unsigned char *host;
     CK(cudaMallocHost((void **)&host, 4 * MiB));
     memset(host, 0, 4 * MiB);
@@ -279,8 +271,6 @@ static void remap_of_pending_free_counts_pages_once_and_keeps_old_data(void **st
     CK(cudaMemGetInfo(&free_b, &total));
     assert_int_equal(free_b, 16 * MiB);
     CK(cudaFreeHost(host));
-    CK(cudaStreamDestroy(s));
-    CK(cudaStreamDestroy(t));
     CK(cudaMemPoolDestroy(pool));
     CK(cudaMemPoolDestroy(other));
 }
@@ -328,8 +318,7 @@ static void trim_releases_whole_free_pages(void **state)
 {
     (void)state;
     cudaMemPool_t pool = new_pool(UINT64_MAX);
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = cfx.a;
     void *p, *r;
     CK(cudaMallocFromPoolAsync(&p, 7 * MiB, pool, s));
     CK(cudaFreeAsync(p, s));
@@ -344,7 +333,6 @@ static void trim_releases_whole_free_pages(void **state)
     CK(cudaStreamSynchronize(s));
     CK(cudaMemPoolTrimTo(pool, 0));
     assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
-    CK(cudaStreamDestroy(s));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -353,8 +341,7 @@ static void trim_releases_whole_free_pages(void **state)
 static void cudafreeasync_of_cudamalloc_memory_returns_it(void **state)
 {
     (void)state;
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = cfx.a;
     size_t free0, free1, total;
     CK(cudaMemGetInfo(&free0, &total));
     void *p;
@@ -365,7 +352,6 @@ static void cudafreeasync_of_cudamalloc_memory_returns_it(void **state)
     CK(cudaStreamSynchronize(s));
     CK(cudaMemGetInfo(&free1, &total));
     assert_int_equal(free1, free0);
-    CK(cudaStreamDestroy(s));
 }
 
 /* Issue 8 item 3 with two devices: no emulated device is peer-capable, and every call says so
@@ -841,12 +827,12 @@ int main(void)
         T(managed_memory_is_device_memory),
         T(pool_accounting_is_exact),
         T(rule11d_internal_dependency_when_device_full),
-        T(frees_on_two_streams_do_not_merge),
-        T(remap_grows_only_by_the_shortfall),
-        T(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
+        CFX(frees_on_two_streams_do_not_merge),
+        CFX(remap_grows_only_by_the_shortfall),
+        CFX(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
         T(remap_follows_opportunistic_reuse),
-        T(trim_releases_whole_free_pages),
-        T(cudafreeasync_of_cudamalloc_memory_returns_it),
+        CFX(trim_releases_whole_free_pages),
+        CFX(cudafreeasync_of_cudamalloc_memory_returns_it),
         T(two_devices_are_not_peers),
         T(device_reset_destroys_the_context_state),
         T(illegal_address_is_sticky_and_reported_at_execution),
