@@ -553,21 +553,19 @@ static void captured_event_cannot_be_queried(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(captured_work_runs_only_when_launched),
-        T(graph_replay_copies_current_data),
-        T(capture_info_reports_sequence_and_dependencies),
-        T(fork_and_join_through_events),
-        T(unjoined_fork_fails_end_capture),
-        T(allocation_nodes_give_graph_memory_each_launch),
-        T(relaunch_needs_allocations_freed),
-        T(freeing_non_graph_memory_in_capture_invalidates),
-        T(sync_and_query_of_capture_fail),
-        T(legacy_stream_during_blocking_capture),
-        T(capture_modes_govern_unsafe_calls),
-        T(end_capture_thread_rules),
-        T(captured_event_cannot_be_queried),
-#undef T
+        RESET(captured_work_runs_only_when_launched),
+        RESET(graph_replay_copies_current_data),
+        RESET(capture_info_reports_sequence_and_dependencies),
+        RESET(fork_and_join_through_events),
+        RESET(unjoined_fork_fails_end_capture),
+        RESET(allocation_nodes_give_graph_memory_each_launch),
+        RESET(relaunch_needs_allocations_freed),
+        RESET(freeing_non_graph_memory_in_capture_invalidates),
+        RESET(sync_and_query_of_capture_fail),
+        RESET(legacy_stream_during_blocking_capture),
+        RESET(capture_modes_govern_unsafe_calls),
+        RESET(end_capture_thread_rules),
+        RESET(captured_event_cannot_be_queried),
     };
     return cmocka_run_group_tests_name("capture", tests, NULL, NULL);
 }

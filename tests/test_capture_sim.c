@@ -487,17 +487,15 @@ static void graph_memory_attributes_and_trim(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(graph_memory_counts_against_capacity),
-        T(graph_memory_outlives_graph_until_freed),
-        T(begin_and_end_misuse),
-        T(event_waits_across_the_capture_boundary),
-        T(stricter_choices),
-        T(free_node_of_freed_allocation_faults),
-        T(forked_branches_run_concurrently),
-        T(relaunch_must_follow_outside_free),
-        T(graph_memory_attributes_and_trim),
-#undef T
+        RESET(graph_memory_counts_against_capacity),
+        RESET(graph_memory_outlives_graph_until_freed),
+        RESET(begin_and_end_misuse),
+        RESET(event_waits_across_the_capture_boundary),
+        RESET(stricter_choices),
+        RESET(free_node_of_freed_allocation_faults),
+        RESET(forked_branches_run_concurrently),
+        RESET(relaunch_must_follow_outside_free),
+        RESET(graph_memory_attributes_and_trim),
     };
     return cmocka_run_group_tests_name("capture_sim", tests, NULL, NULL);
 }

@@ -822,28 +822,26 @@ static void pools_under_threads_keep_canaries_and_exact_counts(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(capacity_limits_allocation_and_mem_get_info),
-        T(managed_memory_is_device_memory),
-        T(pool_accounting_is_exact),
-        T(rule11d_internal_dependency_when_device_full),
+        RESET(capacity_limits_allocation_and_mem_get_info),
+        RESET(managed_memory_is_device_memory),
+        RESET(pool_accounting_is_exact),
+        RESET(rule11d_internal_dependency_when_device_full),
         CFX(frees_on_two_streams_do_not_merge),
         CFX(remap_grows_only_by_the_shortfall),
         CFX(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
-        T(remap_follows_opportunistic_reuse),
+        RESET(remap_follows_opportunistic_reuse),
         CFX(trim_releases_whole_free_pages),
         CFX(cudafreeasync_of_cudamalloc_memory_returns_it),
-        T(two_devices_are_not_peers),
-        T(device_reset_destroys_the_context_state),
-        T(illegal_address_is_sticky_and_reported_at_execution),
-        T(copies_after_a_fault_do_not_run),
-        T(fault_injection_nth_and_persistent),
-        T(call_counters),
-        T(host_function_may_not_call_cuda),
-        T(several_devices_from_environment),
-        T(threads_on_many_streams),
-        T(pools_under_threads_keep_canaries_and_exact_counts),
-#undef T
+        RESET(two_devices_are_not_peers),
+        RESET(device_reset_destroys_the_context_state),
+        RESET(illegal_address_is_sticky_and_reported_at_execution),
+        RESET(copies_after_a_fault_do_not_run),
+        RESET(fault_injection_nth_and_persistent),
+        RESET(call_counters),
+        RESET(host_function_may_not_call_cuda),
+        RESET(several_devices_from_environment),
+        RESET(threads_on_many_streams),
+        RESET(pools_under_threads_keep_canaries_and_exact_counts),
     };
     return cmocka_run_group_tests_name("cudasim", tests, NULL, NULL);
 }

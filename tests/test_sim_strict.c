@@ -372,18 +372,16 @@ static void disjoint_reads_and_ordered_uses_on_two_streams_are_legal(void **stat
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(event_record_on_another_devices_stream_is_rejected),
-        T(free_unordered_with_pending_use_is_a_fault),
+        RESET(event_record_on_another_devices_stream_is_rejected),
+        RESET(free_unordered_with_pending_use_is_a_fault),
         CFX(free_after_completed_or_same_stream_use_is_legal),
-        T(cudafree_with_pending_use_is_a_fault),
-        T(use_on_other_stream_before_allocation_is_a_fault),
+        RESET(cudafree_with_pending_use_is_a_fault),
+        RESET(use_on_other_stream_before_allocation_is_a_fault),
         CFX(event_query_and_sync_during_another_threads_global_capture),
-        T(pool_attributes_and_trim_during_another_threads_global_capture),
-        T(sticky_fault_fails_every_context_call),
-        T(conflicting_uses_on_two_streams_are_a_fault),
+        RESET(pool_attributes_and_trim_during_another_threads_global_capture),
+        RESET(sticky_fault_fails_every_context_call),
+        RESET(conflicting_uses_on_two_streams_are_a_fault),
         CFX(disjoint_reads_and_ordered_uses_on_two_streams_are_legal),
-#undef T
     };
     return cmocka_run_group_tests_name("sim_strict", tests, NULL, NULL);
 }

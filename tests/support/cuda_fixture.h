@@ -13,28 +13,39 @@ typedef struct {
 
 static cuda_fixture cfx;
 
-static inline int cfx_setup(void **state)
+/* Makes n non-blocking streams: 0, or -1 if one could not be made. */
+static inline int streams_create(cudaStream_t *const *streams, int n)
 {
-    (void)state;
-    memset(&cfx, 0, sizeof cfx);
-    cudaStream_t *streams[] = {&cfx.a, &cfx.b, &cfx.c};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < n; i++)
         if (cudaStreamCreateWithFlags(streams[i], cudaStreamNonBlocking) != cudaSuccess)
             return -1;
     return 0;
 }
 
-static inline int cfx_teardown(void **state)
+/* Opens every gate a failed test left closed, then synchronizes and destroys the streams that
+ * were made (NULL ones are skipped). */
+static inline void streams_destroy(const cudaStream_t *streams, int n)
 {
     for (int i = 0; i < gate_pool_used; i++)
         gate_open(&gate_pool[i]);
-    cudaStream_t streams[] = {cfx.a, cfx.b, cfx.c};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < n; i++) {
         if (!streams[i])
             continue;
         (void)cudaStreamSynchronize(streams[i]);
         (void)cudaStreamDestroy(streams[i]);
     }
+}
+
+static inline int cfx_setup(void **state)
+{
+    (void)state;
+    memset(&cfx, 0, sizeof cfx);
+    return streams_create((cudaStream_t *[]){&cfx.a, &cfx.b, &cfx.c}, 3);
+}
+
+static inline int cfx_teardown(void **state)
+{
+    streams_destroy((cudaStream_t[]){cfx.a, cfx.b, cfx.c}, 3);
     memset(&cfx, 0, sizeof cfx);
     return reset_device(state);
 }

@@ -9,6 +9,7 @@
 #ifndef SP_TEST_FIXTURES_H
 #define SP_TEST_FIXTURES_H
 
+#include "cuda_fixture.h"
 #include "sp_test_support.h"
 
 typedef struct {
@@ -29,11 +30,7 @@ static inline int fx_setup_with(void **state, const sp_runtime_config *cfg)
     tracked_runtimes[tracked_count++] = fx.rt; /* destroyed by the teardown, whatever happened */
     if (sp_runtime_default_pool(fx.rt, &fx.pool) != SP_OK)
         return -1;
-    cudaStream_t *streams[] = {&fx.a, &fx.b, &fx.c};
-    for (int i = 0; i < 3; i++)
-        if (cudaStreamCreateWithFlags(streams[i], cudaStreamNonBlocking) != cudaSuccess)
-            return -1;
-    return 0;
+    return streams_create((cudaStream_t *[]){&fx.a, &fx.b, &fx.c}, 3);
 }
 
 /* cmocka setups: the runtime with defaults, or with figures exact at every read (peaks and
@@ -66,17 +63,10 @@ static inline int fx_setup_device(void **state)
 
 static inline int fx_teardown(void **state)
 {
-    for (int i = 0; i < gate_pool_used; i++)
-        gate_open(&gate_pool[i]);
     cudaStream_t streams[] = {fx.a, fx.b, fx.c};
-    for (int i = 0; i < 3; i++) {
-        if (!streams[i])
-            continue;
-        if (fx.rt)
-            (void)sp_stream_release(fx.rt, streams[i]);
-        (void)cudaStreamSynchronize(streams[i]);
-        (void)cudaStreamDestroy(streams[i]);
-    }
+    for (int i = 0; fx.rt && i < 3; i++) /* released first, so that no pool keeps them */
+        (void)sp_stream_release(fx.rt, streams[i]);
+    streams_destroy(streams, 3);
     memset(&fx, 0, sizeof fx);
     return teardown_runtimes(state);
 }

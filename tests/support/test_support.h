@@ -21,6 +21,9 @@
 
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
+/* A test registered with a fresh device after it (reset_device, below) as its only teardown. */
+#define RESET(fn) cmocka_unit_test_teardown(fn, reset_device)
+
 /* A host function that counts its runs in the atomic_int it is given. */
 static inline void count_fn(void *arg)
 {
