@@ -274,9 +274,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(codes_say_now_or_never),
-        cmocka_unit_test_teardown(refusal_makes_no_cuda_call, teardown_runtimes),
-        cmocka_unit_test_teardown(claim_released_exactly_at_end, teardown_runtimes),
-        cmocka_unit_test_teardown(alloc_larger_than_limit_never_fits, teardown_runtimes),
+        TRACKED(refusal_makes_no_cuda_call),
+        TRACKED(claim_released_exactly_at_end),
+        TRACKED(alloc_larger_than_limit_never_fits),
         FX(bad_configs_are_refused),
         FX(admitted_request_never_meets_the_limit),
     };

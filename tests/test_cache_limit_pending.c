@@ -72,8 +72,6 @@ static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state
     SP(sp_pool_destroy(pool));
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {

@@ -286,15 +286,15 @@ static void refused_give_back_moves_give_back_failures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(calls_move_their_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(trim_moves_trims, teardown_runtimes),
-        cmocka_unit_test_teardown(cache_limit_release_moves_its_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(oom_retry_moves_oom_retries, teardown_runtimes),
-        cmocka_unit_test_teardown(reclaim_moves_the_victims_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(limit_moves_limit_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(requests_move_admission_and_fence_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(capture_moves_capture_bypasses, teardown_runtimes),
-        cmocka_unit_test_teardown(refused_give_back_moves_give_back_failures, teardown_runtimes),
+        TRACKED(calls_move_their_counters),
+        TRACKED(trim_moves_trims),
+        TRACKED(cache_limit_release_moves_its_counters),
+        TRACKED(oom_retry_moves_oom_retries),
+        TRACKED(reclaim_moves_the_victims_counters),
+        TRACKED(limit_moves_limit_counters),
+        TRACKED(requests_move_admission_and_fence_counters),
+        TRACKED(capture_moves_capture_bypasses),
+        TRACKED(refused_give_back_moves_give_back_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

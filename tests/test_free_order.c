@@ -213,15 +213,13 @@ static void off_the_hot_path_makes_no_call(void **state)
     }
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(event_between_streams_keeps_the_data),
-        T(missing_order_is_an_error),
-        T(status_and_config),
-        T(off_the_hot_path_makes_no_call),
+        TRACKED(event_between_streams_keeps_the_data),
+        TRACKED(missing_order_is_an_error),
+        TRACKED(status_and_config),
+        TRACKED(off_the_hot_path_makes_no_call),
     };
     return cmocka_run_group_tests_name("free_order", tests, NULL, NULL);
 }

@@ -555,9 +555,9 @@ int main(void)
         FX_EXACT(reset_peaks_moves_peaks_to_current),
         FX_EXACT(pointer_info_and_free_any),
         FX_EXACT(free_any_refuses_another_threads_stream),
-        cmocka_unit_test_teardown(stream_labels_in_reports, reset_device),
+        RESET(stream_labels_in_reports),
         FX_EXACT(dump_live_lists_outstanding_allocations),
-        cmocka_unit_test_teardown(stream_figures_balance_across_threads, reset_device),
+        RESET(stream_figures_balance_across_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

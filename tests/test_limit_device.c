@@ -264,14 +264,12 @@ static void limit_between_pages_rounds_down(void **state)
     SP(sp_pool_destroy(pool));
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(threads_never_pass_a_256_mib_limit),
-        T(threads_never_pass_a_96_mib_limit),
-        T(limit_below_a_page_is_refused),
+        TRACKED(threads_never_pass_a_256_mib_limit),
+        TRACKED(threads_never_pass_a_96_mib_limit),
+        TRACKED(limit_below_a_page_is_refused),
         FX_DEVICE(limit_between_pages_rounds_down, 1 * GiB),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -508,15 +508,13 @@ static void huge_give_back_asks_no_cuda_under_the_spin_lock(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
         FX_EXACT(two_streams_reuse_their_parks_without_cuda),
         FX_EXACT(parked_range_serves_another_streams_miss_and_trim),
         FX_EXACT(parked_huge_range_goes_back_for_another_streams_miss),
-        T(park_follows_the_freeing_stream),
+        TRACKED(park_follows_the_freeing_stream),
         FX(release_during_large_pairs_counts_every_byte),
         FX_EXACT(segment_taken_as_its_stream_is_released_still_settles),
-        T(huge_give_back_asks_no_cuda_under_the_spin_lock),
-#undef T
+        TRACKED(huge_give_back_asks_no_cuda_under_the_spin_lock),
     };
     return cmocka_run_group_tests_name("park", tests, NULL, NULL);
 }

@@ -313,12 +313,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         FX_EXACT(end_frees_what_is_left),
         FX_EXACT(end_of_a_clean_request_frees_nothing),
-        cmocka_unit_test_teardown(synchronized_end_settles_with_no_cuda_call, teardown_runtimes),
-        cmocka_unit_test_teardown(one_fence_covers_a_request_and_holds_back_others, teardown_runtimes),
+        TRACKED(synchronized_end_settles_with_no_cuda_call),
+        TRACKED(one_fence_covers_a_request_and_holds_back_others),
         FX_EXACT(a_block_freed_elsewhere_leaves_its_request),
         FX_EXACT(misuse_gets_its_error_and_changes_nothing),
-        cmocka_unit_test_teardown(pool_destroy_with_open_requests, teardown_runtimes),
-        cmocka_unit_test_teardown(request_end_is_traced, teardown_runtimes),
+        TRACKED(pool_destroy_with_open_requests),
+        TRACKED(request_end_is_traced),
     };
     return cmocka_run_group_tests_name("requests", tests, NULL, NULL);
 }

@@ -101,7 +101,7 @@ static void every_output_shows_the_reservation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(held_and_idle_reservation_add_up, teardown_runtimes),
+        TRACKED(held_and_idle_reservation_add_up),
         FX(every_output_shows_the_reservation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -367,16 +367,14 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) FX_EXACT(fn)
-        T(exited_threads_caches_are_reused_and_trimmed),
-        T(live_threads_cache_is_stolen_behind_its_fence),
-        T(range_settled_by_coalescing_counts_as_reuse),
-        T(cache_limit_lowers_reserved_memory),
-        T(cache_limit_does_not_rescan_on_every_free),
-        T(cache_limit_counts_unflushed_hits),
-        T(request_of_exactly_the_limit_fits),
-        T(released_streams_leave_small_tombstones),
-#undef T
+        FX_EXACT(exited_threads_caches_are_reused_and_trimmed),
+        FX_EXACT(live_threads_cache_is_stolen_behind_its_fence),
+        FX_EXACT(range_settled_by_coalescing_counts_as_reuse),
+        FX_EXACT(cache_limit_lowers_reserved_memory),
+        FX_EXACT(cache_limit_does_not_rescan_on_every_free),
+        FX_EXACT(cache_limit_counts_unflushed_hits),
+        FX_EXACT(request_of_exactly_the_limit_fits),
+        FX_EXACT(released_streams_leave_small_tombstones),
     };
     return cmocka_run_group_tests_name("robust", tests, NULL, NULL);
 }

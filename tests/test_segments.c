@@ -375,15 +375,13 @@ static void canary_stress_wait(void **state) { canary_stress(*state, SP_CROSS_ST
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) FX_EXACT(fn)
-        T(split_and_merge_bytes_are_exact),
-        T(gated_range_stays_with_its_stream),
-        T(best_fit_waits_only_on_the_range_it_takes),
-        T(huge_segments_stay_whole),
-        T(huge_segments_go_back_unless_one_size),
-        T(canary_stress_balanced),
-        T(canary_stress_wait),
-#undef T
+        FX_EXACT(split_and_merge_bytes_are_exact),
+        FX_EXACT(gated_range_stays_with_its_stream),
+        FX_EXACT(best_fit_waits_only_on_the_range_it_takes),
+        FX_EXACT(huge_segments_stay_whole),
+        FX_EXACT(huge_segments_go_back_unless_one_size),
+        FX_EXACT(canary_stress_balanced),
+        FX_EXACT(canary_stress_wait),
     };
     return cmocka_run_group_tests_name("segments", tests, NULL, NULL);
 }

@@ -526,14 +526,13 @@ static void released_streams_give_backs_are_trimmed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
         FX(steady_state_same_stream_makes_no_cuda_calls),
         FX(known_complete_steals_make_no_cuda_calls),
-        T(capture_check_always_asks_cuda),
-        T(own_cache_is_released_on_out_of_memory),
+        TRACKED(capture_check_always_asks_cuda),
+        TRACKED(own_cache_is_released_on_out_of_memory),
         FX(trim_returns_memory_to_the_device),
-        T(failing_driver_calls_leave_state_intact),
-        T(refused_give_back_keeps_the_segment),
+        TRACKED(failing_driver_calls_leave_state_intact),
+        TRACKED(refused_give_back_keeps_the_segment),
         FX(miss_gives_back_on_its_own_stream_without_waiting),
         FX(asked_stream_fences_its_next_large_frees),
         FX(huge_given_back_at_free_is_reused_and_trimmed),
@@ -541,8 +540,7 @@ int main(void)
         FX(later_free_gets_a_fence_of_its_own),
         FX(older_fence_settles_older_frees_in_the_same_miss),
         FX(coalesce_asks_only_where_the_merge_would_fit),
-        T(released_streams_give_backs_are_trimmed),
-#undef T
+        TRACKED(released_streams_give_backs_are_trimmed),
     };
     return cmocka_run_group_tests_name("streampool_sim", tests, NULL, NULL);
 }

@@ -117,7 +117,7 @@ static void summaries_show_the_stats(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(summaries_show_the_stats, reset_device),
+        RESET(summaries_show_the_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

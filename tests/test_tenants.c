@@ -1116,27 +1116,25 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-        T(noisy_neighbour),
-        T(reclaim_across_pools),
-        T(reclaim_observes_segments_given_back_on_a_stream),
-        T(released_stream_give_back_observed_once),
-        T(limit_rejects_then_recovers),
-        T(limit_reuses_ranges_its_synchronize_settled),
-        T(oom_callback_and_report),
-        T(random_driver_failures),
-        T(random_faults_everywhere_lose_nothing),
-        T(larger_than_device_fails_fast),
-        T(limit_between_driver_pages),
-        T(oom_callback_retry_reclaims_every_pool),
-        T(refused_request_changes_no_figure),
+        TRACKED(noisy_neighbour),
+        TRACKED(reclaim_across_pools),
+        TRACKED(reclaim_observes_segments_given_back_on_a_stream),
+        TRACKED(released_stream_give_back_observed_once),
+        TRACKED(limit_rejects_then_recovers),
+        TRACKED(limit_reuses_ranges_its_synchronize_settled),
+        TRACKED(oom_callback_and_report),
+        TRACKED(random_driver_failures),
+        TRACKED(random_faults_everywhere_lose_nothing),
+        TRACKED(larger_than_device_fails_fast),
+        TRACKED(limit_between_driver_pages),
+        TRACKED(oom_callback_retry_reclaims_every_pool),
+        TRACKED(refused_request_changes_no_figure),
         cmocka_unit_test_teardown(read_during_a_refused_request_counts_no_claim,
                                   teardown_held_malloc),
-        T(free_reservation_is_not_counted_against_the_limit),
-        T(capture_limit_rejection_is_reported),
-        T(reclaim_stops_below_higher_priorities_once_the_request_fits),
-        T(long_random_faults_at_every_rate),
-#undef T
+        TRACKED(free_reservation_is_not_counted_against_the_limit),
+        TRACKED(capture_limit_rejection_is_reported),
+        TRACKED(reclaim_stops_below_higher_priorities_once_the_request_fits),
+        TRACKED(long_random_faults_at_every_rate),
     };
     return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);
 }

@@ -311,7 +311,7 @@ static void structs_of_a_program_built_against_0_1_keep_working(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(every_init_macro_sets_its_structs_size, teardown_runtimes),
+        TRACKED(every_init_macro_sets_its_structs_size),
         FX(stats_of_the_previous_version_are_filled_and_nothing_past_them),
         cmocka_unit_test_teardown(
             stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_size,

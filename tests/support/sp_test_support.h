@@ -75,6 +75,9 @@ static inline int teardown_runtimes(void **state)
     return busy ? -1 : 0;
 }
 
+/* A test whose teardown is teardown_runtimes. */
+#define TRACKED(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
+
 #ifdef SP_CUDASIM
 /* A tracked runtime with exact figures at every read (stats_flush_bytes 0) on a device of
  * `bytes` (emulator only: cudasimSetDeviceMemory). */
