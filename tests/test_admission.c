@@ -48,9 +48,9 @@ static void codes_say_now_or_never(void **state)
 static void refusal_makes_no_cuda_call(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = limited_pool(rt, "tenant", 16 * MiB);
-    cudaStream_t s = new_stream();
     void *live;
     SP(sp_alloc(pool, &live, 12 * MiB, s)); /* 12 MiB live: 4 MiB of room */
     sp_stats before = stats_of(pool);
@@ -71,7 +71,6 @@ static void refusal_makes_no_cuda_call(void **state)
     assert_int_equal(cudasimCallCount(NULL), 0);
     SP(sp_request_end(pool, req, 0, NULL));
     SP(sp_free(pool, live, s));
-    drop_stream(rt, s);
 }
 
 /* The claim is what a fresh allocation takes (whole 2 MiB driver pages; a 2 MiB slab for a
@@ -80,9 +79,9 @@ static void refusal_makes_no_cuda_call(void **state)
 static void claim_released_exactly_at_end(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = limited_pool(rt, "tenant", 16 * MiB);
-    cudaStream_t s = new_stream();
     sp_request a, b, c;
     SP(admit(pool, s, 9 * MiB + 1, &a)); /* claims 10 MiB */
     assert_int_equal(admit(pool, s, 6 * MiB + 1, &b), SP_ERR_LIMIT); /* would be 8: 18 > 16 */
@@ -114,16 +113,15 @@ static void claim_released_exactly_at_end(void **state)
     SP(admit(pool, s, 16 * MiB, &c));
     assert_int_equal(stats_of(pool).held.current, 0);
     SP(sp_request_end(pool, c, 0, NULL));
-    drop_stream(rt, s);
 }
 
 /* Plain sp_alloc tells the two cases apart too, and the OOM report says which in words. */
 static void alloc_larger_than_limit_never_fits(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = limited_pool(rt, "tenant", 16 * MiB);
-    cudaStream_t s = new_stream();
     void *p, *q = NULL;
     assert_int_equal(sp_alloc(pool, &q, 16 * MiB + 1, s), SP_ERR_NEVER_FITS);
     sp_oom_report r = {.size = sizeof r};
@@ -143,7 +141,6 @@ static void alloc_larger_than_limit_never_fits(void **state)
     assert_null(q);
     assert_int_equal(stats_of(pool).limit_rejections, 2);
     SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
 }
 
 /* Bad input: a missing config or one without its size, and a footprint past SP_MAX_ALLOC. */
@@ -274,9 +271,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(codes_say_now_or_never),
-        TRACKED(refusal_makes_no_cuda_call),
-        TRACKED(claim_released_exactly_at_end),
-        TRACKED(alloc_larger_than_limit_never_fits),
+        FX(refusal_makes_no_cuda_call),
+        FX(claim_released_exactly_at_end),
+        FX(alloc_larger_than_limit_never_fits),
         FX(bad_configs_are_refused),
         FX(admitted_request_never_meets_the_limit),
     };

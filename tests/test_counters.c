@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -103,9 +103,9 @@ static void cache_small(sp_pool *pool, cudaStream_t s, int n)
 static void calls_move_their_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s1 = fx.a, s2 = fx.b;
     sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
     void *p, *q;
     counters c = read_counters(pool);
     SP(sp_alloc(pool, &p, 1000, s1)); /* a fresh slab */
@@ -127,8 +127,6 @@ static void calls_move_their_counters(void **state)
     assert_int_equal(sp_free(pool, &local, s2), SP_ERR_BAD_POINTER);
     assert_int_equal(sp_free(pool, q, s2), SP_ERR_DOUBLE_FREE);
     moved(pool, &c, "bad_frees=2");
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
 }
 
 /* sp_pool_trim: trims and the bytes it gave back; the driver frees that did it. Nothing that
@@ -136,23 +134,22 @@ static void calls_move_their_counters(void **state)
 static void trim_moves_trims(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cudaStream_t s = new_stream();
     cache_small(pool, s, 4); /* two slabs cached */
     counters c = read_counters(pool);
     SP(sp_pool_trim(pool, 0));
     moved(pool, &c, "trims=1,trimmed_bytes=4194304,driver_frees=2");
-    drop_stream(rt, s);
 }
 
 /* A free over the cache limit: its own counters, not trims. */
 static void cache_limit_release_moves_its_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = tenant_pool(rt, "p", 0, 2 * MiB);
-    cudaStream_t s = new_stream();
     void *p[4];
     for (int i = 0; i < 4; i++)
         SP(sp_alloc(pool, &p[i], MiB, s));
@@ -160,7 +157,6 @@ static void cache_limit_release_moves_its_counters(void **state)
     for (int i = 0; i < 4; i++) /* the third free passes the cap: the first slab goes back */
         SP(sp_free(pool, p[i], s));
     moved(pool, &c, "frees=4,cache_limit_releases=1,cache_released_bytes=2097152,driver_frees=1");
-    drop_stream(rt, s);
 }
 
 /* The driver out of memory, the pool's own cache back, a retry that succeeds: oom_retries only
@@ -209,9 +205,9 @@ static void reclaim_moves_the_victims_counters(void **state)
 static void limit_moves_limit_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = tenant_pool(rt, "p", 8 * MiB, UINT64_MAX);
-    cudaStream_t s = new_stream();
     void *p, *q;
     SP(sp_alloc(pool, &p, 6 * MiB, s));
     counters c = read_counters(pool);
@@ -221,16 +217,15 @@ static void limit_moves_limit_counters(void **state)
     assert_int_equal(sp_alloc(pool, &q, 8 * MiB + 1, s), SP_ERR_NEVER_FITS);
     moved(pool, &c, "limit_rejections=1"); /* at once: nothing could help */
     SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
 }
 
 /* Admission: admitted (its bytes), refused; a request end that records its fence. */
 static void requests_move_admission_and_fence_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = tenant_pool(rt, "p", 8 * MiB, UINT64_MAX);
-    cudaStream_t s = new_stream();
     sp_request_config cfg = SP_REQUEST_CONFIG_INIT;
     cfg.expected_bytes = 6 * MiB;
     sp_request r1, r2;
@@ -245,16 +240,15 @@ static void requests_move_admission_and_fence_counters(void **state)
     c = read_counters(pool);
     SP(sp_request_end(pool, r1, 0, NULL)); /* frees p, one fence behind the free */
     moved(pool, &c, "frees=1,fences_recorded=1");
-    drop_stream(rt, s);
 }
 
 /* A declared capture: the allocation bypasses the caches; its free goes straight back. */
 static void capture_moves_capture_bypasses(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cudaStream_t s = new_stream();
     SP(sp_stream_capture_begin(rt, s));
     counters c = read_counters(pool);
     void *p;
@@ -264,37 +258,35 @@ static void capture_moves_capture_bypasses(void **state)
     SP(sp_free(pool, p, s));
     moved(pool, &c, "frees=1,driver_frees=1");
     SP(sp_stream_capture_end(rt, s));
-    drop_stream(rt, s);
 }
 
 /* The driver refuses a segment back at a trim: kept, counted as a refusal; no bytes trimmed. */
 static void refused_give_back_moves_give_back_failures(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cudaStream_t s = new_stream();
     cache_small(pool, s, 2); /* one slab */
     CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorInvalidValue, 0));
     counters c = read_counters(pool);
     assert_int_equal(sp_pool_trim(pool, 0), SP_ERR_CUDA);
     moved(pool, &c, "trims=1,give_back_failures=1");
     cudasimClearFaults();
-    drop_stream(rt, s);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TRACKED(calls_move_their_counters),
-        TRACKED(trim_moves_trims),
-        TRACKED(cache_limit_release_moves_its_counters),
+        FX_EXACT(calls_move_their_counters),
+        FX_EXACT(trim_moves_trims),
+        FX_EXACT(cache_limit_release_moves_its_counters),
         TRACKED(oom_retry_moves_oom_retries),
         TRACKED(reclaim_moves_the_victims_counters),
-        TRACKED(limit_moves_limit_counters),
-        TRACKED(requests_move_admission_and_fence_counters),
-        TRACKED(capture_moves_capture_bypasses),
-        TRACKED(refused_give_back_moves_give_back_failures),
+        FX_EXACT(limit_moves_limit_counters),
+        FX_EXACT(requests_move_admission_and_fence_counters),
+        FX_EXACT(capture_moves_capture_bypasses),
+        FX_EXACT(refused_give_back_moves_give_back_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -103,9 +103,9 @@ static void end_of_a_clean_request_frees_nothing(void **state)
 static void synchronized_end_settles_with_no_cuda_call(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t a = fx.a, b = fx.b;
     sp_pool *pool = no_wait_pool(rt, "sync");
-    cudaStream_t a = new_stream(), b = new_stream();
     sp_request req;
     SP(sp_request_begin(pool, a, "r", &req));
     void *p;
@@ -124,8 +124,6 @@ static void synchronized_end_settles_with_no_cuda_call(void **state)
     assert_int_equal(all_calls(), 0);       /* no query, no fence, no driver call */
     SP(sp_free(pool, q, b));
     CK(cudaStreamSynchronize(b));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
 }
 
 /* Without the word, the end records one fence behind all the request's frees (exactly one
@@ -135,9 +133,9 @@ static void synchronized_end_settles_with_no_cuda_call(void **state)
 static void one_fence_covers_a_request_and_holds_back_others(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t a = fx.a, b = fx.b;
     sp_pool *pool = no_wait_pool(rt, "fence");
-    cudaStream_t a = new_stream(), b = new_stream();
     gate *g = gate_new();
     gate_hold(g, a);
     sp_request req;
@@ -167,8 +165,6 @@ static void one_fence_covers_a_request_and_holds_back_others(void **state)
     SP(sp_request_end(pool, req, 0, &st));
     assert_int_equal(st.fences_recorded, 0);
     assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
-    drop_stream(rt, a);
-    drop_stream(rt, b);
 }
 
 /* An allocation of a request freed on another stream, in that stream's order, leaves the
@@ -252,10 +248,10 @@ static void misuse_gets_its_error_and_changes_nothing(void **state)
 static void pool_destroy_with_open_requests(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool;
     SP(sp_pool_create(rt, "t", NULL, &pool));
-    cudaStream_t s = new_stream();
     sp_request req, empty;
     SP(sp_request_begin(pool, s, NULL, &req));
     SP(sp_request_begin(pool, s, NULL, &empty));
@@ -265,7 +261,6 @@ static void pool_destroy_with_open_requests(void **state)
     SP(sp_request_end(pool, req, 0, NULL));
     CK(cudaStreamSynchronize(s));
     SP(sp_pool_destroy(pool)); /* the empty request goes with it (ASan: no leak) */
-    drop_stream(rt, s);
 }
 
 /* A request's end is in the trace, with its id. */
@@ -313,11 +308,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         FX_EXACT(end_frees_what_is_left),
         FX_EXACT(end_of_a_clean_request_frees_nothing),
-        TRACKED(synchronized_end_settles_with_no_cuda_call),
-        TRACKED(one_fence_covers_a_request_and_holds_back_others),
+        FX_EXACT(synchronized_end_settles_with_no_cuda_call),
+        FX_EXACT(one_fence_covers_a_request_and_holds_back_others),
         FX_EXACT(a_block_freed_elsewhere_leaves_its_request),
         FX_EXACT(misuse_gets_its_error_and_changes_nothing),
-        TRACKED(pool_destroy_with_open_requests),
+        FX_EXACT(pool_destroy_with_open_requests),
         TRACKED(request_end_is_traced),
     };
     return cmocka_run_group_tests_name("requests", tests, NULL, NULL);

@@ -26,9 +26,9 @@ static sp_pool *reserving_pool(sp_runtime *rt, const char *name, uint64_t reserv
 static void held_and_idle_reservation_add_up(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool = reserving_pool(rt, "kv", 256 * MiB);
-    cudaStream_t s = new_stream();
     sp_stats st = stats_of(pool);
     assert_int_equal(st.version, 4);
     assert_int_equal(st.held.current, 0);
@@ -61,7 +61,6 @@ static void held_and_idle_reservation_add_up(void **state)
     assert_int_equal(rst.reserve, 320 * MiB);
     assert_int_equal(rst.reserve_idle, 64 * MiB);
     SP(sp_free(pool, big, s));
-    drop_stream(rt, s);
 }
 
 /* The JSON, the summary and the Prometheus text show both figures; a version-3 struct (without
@@ -101,7 +100,7 @@ static void every_output_shows_the_reservation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TRACKED(held_and_idle_reservation_add_up),
+        FX(held_and_idle_reservation_add_up),
         FX(every_output_shows_the_reservation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

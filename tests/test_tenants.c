@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
@@ -225,12 +225,12 @@ static void released_stream_give_back_observed_once(void **state)
 static void limit_rejects_then_recovers(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
+    sp_pool *pool;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 64 * MiB;
-    sp_pool *pool;
     SP(sp_pool_create(rt, "capped", &cfg, &pool));
-    cudaStream_t s = new_stream();
     void *p, *q = (void *)0x9;
     SP(sp_alloc(pool, &p, 48 * MiB, s));
     assert_int_equal(sp_alloc(pool, &q, 32 * MiB, s), SP_ERR_LIMIT);
@@ -262,8 +262,6 @@ static void limit_rejects_then_recovers(void **state)
     uint64_t reserved = 0;
     CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent, &reserved));
     assert_true(reserved <= 64 * MiB); /* not above the limit past a synchronize */
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* At its limit, a pool whose free ranges would hold the request once merged: the stream's own
@@ -274,12 +272,12 @@ static void limit_rejects_then_recovers(void **state)
 static void limit_reuses_ranges_its_synchronize_settled(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t a = fx.a, b = fx.b;
+    sp_pool *pool;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 8 * MiB;
-    sp_pool *pool;
     SP(sp_pool_create(rt, "merge-at-limit", &cfg, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
     void *whole, *x, *y, *z, *p = (void *)0x9;
     SP(sp_alloc(pool, &whole, 8 * MiB, a));        /* one 8 MiB segment: the whole limit */
     SP(sp_free(pool, whole, a));
@@ -305,9 +303,6 @@ static void limit_reuses_ranges_its_synchronize_settled(void **state)
     assert_int_equal(st.requested.current, 8 * MiB);
     SP(sp_free(pool, p, a));
     SP(sp_free(pool, x, a));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
 }
 
 typedef struct {
@@ -545,12 +540,12 @@ static int count_callback(sp_pool *pool, size_t bytes, cudaStream_t stream, void
 static void larger_than_device_fails_fast(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *x, *y;
     SP(sp_pool_create(rt, "X", NULL, &x));
     SP(sp_pool_create(rt, "Y", NULL, &y));
     SP(sp_runtime_set_oom_callback(rt, count_callback, NULL));
-    cudaStream_t s = new_stream();
     void *p, *q = (void *)0x7;
     SP(sp_alloc(x, &p, 1 * GiB, s));
     SP(sp_free(x, p, s));
@@ -567,8 +562,6 @@ static void larger_than_device_fails_fast(void **state)
     sp_oom_report r = {.size = sizeof r};
     SP(sp_runtime_last_oom(rt, &r));
     assert_int_equal(r.bytes, 5 * GiB);
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* A limit that is not a multiple of the driver's 2 MiB pages is the limit in whole pages (issue
@@ -642,11 +635,11 @@ static int free_other_pool(sp_pool *pool, size_t bytes, cudaStream_t stream, voi
 static void oom_callback_retry_reclaims_every_pool(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *x, *y;
     SP(sp_pool_create(rt, "X", NULL, &x));
     SP(sp_pool_create(rt, "Y", NULL, &y));
-    cudaStream_t s = new_stream();
     free_other_ctx ctx = {x, NULL, s, 0};
     SP(sp_alloc(x, &ctx.block, 600 * MiB, s));
     SP(sp_runtime_set_oom_callback(rt, free_other_pool, &ctx));
@@ -665,8 +658,6 @@ static void oom_callback_retry_reclaims_every_pool(void **state)
     assert_int_equal(r.bytes, 400 * MiB + 1);
     assert_int_equal(r.rounded, 400 * MiB + 512);
     SP(sp_free(y, p, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* A request the driver refuses changes no figure: no peak, no total, in the pool or the
@@ -674,10 +665,10 @@ static void oom_callback_retry_reclaims_every_pool(void **state)
 static void refused_request_changes_no_figure(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool;
     SP(sp_pool_create(rt, "P", NULL, &pool));
-    cudaStream_t s = new_stream();
     void *p, *q = NULL;
     SP(sp_alloc(pool, &p, 200 * MiB, s));
     sp_stats before = stats_of(pool), rt_before = {.size = sizeof rt_before};
@@ -694,8 +685,6 @@ static void refused_request_changes_no_figure(void **state)
     assert_int_equal(rt_after.held.total, rt_before.held.total);
     assert_int_equal(rt_after.held.current, rt_before.held.current);
     SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* ---- holding a thread inside the driver's allocation ---- */
@@ -736,7 +725,7 @@ static void let_malloc_go(void)
 static int teardown_held_malloc(void **state)
 {
     let_malloc_go(); /* a failed assertion left the allocating thread held */
-    return teardown_runtimes(state);
+    return fx_teardown(state);
 }
 
 typedef struct {
@@ -763,10 +752,10 @@ static void *alloc_held_in_driver(void *arg)
 static void read_during_a_refused_request_counts_no_claim(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool;
     SP(sp_pool_create(rt, "P", NULL, &pool));
-    cudaStream_t s = new_stream();
     void *p;
     SP(sp_alloc(pool, &p, 200 * MiB, s));
     sp_stats before = stats_of(pool), rt_before = {.size = sizeof rt_before};
@@ -800,8 +789,6 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
     assert_int_equal(after.held.total, before.held.total);
     assert_int_equal(after.cached.peak, before.cached.peak);
     SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* A pool's unused reservation is no part of what its limit refuses: A (reserve 1 GiB, limit
@@ -848,12 +835,12 @@ static void free_reservation_is_not_counted_against_the_limit(void **state)
 static void capture_limit_rejection_is_reported(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
+    sp_pool *pool;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 8 * MiB;
-    sp_pool *pool;
     SP(sp_pool_create(rt, "graphs", &cfg, &pool));
-    cudaStream_t s = new_stream();
     void *p, *q = (void *)0x5;
     SP(sp_stream_capture_begin(rt, s));
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -874,8 +861,6 @@ static void capture_limit_rejection_is_reported(void **state)
     assert_int_equal(r.bytes, 4 * MiB);
     assert_int_equal(r.rounded, 4 * MiB);
     assert_ptr_equal(r.stream, s);
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* Reclaim goes up the priorities only as far as the request needs: on a 4 GiB device with 1 GiB
@@ -1120,19 +1105,20 @@ int main(void)
         TRACKED(reclaim_across_pools),
         TRACKED(reclaim_observes_segments_given_back_on_a_stream),
         TRACKED(released_stream_give_back_observed_once),
-        TRACKED(limit_rejects_then_recovers),
-        TRACKED(limit_reuses_ranges_its_synchronize_settled),
+        FX_DEVICE(limit_rejects_then_recovers, 4 * GiB),
+        FX_DEVICE(limit_reuses_ranges_its_synchronize_settled, 4 * GiB),
         TRACKED(oom_callback_and_report),
         TRACKED(random_driver_failures),
         TRACKED(random_faults_everywhere_lose_nothing),
-        TRACKED(larger_than_device_fails_fast),
+        FX_DEVICE(larger_than_device_fails_fast, 4 * GiB),
         TRACKED(limit_between_driver_pages),
-        TRACKED(oom_callback_retry_reclaims_every_pool),
-        TRACKED(refused_request_changes_no_figure),
-        cmocka_unit_test_teardown(read_during_a_refused_request_counts_no_claim,
-                                  teardown_held_malloc),
+        FX_DEVICE(oom_callback_retry_reclaims_every_pool, 1 * GiB),
+        FX_DEVICE(refused_request_changes_no_figure, 1 * GiB),
+        cmocka_unit_test_prestate_setup_teardown(read_during_a_refused_request_counts_no_claim,
+                                                 fx_setup_device, teardown_held_malloc,
+                                                 &(uint64_t){1 * GiB}),
         TRACKED(free_reservation_is_not_counted_against_the_limit),
-        TRACKED(capture_limit_rejection_is_reported),
+        FX_DEVICE(capture_limit_rejection_is_reported, 1 * GiB),
         TRACKED(reclaim_stops_below_higher_priorities_once_the_request_fits),
         TRACKED(long_random_faults_at_every_rate),
     };

@@ -100,10 +100,10 @@ static void stats_of_the_previous_version_are_filled_and_nothing_past_them(void 
 static void stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_size(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
+    sp_runtime *rt = fx.rt;
+    cudaStream_t s = fx.a;
     sp_pool *pool;
     SP(sp_pool_create(rt, "p", NULL, &pool));
-    cudaStream_t s = new_stream();
     void *p;
     SP(sp_alloc(pool, &p, 4096, s));
     const size_t nameless = offsetof(sp_stream_usage, name);
@@ -126,8 +126,6 @@ static void stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_
     assert_int_equal(info.requested, 4096);
     untouched_past(&info, streamless, sizeof info);
     SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* sp_oom_report from before the status and the stream name: filled up to the pools, and its
@@ -313,9 +311,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         TRACKED(every_init_macro_sets_its_structs_size),
         FX(stats_of_the_previous_version_are_filled_and_nothing_past_them),
-        cmocka_unit_test_teardown(
-            stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_size,
-            teardown_runtimes),
+        FX(stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_size),
         FX(oom_report_of_the_previous_version_is_filled_and_nothing_past_it),
         FX(request_end_fills_a_shorter_request_stats_up_to_its_size),
         cmocka_unit_test_teardown(configs_shorter_than_today_get_the_defaults_for_what_they_lack,
