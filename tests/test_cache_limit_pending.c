@@ -15,11 +15,10 @@ static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.cache_limit = 0;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "strict", &cfg, &pool));
+    SP(sp_pool_create(fx.rt, "strict", &cfg, &pool));
     cudaStream_t s = new_stream(), other = new_stream();
     void *live, *huge, *medium, *small[4];
     SP(sp_alloc(pool, &live, 4 * MiB, s));
@@ -67,8 +66,8 @@ static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state
     st = stats_of(pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.ooms, 0);
-    drop_stream(rt, s);
-    drop_stream(rt, other);
+    drop_stream(fx.rt, s);
+    drop_stream(fx.rt, other);
     SP(sp_pool_destroy(pool));
 }
 

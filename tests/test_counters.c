@@ -103,29 +103,27 @@ static void cache_small(sp_pool *pool, cudaStream_t s, int n)
 static void calls_move_their_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s1 = fx.a, s2 = fx.b;
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
+    sp_pool *pool = tenant_pool(fx.rt, "p", 0, UINT64_MAX);
     void *p, *q;
     counters c = read_counters(pool);
-    SP(sp_alloc(pool, &p, 1000, s1)); /* a fresh slab */
+    SP(sp_alloc(pool, &p, 1000, fx.a)); /* a fresh slab */
     moved(pool, &c, "allocs=1,driver_allocs=1");
     c = read_counters(pool);
-    SP(sp_free(pool, p, s1));
+    SP(sp_free(pool, p, fx.a));
     moved(pool, &c, "frees=1");
     c = read_counters(pool);
-    SP(sp_alloc(pool, &p, 1000, s1));
+    SP(sp_alloc(pool, &p, 1000, fx.a));
     moved(pool, &c, "allocs=1,same_stream_hits=1");
-    SP(sp_free(pool, p, s1));
-    CK(cudaStreamSynchronize(s1));
+    SP(sp_free(pool, p, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
     c = read_counters(pool);
-    SP(sp_alloc(pool, &q, 1000, s2)); /* s1's block, its free known complete */
+    SP(sp_alloc(pool, &q, 1000, fx.b)); /* s1's block, its free known complete */
     moved(pool, &c, "allocs=1,cross_stream_reuses=1");
-    SP(sp_free(pool, q, s2));
+    SP(sp_free(pool, q, fx.b));
     c = read_counters(pool);
     int local;
-    assert_int_equal(sp_free(pool, &local, s2), SP_ERR_BAD_POINTER);
-    assert_int_equal(sp_free(pool, q, s2), SP_ERR_DOUBLE_FREE);
+    assert_int_equal(sp_free(pool, &local, fx.b), SP_ERR_BAD_POINTER);
+    assert_int_equal(sp_free(pool, q, fx.b), SP_ERR_DOUBLE_FREE);
     moved(pool, &c, "bad_frees=2");
 }
 
@@ -134,10 +132,8 @@ static void calls_move_their_counters(void **state)
 static void trim_moves_trims(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cache_small(pool, s, 4); /* two slabs cached */
+    sp_pool *pool = tenant_pool(fx.rt, "p", 0, UINT64_MAX);
+    cache_small(pool, fx.a, 4); /* two slabs cached */
     counters c = read_counters(pool);
     SP(sp_pool_trim(pool, 0));
     moved(pool, &c, "trims=1,trimmed_bytes=4194304,driver_frees=2");
@@ -147,15 +143,13 @@ static void trim_moves_trims(void **state)
 static void cache_limit_release_moves_its_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
-    sp_pool *pool = tenant_pool(rt, "p", 0, 2 * MiB);
+    sp_pool *pool = tenant_pool(fx.rt, "p", 0, 2 * MiB);
     void *p[4];
     for (int i = 0; i < 4; i++)
-        SP(sp_alloc(pool, &p[i], MiB, s));
+        SP(sp_alloc(pool, &p[i], MiB, fx.a));
     counters c = read_counters(pool);
     for (int i = 0; i < 4; i++) /* the third free passes the cap: the first slab goes back */
-        SP(sp_free(pool, p[i], s));
+        SP(sp_free(pool, p[i], fx.a));
     moved(pool, &c, "frees=4,cache_limit_releases=1,cache_released_bytes=2097152,driver_frees=1");
 }
 
@@ -205,35 +199,31 @@ static void reclaim_moves_the_victims_counters(void **state)
 static void limit_moves_limit_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
-    sp_pool *pool = tenant_pool(rt, "p", 8 * MiB, UINT64_MAX);
+    sp_pool *pool = tenant_pool(fx.rt, "p", 8 * MiB, UINT64_MAX);
     void *p, *q;
-    SP(sp_alloc(pool, &p, 6 * MiB, s));
+    SP(sp_alloc(pool, &p, 6 * MiB, fx.a));
     counters c = read_counters(pool);
-    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, s), SP_ERR_LIMIT);
+    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, fx.a), SP_ERR_LIMIT);
     moved(pool, &c, "limit_rejections=1,limit_retries=2"); /* two rungs gave its cache back */
     c = read_counters(pool);
-    assert_int_equal(sp_alloc(pool, &q, 8 * MiB + 1, s), SP_ERR_NEVER_FITS);
+    assert_int_equal(sp_alloc(pool, &q, 8 * MiB + 1, fx.a), SP_ERR_NEVER_FITS);
     moved(pool, &c, "limit_rejections=1"); /* at once: nothing could help */
-    SP(sp_free(pool, p, s));
+    SP(sp_free(pool, p, fx.a));
 }
 
 /* Admission: admitted (its bytes), refused; a request end that records its fence. */
 static void requests_move_admission_and_fence_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
-    sp_pool *pool = tenant_pool(rt, "p", 8 * MiB, UINT64_MAX);
+    sp_pool *pool = tenant_pool(fx.rt, "p", 8 * MiB, UINT64_MAX);
     sp_request_config cfg = SP_REQUEST_CONFIG_INIT;
     cfg.expected_bytes = 6 * MiB;
     sp_request r1, r2;
     counters c = read_counters(pool);
-    SP(sp_request_begin_with(pool, s, &cfg, &r1));
+    SP(sp_request_begin_with(pool, fx.a, &cfg, &r1));
     moved(pool, &c, "admissions=1,admitted_bytes=6291456");
     c = read_counters(pool);
-    assert_int_equal(sp_request_begin_with(pool, s, &cfg, &r2), SP_ERR_LIMIT);
+    assert_int_equal(sp_request_begin_with(pool, fx.a, &cfg, &r2), SP_ERR_LIMIT);
     moved(pool, &c, "admission_refusals=1");
     void *p;
     SP(sp_request_alloc(pool, r1, &p, 6 * MiB));
@@ -246,28 +236,24 @@ static void requests_move_admission_and_fence_counters(void **state)
 static void capture_moves_capture_bypasses(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    SP(sp_stream_capture_begin(rt, s));
+    sp_pool *pool = tenant_pool(fx.rt, "p", 0, UINT64_MAX);
+    SP(sp_stream_capture_begin(fx.rt, fx.a));
     counters c = read_counters(pool);
     void *p;
-    SP(sp_alloc(pool, &p, 1000, s));
+    SP(sp_alloc(pool, &p, 1000, fx.a));
     moved(pool, &c, "allocs=1,driver_allocs=1,capture_bypasses=1");
     c = read_counters(pool);
-    SP(sp_free(pool, p, s));
+    SP(sp_free(pool, p, fx.a));
     moved(pool, &c, "frees=1,driver_frees=1");
-    SP(sp_stream_capture_end(rt, s));
+    SP(sp_stream_capture_end(fx.rt, fx.a));
 }
 
 /* The driver refuses a segment back at a trim: kept, counted as a refusal; no bytes trimmed. */
 static void refused_give_back_moves_give_back_failures(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cache_small(pool, s, 2); /* one slab */
+    sp_pool *pool = tenant_pool(fx.rt, "p", 0, UINT64_MAX);
+    cache_small(pool, fx.a, 2); /* one slab */
     CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorInvalidValue, 0));
     counters c = read_counters(pool);
     assert_int_equal(sp_pool_trim(pool, 0), SP_ERR_CUDA);

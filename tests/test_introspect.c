@@ -35,11 +35,10 @@ static sp_stream_usage usage_of(sp_pool *pool, cudaStream_t s)
 static void stream_stats_follow_each_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     cudaStream_t s1 = new_stream(), s2 = new_stream();
-    SP(sp_stream_set_name(rt, s1, "prefill"));
+    SP(sp_stream_set_name(fx.rt, s1, "prefill"));
     sp_stream_usage none = {.size = sizeof none};
     assert_int_equal(sp_stream_stats(pool, s1, &none), SP_ERR_NOT_FOUND); /* not seen yet */
 
@@ -94,8 +93,8 @@ static void stream_stats_follow_each_stream(void **state)
     assert_int_equal(sp_stream_stats(pool, s2, &tiny), SP_ERR_INVALID);
 
     SP(sp_free(pool, d, s2));
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
+    drop_stream(fx.rt, s1);
+    drop_stream(fx.rt, s2);
     assert_int_equal(sp_stream_stats(pool, s1, &none), SP_ERR_NOT_FOUND); /* released */
     SP(sp_pool_destroy(pool));
 }
@@ -106,9 +105,8 @@ static void stream_stats_follow_each_stream(void **state)
 static void stream_stats_count_steals_of_a_split_range(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     cudaStream_t s1 = new_stream(), s2 = new_stream();
     void *a, *b, *c;
     SP(sp_alloc(pool, &a, 3 * MiB, s1));      /* a segment of 4 MiB */
@@ -125,17 +123,16 @@ static void stream_stats_count_steals_of_a_split_range(void **state)
     assert_int_equal(u2.hits + u2.steals_taken, 1);
     SP(sp_free(pool, b, s1));
     SP(sp_free(pool, c, s2));
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
+    drop_stream(fx.rt, s1);
+    drop_stream(fx.rt, s2);
     SP(sp_pool_destroy(pool));
 }
 
 static void reset_peaks_moves_peaks_to_current(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     cudaStream_t s = new_stream();
     void *big, *small;
     SP(sp_alloc(pool, &big, 3 * MiB, s));
@@ -166,10 +163,10 @@ static void reset_peaks_moves_peaks_to_current(void **state)
     assert_int_equal(usage_of(pool, s).requested_peak, 2 * MiB + 1000);
 
     sp_stats rts = {.size = sizeof rts};
-    SP(sp_runtime_stats(rt, &rts));
+    SP(sp_runtime_stats(fx.rt, &rts));
     assert_int_equal(rts.requested.peak, 3 * MiB + 1000); /* the runtime's was not reset */
-    SP(sp_runtime_reset_peaks(rt));
-    SP(sp_runtime_stats(rt, &rts));
+    SP(sp_runtime_reset_peaks(fx.rt));
+    SP(sp_runtime_stats(fx.rt, &rts));
     assert_int_equal(rts.requested.peak, 1000);
     assert_int_equal(rts.held.peak, rts.held.current);
     assert_int_equal(stats_of(pool).requested.peak, 1000);
@@ -177,7 +174,7 @@ static void reset_peaks_moves_peaks_to_current(void **state)
     assert_int_equal(sp_runtime_reset_peaks(NULL), SP_ERR_INVALID);
 
     SP(sp_free(pool, small, s));
-    drop_stream(rt, s);
+    drop_stream(fx.rt, s);
     SP(sp_pool_destroy(pool));
 }
 
@@ -191,39 +188,38 @@ static sp_ptr_info info_of(sp_runtime *rt, const void *p)
 static void pointer_info_and_free_any(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool *pool, *other;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
-    SP(sp_pool_create(rt, "q", NULL, &other));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "q", NULL, &other));
     cudaStream_t s1 = new_stream(), s2 = new_stream();
     void *p, *big, *q;
     SP(sp_alloc(pool, &p, 1000, s1));
     SP(sp_alloc(pool, &big, 5 * MiB + 1, s2));
     SP(sp_alloc(other, &q, 300, s1));
 
-    sp_ptr_info i = info_of(rt, p);
+    sp_ptr_info i = info_of(fx.rt, p);
     assert_int_equal(i.state, SP_POINTER_LIVE);
     assert_ptr_equal(i.pool, pool);
     assert_int_equal(i.requested, 1000);
     assert_int_equal(i.usable, 1024);
     assert_ptr_equal(i.stream, s1);
-    i = info_of(rt, big);
+    i = info_of(fx.rt, big);
     assert_int_equal(i.state, SP_POINTER_LIVE);
     assert_int_equal(i.requested, 5 * MiB + 1);
     assert_int_equal(i.usable, 5 * MiB + 512);
     assert_ptr_equal(i.stream, s2);
-    i = info_of(rt, (char *)p + 256); /* inside a block: not a pointer streampool handed out */
+    i = info_of(fx.rt, (char *)p + 256); /* inside a block: not a pointer streampool handed out */
     assert_int_equal(i.state, SP_POINTER_UNKNOWN);
     assert_null(i.pool);
     sp_ptr_info bad = {.size = 2};
-    assert_int_equal(sp_pointer_info(rt, p, &bad), SP_ERR_INVALID);
+    assert_int_equal(sp_pointer_info(fx.rt, p, &bad), SP_ERR_INVALID);
 
     /* sp_free_any frees on the allocation stream: held behind a gate, s1 reuses the block at
      * once (its own free) while s2 cannot (the free there has not completed) */
     gate *g = gate_new();
     gate_hold(g, s1);
     SP(sp_free_any(pool, p));
-    i = info_of(rt, p);
+    i = info_of(fx.rt, p);
     assert_int_equal(i.state, SP_POINTER_CACHED);
     assert_ptr_equal(i.pool, pool);
     assert_int_equal(i.requested, 0);
@@ -241,7 +237,7 @@ static void pointer_info_and_free_any(void **state)
     uint64_t bad_before = stats_of(pool).bad_frees;
     assert_int_equal(sp_free_any(pool, on_s1), SP_ERR_DOUBLE_FREE);
     assert_int_equal(sp_free_any(pool, q), SP_ERR_WRONG_POOL);
-    assert_int_equal(info_of(rt, q).state, SP_POINTER_LIVE); /* untouched */
+    assert_int_equal(info_of(fx.rt, q).state, SP_POINTER_LIVE); /* untouched */
     assert_int_equal(sp_free_any(pool, (char *)q + 256), SP_ERR_BAD_POINTER);
     assert_int_equal(stats_of(pool).bad_frees, bad_before + 3);
     SP(sp_free_any(pool, NULL));
@@ -250,8 +246,8 @@ static void pointer_info_and_free_any(void **state)
     SP(sp_free_any(pool, on_s2));
     SP(sp_free_any(pool, big));
     SP(sp_free_any(other, q));
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
+    drop_stream(fx.rt, s1);
+    drop_stream(fx.rt, s2);
     SP(sp_pool_destroy(pool));
     SP(sp_pool_destroy(other));
 }
@@ -281,21 +277,19 @@ static void *per_thread_owner(void *arg)
 static void free_any_refuses_another_threads_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    sp_pool *pool = fx.pool;
-    per_thread_ctx x = {.pool = pool};
+    per_thread_ctx x = {.pool = fx.pool};
     pthread_barrier_init(&x.step, NULL, 2);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, per_thread_owner, &x), 0);
     pthread_barrier_wait(&x.step);
     SP(x.rc);
-    assert_int_equal(sp_free_any(pool, x.p), SP_ERR_NOT_SUPPORTED);
-    assert_int_equal(info_of(rt, x.p).state, SP_POINTER_LIVE);
-    assert_ptr_equal(info_of(rt, x.p).stream, cudaStreamPerThread);
+    assert_int_equal(sp_free_any(fx.pool, x.p), SP_ERR_NOT_SUPPORTED);
+    assert_int_equal(info_of(fx.rt, x.p).state, SP_POINTER_LIVE);
+    assert_ptr_equal(info_of(fx.rt, x.p).stream, cudaStreamPerThread);
     pthread_barrier_wait(&x.step);
     pthread_join(t, NULL);
     SP(x.rc);
-    assert_int_equal(info_of(rt, x.p).state, SP_POINTER_CACHED);
+    assert_int_equal(info_of(fx.rt, x.p).state, SP_POINTER_CACHED);
     pthread_barrier_destroy(&x.step);
 }
 
@@ -400,12 +394,11 @@ static int keep_row(const sp_live_alloc *a, void *user)
 static void dump_live_lists_outstanding_allocations(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool *pool, *other;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
-    SP(sp_pool_create(rt, "q", NULL, &other));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "q", NULL, &other));
     cudaStream_t s1 = new_stream(), s2 = new_stream();
-    SP(sp_stream_set_name(rt, s1, "prefill"));
+    SP(sp_stream_set_name(fx.rt, s1, "prefill"));
     void *x, *y, *z, *w, *q;
     SP(sp_alloc(pool, &x, 1000, s1));
     SP(sp_alloc(pool, &y, 5000, s1));
@@ -446,8 +439,8 @@ static void dump_live_lists_outstanding_allocations(void **state)
     SP(sp_free(other, q, s1));
     live_rows empty = {.stop_after = 0};
     assert_int_equal(sp_pool_dump_live(pool, keep_row, &empty), 0);
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
+    drop_stream(fx.rt, s1);
+    drop_stream(fx.rt, s2);
     SP(sp_pool_destroy(pool));
     SP(sp_pool_destroy(other));
 }

@@ -234,11 +234,10 @@ static void limit_below_a_page_is_refused(void **state)
 static void limit_between_pages_rounds_down(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT, got = {.size = sizeof got};
     cfg.limit = 3 * MiB;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "three", &cfg, &pool));
+    SP(sp_pool_create(fx.rt, "three", &cfg, &pool));
     SP(sp_pool_get_config(pool, &got));
     assert_int_equal(got.limit, 3 * MiB); /* as configured; in force: 2 MiB */
     cudaStream_t s = new_stream();
@@ -260,7 +259,7 @@ static void limit_between_pages_rounds_down(void **state)
     CK(cudaDeviceSynchronize());
     assert_true(reserved_of(pool, cudaMemPoolAttrReservedMemCurrent) <= 2 * MiB);
     assert_true(reserved_of(pool, cudaMemPoolAttrReservedMemHigh) <= 2 * MiB);
-    drop_stream(rt, s);
+    drop_stream(fx.rt, s);
     SP(sp_pool_destroy(pool));
 }
 

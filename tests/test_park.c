@@ -66,18 +66,17 @@ static void *pairs(void *arg)
 static void two_streams_reuse_their_parks_without_cuda(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    sp_pool *pool = fx.pool;
-    pair_worker w[2] = {{.pool = pool, .stream = new_stream()}, {.pool = pool, .stream = new_stream()}};
+    pair_worker w[2] = {{.pool = fx.pool, .stream = new_stream()},
+                        {.pool = fx.pool, .stream = new_stream()}};
     for (int i = 0; i < 2; i++) { /* warm up: a huge segment and a medium one per stream */
-        SP(sp_alloc(pool, &w[i].huge, 16 * MiB, w[i].stream));
-        SP(sp_alloc(pool, &w[i].medium, 2 * MiB, w[i].stream));
+        SP(sp_alloc(fx.pool, &w[i].huge, 16 * MiB, w[i].stream));
+        SP(sp_alloc(fx.pool, &w[i].medium, 2 * MiB, w[i].stream));
     }
     for (int i = 0; i < 2; i++) {
-        SP(sp_free(pool, w[i].medium, w[i].stream));
-        SP(sp_free(pool, w[i].huge, w[i].stream));
+        SP(sp_free(fx.pool, w[i].medium, w[i].stream));
+        SP(sp_free(fx.pool, w[i].huge, w[i].stream));
     }
-    sp_stats st = stats_of(pool);
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 4);
     assert_int_equal(st.segments, 4);
     assert_int_equal(st.segment_bytes, 36 * MiB);
@@ -91,7 +90,7 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
     assert_int_equal(w[1].rc, SP_OK);
     assert_int_equal(cudasimCallCount(NULL), 0);
 
-    st = stats_of(pool);
+    st = stats_of(fx.pool);
     assert_int_equal(st.same_stream_hits, 4 * PAIRS);
     assert_int_equal(st.allocs, 4 + 4 * PAIRS);
     assert_int_equal(st.frees, 4 + 4 * PAIRS);
@@ -107,7 +106,7 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
     assert_int_equal(st.largest_free, 16 * MiB); /* the parked ranges, seen as free */
     assert_int_equal(st.inactive_split, 0);
     for (int i = 0; i < 2; i++) {
-        sp_stream_usage u = stream_stats_of(pool, w[i].stream);
+        sp_stream_usage u = stream_stats_of(fx.pool, w[i].stream);
         assert_int_equal(u.hits, 2 * PAIRS);
         assert_int_equal(u.allocs, 2 + 2 * PAIRS);
         assert_int_equal(u.frees, 2 + 2 * PAIRS);
@@ -118,25 +117,25 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
     /* a live range in one segment of each size: the others' parked ranges count as free */
     void *h, *m;
     cudasimResetCallCounts();
-    SP(sp_alloc(pool, &h, 16 * MiB, w[0].stream));
-    SP(sp_alloc(pool, &m, 2 * MiB, w[0].stream));
+    SP(sp_alloc(fx.pool, &h, 16 * MiB, w[0].stream));
+    SP(sp_alloc(fx.pool, &m, 2 * MiB, w[0].stream));
     assert_ptr_equal(h, w[0].huge);
     assert_ptr_equal(m, w[0].medium);
     assert_int_equal(cudasimCallCount(NULL), 0);
-    st = stats_of(pool);
+    st = stats_of(fx.pool);
     assert_int_equal(st.active.current, 18 * MiB);
     assert_int_equal(st.cached.current, 18 * MiB);
     assert_int_equal(st.largest_free, 16 * MiB);
     assert_int_equal(st.inactive_split, 0);
-    SP(sp_free(pool, m, w[0].stream));
-    SP(sp_free(pool, h, w[0].stream));
+    SP(sp_free(fx.pool, m, w[0].stream));
+    SP(sp_free(fx.pool, h, w[0].stream));
     for (int i = 0; i < 2; i++)
-        drop_stream(rt, w[i].stream);
-    st = stats_of(pool);
+        drop_stream(fx.rt, w[i].stream);
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 36 * MiB);
     assert_int_equal(st.cached.current, 36 * MiB);
-    SP(sp_pool_trim(pool, 0));
-    st = stats_of(pool);
+    SP(sp_pool_trim(fx.pool, 0));
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.segments, 0);
     assert_int_equal(st.driver_frees, 4);
@@ -149,26 +148,24 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
 static void parked_range_serves_another_streams_miss_and_trim(void **state)
 {
     (void)state;
-    sp_pool *pool = fx.pool;
-    cudaStream_t a = fx.a, b = fx.b;
     void *pa, *pb;
-    SP(sp_alloc(pool, &pa, 4 * MiB, a));
-    SP(sp_free(pool, pa, a)); /* parked on a */
-    assert_int_equal(stream_stats_of(pool, a).cached, 4 * MiB);
-    CK(cudaStreamSynchronize(a));
-    SP(sp_alloc(pool, &pb, 4 * MiB, b)); /* b's miss flushes a's park and finds it settled */
+    SP(sp_alloc(fx.pool, &pa, 4 * MiB, fx.a));
+    SP(sp_free(fx.pool, pa, fx.a)); /* parked on a */
+    assert_int_equal(stream_stats_of(fx.pool, fx.a).cached, 4 * MiB);
+    CK(cudaStreamSynchronize(fx.a));
+    SP(sp_alloc(fx.pool, &pb, 4 * MiB, fx.b)); /* b's miss flushes a's park and finds it settled */
     assert_ptr_equal(pb, pa);
-    sp_stats st = stats_of(pool);
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.cross_stream_reuses, 1);
     assert_int_equal(st.held.current, 4 * MiB);
     assert_int_equal(st.active.current, 4 * MiB);
     assert_int_equal(st.cached.current, 0);
     assert_int_equal(st.largest_free, 0);
-    SP(sp_free(pool, pb, b)); /* parked on b */
-    assert_int_equal(stream_stats_of(pool, a).cached, 0);
-    SP(sp_pool_trim(pool, 0)); /* the parked range's segment goes back whole */
-    st = stats_of(pool);
+    SP(sp_free(fx.pool, pb, fx.b)); /* parked on b */
+    assert_int_equal(stream_stats_of(fx.pool, fx.a).cached, 0);
+    SP(sp_pool_trim(fx.pool, 0)); /* the parked range's segment goes back whole */
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.cached.current, 0);
     assert_int_equal(st.segments, 0);
@@ -182,14 +179,13 @@ static void parked_range_serves_another_streams_miss_and_trim(void **state)
 static void parked_huge_range_goes_back_for_another_streams_miss(void **state)
 {
     (void)state;
-    sp_pool *pool = fx.pool;
-    cudaStream_t a = fx.a, b = fx.b;
     void *pa, *pb;
-    SP(sp_alloc(pool, &pa, 40 * MiB, a));
-    SP(sp_free(pool, pa, a));
-    CK(cudaStreamSynchronize(a));
-    SP(sp_alloc(pool, &pb, 20 * MiB, b)); /* 40 > 20 * 1.25, and a new 20 would pass the mark */
-    sp_stats st = stats_of(pool);
+    SP(sp_alloc(fx.pool, &pa, 40 * MiB, fx.a));
+    SP(sp_free(fx.pool, pa, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
+    /* 40 > 20 * 1.25, and a new 20 would pass the mark */
+    SP(sp_alloc(fx.pool, &pb, 20 * MiB, fx.b));
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 2);
     assert_int_equal(st.driver_frees, 1);
     assert_int_equal(st.reclaimed_bytes, 0); /* a miss's own give-back: no other pool asked */
@@ -197,7 +193,7 @@ static void parked_huge_range_goes_back_for_another_streams_miss(void **state)
     assert_int_equal(st.held.current, 20 * MiB);
     assert_int_equal(st.held.peak, 40 * MiB);
     assert_int_equal(st.active.current, 20 * MiB);
-    SP(sp_free(pool, pb, b));
+    SP(sp_free(fx.pool, pb, fx.b));
 }
 
 /* A block allocated on one stream and freed on another is parked by the freeing stream (its
@@ -287,26 +283,23 @@ static void *pairs_on(void *arg)
 static void release_during_large_pairs_counts_every_byte(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    sp_pool *pool = fx.pool;
-    cudaStream_t s = fx.a;
-    release_race r = {pool, s, 20000, 0};
+    release_race r = {fx.pool, fx.a, 20000, 0};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, pairs_on, &r), 0);
     for (int i = 0; i < 20000; i++)
-        SP(sp_stream_release(rt, s));
+        SP(sp_stream_release(fx.rt, fx.a));
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(r.failures, 0);
-    CK(cudaStreamSynchronize(s));
-    sp_stats st = stats_of(pool);
+    CK(cudaStreamSynchronize(fx.a));
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.allocs, 20000);
     assert_int_equal(st.frees, 20000);
     assert_int_equal(st.requested.total, st.cached.total); /* every byte asked for came back */
     assert_int_equal(st.requested.current, 0);
     assert_int_equal(st.active.current, 0);
     assert_int_equal(st.cached.current, st.held.current);
-    SP(sp_pool_trim(pool, 0));
-    st = stats_of(pool);
+    SP(sp_pool_trim(fx.pool, 0));
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 0);
 }
 
@@ -361,11 +354,8 @@ static void *alloc_3mib(void *arg)
 static void segment_taken_as_its_stream_is_released_still_settles(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    sp_pool *pool = fx.pool;
-    cudaStream_t s = fx.a, b = fx.b;
-    miss_on m = {pool, s, NULL, -1};
-    held_malloc.stream = s;
+    miss_on m = {fx.pool, fx.a, NULL, -1};
+    held_malloc.stream = fx.a;
     held_malloc.inside = held_malloc.released = false;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, alloc_3mib, &m), 0);
@@ -373,7 +363,7 @@ static void segment_taken_as_its_stream_is_released_still_settles(void **state)
     while (!held_malloc.inside)
         pthread_cond_wait(&held_malloc.cv, &held_malloc.mu);
     pthread_mutex_unlock(&held_malloc.mu);
-    int rc = sp_stream_release(rt, s); /* the miss is inside the driver, its cache in hand */
+    int rc = sp_stream_release(fx.rt, fx.a); /* the miss is inside the driver, its cache in hand */
     pthread_mutex_lock(&held_malloc.mu);
     held_malloc.released = true;
     pthread_cond_broadcast(&held_malloc.cv);
@@ -381,20 +371,20 @@ static void segment_taken_as_its_stream_is_released_still_settles(void **state)
     assert_int_equal(pthread_join(t, NULL), 0);
     SP(rc);
     SP(m.rc);
-    sp_stats st = stats_of(pool);
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.segment_bytes, 4 * MiB);
-    SP(sp_free(pool, m.p, s));
-    CK(cudaStreamSynchronize(s)); /* everything s did is complete */
+    SP(sp_free(fx.pool, m.p, fx.a));
+    CK(cudaStreamSynchronize(fx.a)); /* everything s did is complete */
     void *q;
-    SP(sp_alloc(pool, &q, 4 * MiB, b));
+    SP(sp_alloc(fx.pool, &q, 4 * MiB, fx.b));
     assert_ptr_equal(q, m.p);
-    st = stats_of(pool);
+    st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.segments, 1);
     assert_int_equal(st.held.current, 4 * MiB);
     assert_int_equal(st.active.current, 4 * MiB);
-    SP(sp_free(pool, q, b));
+    SP(sp_free(fx.pool, q, fx.b));
 }
 
 /* ---- no CUDA call under a stream's spin lock ---- */

@@ -225,31 +225,29 @@ static void released_stream_give_back_observed_once(void **state)
 static void limit_rejects_then_recovers(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
     sp_pool *pool;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 64 * MiB;
-    SP(sp_pool_create(rt, "capped", &cfg, &pool));
+    SP(sp_pool_create(fx.rt, "capped", &cfg, &pool));
     void *p, *q = (void *)0x9;
-    SP(sp_alloc(pool, &p, 48 * MiB, s));
-    assert_int_equal(sp_alloc(pool, &q, 32 * MiB, s), SP_ERR_LIMIT);
+    SP(sp_alloc(pool, &p, 48 * MiB, fx.a));
+    assert_int_equal(sp_alloc(pool, &q, 32 * MiB, fx.a), SP_ERR_LIMIT);
     assert_ptr_equal(q, (void *)0x9);
-    assert_int_equal(sp_alloc(pool, &q, 65 * MiB, s), SP_ERR_NEVER_FITS); /* over it alone */
+    assert_int_equal(sp_alloc(pool, &q, 65 * MiB, fx.a), SP_ERR_NEVER_FITS); /* over it alone */
     sp_stats st = stats_of(pool);
     assert_int_equal(st.limit_rejections, 2);
     assert_int_equal(st.ooms, 0);
     assert_int_equal(st.requested.current, 48 * MiB);
     assert_int_equal(st.held.current, 48 * MiB); /* nothing leaked */
-    SP(sp_free(pool, p, s));
-    SP(sp_alloc(pool, &q, 44 * MiB, s)); /* reuses the free 48 MiB segment (within 1/8) */
+    SP(sp_free(pool, p, fx.a));
+    SP(sp_alloc(pool, &q, 44 * MiB, fx.a)); /* reuses the free 48 MiB segment (within 1/8) */
     assert_ptr_equal(q, p);
     st = stats_of(pool);
     assert_int_equal(st.held.current, 48 * MiB);
     assert_int_equal(st.driver_allocs, 1);
-    SP(sp_free(pool, q, s));
+    SP(sp_free(pool, q, fx.a));
     uint64_t retries = st.limit_retries;
-    SP(sp_alloc(pool, &q, 60 * MiB, s)); /* does not fit: the cached 48 MiB goes back first */
+    SP(sp_alloc(pool, &q, 60 * MiB, fx.a)); /* does not fit: the cached 48 MiB goes back first */
     st = stats_of(pool);
     assert_int_equal(st.held.current, 60 * MiB);
     assert_int_equal(st.limit_retries, retries); /* a miss gave it back: no limit refusal */
@@ -257,8 +255,8 @@ static void limit_rejects_then_recovers(void **state)
     assert_int_equal(st.driver_allocs, 2);
     assert_int_equal(st.driver_frees, 1);
     assert_true(st.held.peak <= 64 * MiB);
-    SP(sp_free(pool, q, s));
-    CK(cudaStreamSynchronize(s));
+    SP(sp_free(pool, q, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
     uint64_t reserved = 0;
     CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent, &reserved));
     assert_true(reserved <= 64 * MiB); /* not above the limit past a synchronize */
@@ -272,28 +270,26 @@ static void limit_rejects_then_recovers(void **state)
 static void limit_reuses_ranges_its_synchronize_settled(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t a = fx.a, b = fx.b;
     sp_pool *pool;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 8 * MiB;
-    SP(sp_pool_create(rt, "merge-at-limit", &cfg, &pool));
+    SP(sp_pool_create(fx.rt, "merge-at-limit", &cfg, &pool));
     void *whole, *x, *y, *z, *p = (void *)0x9;
-    SP(sp_alloc(pool, &whole, 8 * MiB, a));        /* one 8 MiB segment: the whole limit */
-    SP(sp_free(pool, whole, a));
-    SP(sp_alloc(pool, &x, 3 * MiB, a));            /* [0, 3) */
-    SP(sp_alloc(pool, &y, 2 * MiB, a));            /* [3, 5) */
-    SP(sp_alloc(pool, &z, 3 * MiB, a));            /* [5, 8) */
+    SP(sp_alloc(pool, &whole, 8 * MiB, fx.a));        /* one 8 MiB segment: the whole limit */
+    SP(sp_free(pool, whole, fx.a));
+    SP(sp_alloc(pool, &x, 3 * MiB, fx.a));            /* [0, 3) */
+    SP(sp_alloc(pool, &y, 2 * MiB, fx.a));            /* [3, 5) */
+    SP(sp_alloc(pool, &z, 3 * MiB, fx.a));            /* [5, 8) */
     assert_ptr_equal(y, (char *)x + 3 * MiB);
     assert_ptr_equal(z, (char *)x + 5 * MiB);
-    CK(cudaStreamSynchronize(a));
-    SP(sp_free(pool, z, b));                       /* b is ordered after a's use of z */
+    CK(cudaStreamSynchronize(fx.a));
+    SP(sp_free(pool, z, fx.b));                       /* b is ordered after a's use of z */
     SP(sp_pool_trim(pool, 8 * MiB));               /* keeps everything; z's free is settled */
-    SP(sp_free(pool, y, a));                       /* pending on a, next to z */
+    SP(sp_free(pool, y, fx.a));                       /* pending on a, next to z */
     sp_stats st = stats_of(pool);
     assert_int_equal(st.held.current, 8 * MiB);
     assert_int_equal(st.driver_allocs, 1);
-    SP(sp_alloc(pool, &p, 5 * MiB, a));            /* y and z merged */
+    SP(sp_alloc(pool, &p, 5 * MiB, fx.a));            /* y and z merged */
     assert_ptr_equal(p, y);
     st = stats_of(pool);
     assert_int_equal(st.limit_rejections, 0);
@@ -301,8 +297,8 @@ static void limit_reuses_ranges_its_synchronize_settled(void **state)
     assert_int_equal(st.held.current, 8 * MiB);
     assert_int_equal(st.active.current, 8 * MiB);
     assert_int_equal(st.requested.current, 8 * MiB);
-    SP(sp_free(pool, p, a));
-    SP(sp_free(pool, x, a));
+    SP(sp_free(pool, p, fx.a));
+    SP(sp_free(pool, x, fx.a));
 }
 
 typedef struct {
@@ -540,16 +536,14 @@ static int count_callback(sp_pool *pool, size_t bytes, cudaStream_t stream, void
 static void larger_than_device_fails_fast(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
     sp_pool *x, *y;
-    SP(sp_pool_create(rt, "X", NULL, &x));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
-    SP(sp_runtime_set_oom_callback(rt, count_callback, NULL));
+    SP(sp_pool_create(fx.rt, "X", NULL, &x));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
+    SP(sp_runtime_set_oom_callback(fx.rt, count_callback, NULL));
     void *p, *q = (void *)0x7;
-    SP(sp_alloc(x, &p, 1 * GiB, s));
-    SP(sp_free(x, p, s));
-    assert_int_equal(sp_alloc(y, &q, 5 * GiB, s), SP_ERR_OUT_OF_MEMORY);
+    SP(sp_alloc(x, &p, 1 * GiB, fx.a));
+    SP(sp_free(x, p, fx.a));
+    assert_int_equal(sp_alloc(y, &q, 5 * GiB, fx.a), SP_ERR_OUT_OF_MEMORY);
     assert_ptr_equal(q, (void *)0x7);
     assert_int_equal(callback_calls, 0);
     sp_stats sx = stats_of(x), sy = stats_of(y);
@@ -560,7 +554,7 @@ static void larger_than_device_fails_fast(void **state)
     assert_int_equal(sy.held.current, 0);
     assert_int_equal(sy.held.total, 0); /* the refused claim left no trace */
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.bytes, 5 * GiB);
 }
 
@@ -635,29 +629,27 @@ static int free_other_pool(sp_pool *pool, size_t bytes, cudaStream_t stream, voi
 static void oom_callback_retry_reclaims_every_pool(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
     sp_pool *x, *y;
-    SP(sp_pool_create(rt, "X", NULL, &x));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
-    free_other_ctx ctx = {x, NULL, s, 0};
-    SP(sp_alloc(x, &ctx.block, 600 * MiB, s));
-    SP(sp_runtime_set_oom_callback(rt, free_other_pool, &ctx));
+    SP(sp_pool_create(fx.rt, "X", NULL, &x));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
+    free_other_ctx ctx = {x, NULL, fx.a, 0};
+    SP(sp_alloc(x, &ctx.block, 600 * MiB, fx.a));
+    SP(sp_runtime_set_oom_callback(fx.rt, free_other_pool, &ctx));
     void *p;
-    SP(sp_alloc(y, &p, 700 * MiB, s));
+    SP(sp_alloc(y, &p, 700 * MiB, fx.a));
     assert_int_equal(ctx.calls, 1);
     sp_stats sx = stats_of(x), sy = stats_of(y);
     assert_int_equal(sx.held.current, 0);
     assert_int_equal(sy.held.current, 700 * MiB);
     assert_int_equal(sy.ooms, 0);
     void *q = NULL;
-    assert_int_equal(sp_alloc(y, &q, 400 * MiB + 1, s), SP_ERR_OUT_OF_MEMORY);
+    assert_int_equal(sp_alloc(y, &q, 400 * MiB + 1, fx.a), SP_ERR_OUT_OF_MEMORY);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.status, SP_ERR_OUT_OF_MEMORY);
     assert_int_equal(r.bytes, 400 * MiB + 1);
     assert_int_equal(r.rounded, 400 * MiB + 512);
-    SP(sp_free(y, p, s));
+    SP(sp_free(y, p, fx.a));
 }
 
 /* A request the driver refuses changes no figure: no peak, no total, in the pool or the
@@ -665,17 +657,15 @@ static void oom_callback_retry_reclaims_every_pool(void **state)
 static void refused_request_changes_no_figure(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "P", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "P", NULL, &pool));
     void *p, *q = NULL;
-    SP(sp_alloc(pool, &p, 200 * MiB, s));
+    SP(sp_alloc(pool, &p, 200 * MiB, fx.a));
     sp_stats before = stats_of(pool), rt_before = {.size = sizeof rt_before};
-    SP(sp_runtime_stats(rt, &rt_before));
-    assert_int_equal(sp_alloc(pool, &q, 900 * MiB, s), SP_ERR_OUT_OF_MEMORY);
+    SP(sp_runtime_stats(fx.rt, &rt_before));
+    assert_int_equal(sp_alloc(pool, &q, 900 * MiB, fx.a), SP_ERR_OUT_OF_MEMORY);
     sp_stats after = stats_of(pool), rt_after = {.size = sizeof rt_after};
-    SP(sp_runtime_stats(rt, &rt_after));
+    SP(sp_runtime_stats(fx.rt, &rt_after));
     assert_int_equal(after.held.current, 200 * MiB);
     assert_int_equal(after.held.peak, before.held.peak);
     assert_int_equal(after.held.total, before.held.total);
@@ -684,7 +674,7 @@ static void refused_request_changes_no_figure(void **state)
     assert_int_equal(rt_after.held.peak, rt_before.held.peak);
     assert_int_equal(rt_after.held.total, rt_before.held.total);
     assert_int_equal(rt_after.held.current, rt_before.held.current);
-    SP(sp_free(pool, p, s));
+    SP(sp_free(pool, p, fx.a));
 }
 
 /* ---- holding a thread inside the driver's allocation ---- */
@@ -752,17 +742,15 @@ static void *alloc_held_in_driver(void *arg)
 static void read_during_a_refused_request_counts_no_claim(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "P", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "P", NULL, &pool));
     void *p;
-    SP(sp_alloc(pool, &p, 200 * MiB, s));
+    SP(sp_alloc(pool, &p, 200 * MiB, fx.a));
     sp_stats before = stats_of(pool), rt_before = {.size = sizeof rt_before};
-    SP(sp_runtime_stats(rt, &rt_before));
+    SP(sp_runtime_stats(fx.rt, &rt_before));
     assert_int_equal(before.held.current, 200 * MiB);
 
-    held_alloc a = {pool, s, NULL, -1};
+    held_alloc a = {pool, fx.a, NULL, -1};
     in_malloc.inside = in_malloc.proceed = false;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, alloc_held_in_driver, &a), 0);
@@ -772,7 +760,7 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
     pthread_mutex_unlock(&in_malloc.mu);
 
     sp_stats during = stats_of(pool), rt_during = {.size = sizeof rt_during};
-    SP(sp_runtime_stats(rt, &rt_during)); /* the driver has not answered the claim yet */
+    SP(sp_runtime_stats(fx.rt, &rt_during)); /* the driver has not answered the claim yet */
     assert_int_equal(during.held.current, 200 * MiB);
     assert_int_equal(during.held.peak, before.held.peak);
     assert_int_equal(during.cached.current, before.cached.current);
@@ -788,7 +776,7 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
     assert_int_equal(after.held.peak, before.held.peak);
     assert_int_equal(after.held.total, before.held.total);
     assert_int_equal(after.cached.peak, before.cached.peak);
-    SP(sp_free(pool, p, s));
+    SP(sp_free(pool, p, fx.a));
 }
 
 /* A pool's unused reservation is no part of what its limit refuses: A (reserve 1 GiB, limit
@@ -835,32 +823,30 @@ static void free_reservation_is_not_counted_against_the_limit(void **state)
 static void capture_limit_rejection_is_reported(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
     sp_pool *pool;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 8 * MiB;
-    SP(sp_pool_create(rt, "graphs", &cfg, &pool));
+    SP(sp_pool_create(fx.rt, "graphs", &cfg, &pool));
     void *p, *q = (void *)0x5;
-    SP(sp_stream_capture_begin(rt, s));
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    SP(sp_alloc(pool, &p, 6 * MiB, s));
-    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, s), SP_ERR_LIMIT);
+    SP(sp_stream_capture_begin(fx.rt, fx.a));
+    CK(cudaStreamBeginCapture(fx.a, cudaStreamCaptureModeGlobal));
+    SP(sp_alloc(pool, &p, 6 * MiB, fx.a));
+    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, fx.a), SP_ERR_LIMIT);
     assert_ptr_equal(q, (void *)0x5);
-    SP(sp_free(pool, p, s));
+    SP(sp_free(pool, p, fx.a));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-    SP(sp_stream_capture_end(rt, s));
+    CK(cudaStreamEndCapture(fx.a, &g));
+    SP(sp_stream_capture_end(fx.rt, fx.a));
     CK(cudaGraphDestroy(g));
     assert_int_equal(stats_of(pool).limit_rejections, 1);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.failures, 1);
     assert_int_equal(r.status, SP_ERR_LIMIT);
     assert_string_equal(r.pool, "graphs");
     assert_int_equal(r.bytes, 4 * MiB);
     assert_int_equal(r.rounded, 4 * MiB);
-    assert_ptr_equal(r.stream, s);
+    assert_ptr_equal(r.stream, fx.a);
 }
 
 /* Reclaim goes up the priorities only as far as the request needs: on a 4 GiB device with 1 GiB

@@ -73,9 +73,8 @@ static void every_init_macro_sets_its_structs_size(void **state)
 static void stats_of_the_previous_version_are_filled_and_nothing_past_them(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     void *p;
     SP(sp_alloc(pool, &p, 4096, cudaStreamPerThread));
     const size_t v3 = offsetof(sp_stats, reserve);
@@ -89,7 +88,7 @@ static void stats_of_the_previous_version_are_filled_and_nothing_past_them(void 
     assert_int_equal(st.streams, 1);
     untouched_past(&st, v3, sizeof st);
     canary_with_size(&st, sizeof st, v3);
-    SP(sp_runtime_stats(rt, &st));
+    SP(sp_runtime_stats(fx.rt, &st));
     assert_int_equal(st.size, v3);
     assert_int_equal(st.allocs, 1);
     untouched_past(&st, v3, sizeof st);
@@ -100,16 +99,14 @@ static void stats_of_the_previous_version_are_filled_and_nothing_past_them(void 
 static void stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_size(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
-    cudaStream_t s = fx.a;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     void *p;
-    SP(sp_alloc(pool, &p, 4096, s));
+    SP(sp_alloc(pool, &p, 4096, fx.a));
     const size_t nameless = offsetof(sp_stream_usage, name);
     sp_stream_usage u;
     canary_with_size(&u, sizeof u, nameless);
-    SP(sp_stream_stats(pool, s, &u));
+    SP(sp_stream_stats(pool, fx.a, &u));
     assert_int_equal(u.size, nameless);
     assert_int_equal(u.version, SP_STREAM_STATS_VERSION);
     assert_int_equal(u.requested, 4096);
@@ -119,13 +116,13 @@ static void stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_
     const size_t streamless = offsetof(sp_ptr_info, stream);
     sp_ptr_info info;
     canary_with_size(&info, sizeof info, streamless);
-    SP(sp_pointer_info(rt, p, &info));
+    SP(sp_pointer_info(fx.rt, p, &info));
     assert_int_equal(info.size, streamless);
     assert_int_equal(info.state, SP_POINTER_LIVE);
     assert_ptr_equal(info.pool, pool);
     assert_int_equal(info.requested, 4096);
     untouched_past(&info, streamless, sizeof info);
-    SP(sp_free(pool, p, s));
+    SP(sp_free(pool, p, fx.a));
 }
 
 /* sp_oom_report from before the status and the stream name: filled up to the pools, and its
@@ -133,17 +130,16 @@ static void stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_
 static void oom_report_of_the_previous_version_is_filled_and_nothing_past_it(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 2 * MiB;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "small", &cfg, &pool));
+    SP(sp_pool_create(fx.rt, "small", &cfg, &pool));
     void *p = NULL;
     assert_int_equal(sp_alloc(pool, &p, 4 * MiB, cudaStreamPerThread), SP_ERR_NEVER_FITS);
     const size_t before_status = offsetof(sp_oom_report, status);
     sp_oom_report r;
     canary_with_size(&r, sizeof r, before_status);
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.size, before_status);
     assert_int_equal(r.failures, 1);
     assert_string_equal(r.pool, "small");
@@ -161,9 +157,8 @@ static void oom_report_of_the_previous_version_is_filled_and_nothing_past_it(voi
 static void request_end_fills_a_shorter_request_stats_up_to_its_size(void **state)
 {
     (void)state;
-    sp_runtime *rt = fx.rt;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     sp_request req;
     SP(sp_request_begin(pool, cudaStreamPerThread, NULL, &req));
     void *p;
