@@ -14,15 +14,6 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static sp_pool *limited_pool(sp_runtime *rt, const char *name, uint64_t limit)
-{
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = limit;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
-}
-
 static int admit(sp_pool *pool, cudaStream_t s, uint64_t bytes, sp_request *out)
 {
     sp_request_config cfg = SP_REQUEST_CONFIG_INIT;
@@ -48,7 +39,7 @@ static void codes_say_now_or_never(void **state)
 static void refusal_makes_no_cuda_call(void **state)
 {
     (void)state;
-    sp_pool *pool = limited_pool(fx.rt, "tenant", 16 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "tenant", 16 * MiB, 0, UINT64_MAX);
     void *live;
     SP(sp_alloc(pool, &live, 12 * MiB, fx.a)); /* 12 MiB live: 4 MiB of room */
     sp_stats before = stats_of(pool);
@@ -77,7 +68,7 @@ static void refusal_makes_no_cuda_call(void **state)
 static void claim_released_exactly_at_end(void **state)
 {
     (void)state;
-    sp_pool *pool = limited_pool(fx.rt, "tenant", 16 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "tenant", 16 * MiB, 0, UINT64_MAX);
     sp_request a, b, c;
     SP(admit(pool, fx.a, 9 * MiB + 1, &a)); /* claims 10 MiB */
     assert_int_equal(admit(pool, fx.a, 6 * MiB + 1, &b), SP_ERR_LIMIT); /* would be 8: 18 > 16 */
@@ -115,7 +106,7 @@ static void claim_released_exactly_at_end(void **state)
 static void alloc_larger_than_limit_never_fits(void **state)
 {
     (void)state;
-    sp_pool *pool = limited_pool(fx.rt, "tenant", 16 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "tenant", 16 * MiB, 0, UINT64_MAX);
     void *p, *q = NULL;
     assert_int_equal(sp_alloc(pool, &q, 16 * MiB + 1, fx.a), SP_ERR_NEVER_FITS);
     sp_oom_report r = {.size = sizeof r};
@@ -141,7 +132,7 @@ static void alloc_larger_than_limit_never_fits(void **state)
 static void bad_configs_are_refused(void **state)
 {
     (void)state;
-    sp_pool *pool = limited_pool(fx.rt, "tenant", 16 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "tenant", 16 * MiB, 0, UINT64_MAX);
     sp_request req;
     assert_int_equal(sp_request_begin_with(pool, NULL, NULL, &req), SP_ERR_INVALID);
     sp_request_config cfg = {0};
@@ -214,7 +205,7 @@ static void wait_step(filler *f)
 static void admitted_request_never_meets_the_limit(void **state)
 {
     (void)state;
-    sp_pool *pool = limited_pool(fx.rt, "tenant", 64 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "tenant", 64 * MiB, 0, UINT64_MAX);
     filler f = {.pool = pool, .stream = new_stream()};
     atomic_init(&f.order, IDLE);
     atomic_init(&f.done, IDLE);

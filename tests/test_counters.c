@@ -78,16 +78,6 @@ static sp_runtime *exact_runtime(void)
     return track_runtime(0, &cfg);
 }
 
-static sp_pool *tenant_pool(sp_runtime *rt, const char *name, uint64_t limit, uint64_t cache_limit)
-{
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = limit;
-    cfg.cache_limit = cache_limit;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
-}
-
 /* Caches `n` small blocks of 1 MiB (two to a 2 MiB slab) on stream s, settled. */
 static void cache_small(sp_pool *pool, cudaStream_t s, int n)
 {
@@ -103,7 +93,7 @@ static void cache_small(sp_pool *pool, cudaStream_t s, int n)
 static void calls_move_their_counters(void **state)
 {
     (void)state;
-    sp_pool *pool = tenant_pool(fx.rt, "p", 0, UINT64_MAX);
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, UINT64_MAX);
     void *p, *q;
     counters c = read_counters(pool);
     SP(sp_alloc(pool, &p, 1000, fx.a)); /* a fresh slab */
@@ -132,7 +122,7 @@ static void calls_move_their_counters(void **state)
 static void trim_moves_trims(void **state)
 {
     (void)state;
-    sp_pool *pool = tenant_pool(fx.rt, "p", 0, UINT64_MAX);
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, UINT64_MAX);
     cache_small(pool, fx.a, 4); /* two slabs cached */
     counters c = read_counters(pool);
     SP(sp_pool_trim(pool, 0));
@@ -143,7 +133,7 @@ static void trim_moves_trims(void **state)
 static void cache_limit_release_moves_its_counters(void **state)
 {
     (void)state;
-    sp_pool *pool = tenant_pool(fx.rt, "p", 0, 2 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, 2 * MiB);
     void *p[4];
     for (int i = 0; i < 4; i++)
         SP(sp_alloc(pool, &p[i], MiB, fx.a));
@@ -159,7 +149,7 @@ static void oom_retry_moves_oom_retries(void **state)
 {
     (void)state;
     sp_runtime *rt = exact_runtime();
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
+    sp_pool *pool = pool_of(rt, "p", 0, 0, UINT64_MAX);
     cudaStream_t s = new_stream();
     cache_small(pool, s, 16); /* 8 slabs: 16 MiB cached */
     CK(cudasimSetDeviceMemory(0, 32 * MiB));
@@ -181,8 +171,8 @@ static void reclaim_moves_the_victims_counters(void **state)
 {
     (void)state;
     sp_runtime *rt = exact_runtime();
-    sp_pool *victim = tenant_pool(rt, "victim", 0, UINT64_MAX);
-    sp_pool *needy = tenant_pool(rt, "needy", 0, UINT64_MAX);
+    sp_pool *victim = pool_of(rt, "victim", 0, 0, UINT64_MAX);
+    sp_pool *needy = pool_of(rt, "needy", 0, 0, UINT64_MAX);
     cudaStream_t s = new_stream();
     cache_small(victim, s, 16); /* 16 MiB cached in the victim */
     CK(cudasimSetDeviceMemory(0, 32 * MiB));
@@ -199,7 +189,7 @@ static void reclaim_moves_the_victims_counters(void **state)
 static void limit_moves_limit_counters(void **state)
 {
     (void)state;
-    sp_pool *pool = tenant_pool(fx.rt, "p", 8 * MiB, UINT64_MAX);
+    sp_pool *pool = pool_of(fx.rt, "p", 8 * MiB, 0, UINT64_MAX);
     void *p, *q;
     SP(sp_alloc(pool, &p, 6 * MiB, fx.a));
     counters c = read_counters(pool);
@@ -215,7 +205,7 @@ static void limit_moves_limit_counters(void **state)
 static void requests_move_admission_and_fence_counters(void **state)
 {
     (void)state;
-    sp_pool *pool = tenant_pool(fx.rt, "p", 8 * MiB, UINT64_MAX);
+    sp_pool *pool = pool_of(fx.rt, "p", 8 * MiB, 0, UINT64_MAX);
     sp_request_config cfg = SP_REQUEST_CONFIG_INIT;
     cfg.expected_bytes = 6 * MiB;
     sp_request r1, r2;
@@ -236,7 +226,7 @@ static void requests_move_admission_and_fence_counters(void **state)
 static void capture_moves_capture_bypasses(void **state)
 {
     (void)state;
-    sp_pool *pool = tenant_pool(fx.rt, "p", 0, UINT64_MAX);
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, UINT64_MAX);
     SP(sp_stream_capture_begin(fx.rt, fx.a));
     counters c = read_counters(pool);
     void *p;
@@ -252,7 +242,7 @@ static void capture_moves_capture_bypasses(void **state)
 static void refused_give_back_moves_give_back_failures(void **state)
 {
     (void)state;
-    sp_pool *pool = tenant_pool(fx.rt, "p", 0, UINT64_MAX);
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, UINT64_MAX);
     cache_small(pool, fx.a, 2); /* one slab */
     CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorInvalidValue, 0));
     counters c = read_counters(pool);

@@ -19,13 +19,6 @@ static sp_runtime *runtime_with(const char *alloc_conf)
     return track_runtime(0, &cfg);
 }
 
-static sp_pool *default_pool(sp_runtime *rt)
-{
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    return pool;
-}
-
 static sp_pointer_state state_of(sp_runtime *rt, void *p)
 {
     sp_ptr_info info = {.size = sizeof info};

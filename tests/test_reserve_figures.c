@@ -12,21 +12,12 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static sp_pool *reserving_pool(sp_runtime *rt, const char *name, uint64_t reserve)
-{
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.reserve = reserve;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
-}
-
 /* held + reserve_idle == the cudaMemPool's reserved bytes, whatever part of the reservation is
  * in use; above the reservation the idle part is 0. */
 static void held_and_idle_reservation_add_up(void **state)
 {
     (void)state;
-    sp_pool *pool = reserving_pool(fx.rt, "kv", 256 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "kv", 0, 256 * MiB, UINT64_MAX);
     sp_stats st = stats_of(pool);
     assert_int_equal(st.version, 4);
     assert_int_equal(st.held.current, 0);
@@ -52,7 +43,7 @@ static void held_and_idle_reservation_add_up(void **state)
     assert_int_equal(st.held.current, 300 * MiB);
     assert_int_equal(st.pool_reserved, 300 * MiB);
     /* the runtime's figures sum the pools' */
-    sp_pool *other = reserving_pool(fx.rt, "other", 64 * MiB);
+    sp_pool *other = pool_of(fx.rt, "other", 0, 64 * MiB, UINT64_MAX);
     (void)other;
     sp_stats rst = {.size = sizeof rst};
     SP(sp_runtime_stats(fx.rt, &rst));
@@ -66,7 +57,7 @@ static void held_and_idle_reservation_add_up(void **state)
 static void every_output_shows_the_reservation(void **state)
 {
     (void)state;
-    sp_pool *pool = reserving_pool(fx.rt, "kv", 256 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "kv", 0, 256 * MiB, UINT64_MAX);
     SP(sp_pool_trim(pool, 0));
     sp_stats st = stats_of(pool);
     char buf[16384];

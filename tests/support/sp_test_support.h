@@ -15,6 +15,28 @@ static inline sp_stats stats_of(sp_pool *pool)
     return st;
 }
 
+/* The runtime's default pool. */
+static inline sp_pool *default_pool(sp_runtime *rt)
+{
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    return pool;
+}
+
+/* A pool named `name` of rt with this limit, reservation and cache limit (0, 0 and UINT64_MAX
+ * are the defaults); the rest of its configuration the defaults. */
+static inline sp_pool *pool_of(sp_runtime *rt, const char *name, uint64_t limit, uint64_t reserve,
+                               uint64_t cache_limit)
+{
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = limit;
+    cfg.reserve = reserve;
+    cfg.cache_limit = cache_limit;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, name, &cfg, &pool));
+    return pool;
+}
+
 static inline cudaStream_t new_stream(void)
 {
     cudaStream_t s;
@@ -79,6 +101,14 @@ static inline int teardown_runtimes(void **state)
 #define TRACKED(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
 
 #ifdef SP_CUDASIM
+/* The teardown of the fault suites: the injected faults cleared first, so that the runtime of a
+ * failed test can still be destroyed. */
+static inline int teardown_faults(void **state)
+{
+    cudasimClearFaults();
+    return teardown_runtimes(state);
+}
+
 /* A tracked runtime with exact figures at every read (stats_flush_bytes 0) on a device of
  * `bytes` (emulator only: cudasimSetDeviceMemory). */
 static inline sp_runtime *exact_runtime_on_device_of(uint64_t bytes)
