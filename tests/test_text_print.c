@@ -43,9 +43,7 @@ static reporting_runtime *busy_runtime(void)
 {
     static reporting_runtime r;
     r.rt = track_runtime(0, NULL);
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 4 * MiB;
-    SP(sp_pool_create(r.rt, "chat", &cfg, &r.pool));
+    r.pool = pool_of(r.rt, "chat", 4 * MiB, 0, UINT64_MAX);
     SP(sp_stream_set_name(r.rt, cudaStreamPerThread, "worker-1"));
     SP(sp_alloc(r.pool, &r.live, 5000, cudaStreamPerThread));
     void *p = NULL;
@@ -63,51 +61,85 @@ static void end_busy_runtime(reporting_runtime *r)
     destroy_runtime(r->rt);
 }
 
-static void each_report_prints_the_text_of_its_buffer_form(void **state)
+static char want[1 << 16]; /* the buffer form's text */
+static collected got;      /* the print's */
+
+static collected *fresh(collected *c)
+{
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+/* The print succeeded and gave exactly the buffer form's text, `needed` bytes long. */
+static void printed_the_buffer_forms_text(int print_status, size_t needed)
+{
+    SP(print_status);
+    assert_int_equal(got.len, needed);
+    assert_string_equal(got.text, want);
+}
+
+static void stats_json_prints_as_its_buffer_form(void **state)
 {
     (void)state;
     reporting_runtime *r = busy_runtime();
-    static char want[1 << 16];
-    static collected got;
-    size_t needed = 0;
+    size_t needed = sp_stats_json(&r->stats, want, sizeof want);
+    printed_the_buffer_forms_text(sp_stats_print(&r->stats, SP_TEXT_JSON, collect, fresh(&got)),
+                                  needed);
+    end_busy_runtime(r);
+}
 
-    memset(&got, 0, sizeof got);
-    needed = sp_stats_json(&r->stats, want, sizeof want);
-    SP(sp_stats_print(&r->stats, SP_TEXT_JSON, collect, &got));
-    assert_int_equal(got.len, needed);
-    assert_string_equal(got.text, want);
+static void stats_summary_prints_as_its_buffer_form(void **state)
+{
+    (void)state;
+    reporting_runtime *r = busy_runtime();
+    size_t needed = sp_stats_summary(&r->stats, want, sizeof want);
+    printed_the_buffer_forms_text(
+        sp_stats_print(&r->stats, SP_TEXT_SUMMARY, collect, fresh(&got)), needed);
+    end_busy_runtime(r);
+}
 
-    memset(&got, 0, sizeof got);
-    needed = sp_stats_summary(&r->stats, want, sizeof want);
-    SP(sp_stats_print(&r->stats, SP_TEXT_SUMMARY, collect, &got));
-    assert_int_equal(got.len, needed);
-    assert_string_equal(got.text, want);
-
-    memset(&got, 0, sizeof got);
-    needed = sp_oom_report_json(&r->oom, want, sizeof want);
-    SP(sp_oom_report_print(&r->oom, SP_TEXT_JSON, collect, &got));
-    assert_int_equal(got.len, needed);
-    assert_string_equal(got.text, want);
+static void oom_report_json_prints_as_its_buffer_form(void **state)
+{
+    (void)state;
+    reporting_runtime *r = busy_runtime();
+    size_t needed = sp_oom_report_json(&r->oom, want, sizeof want);
+    printed_the_buffer_forms_text(
+        sp_oom_report_print(&r->oom, SP_TEXT_JSON, collect, fresh(&got)), needed);
     assert_non_null(strstr(got.text, "\"stream_name\":\"worker-1\""));
+    end_busy_runtime(r);
+}
 
-    memset(&got, 0, sizeof got);
+static void pool_summary_prints_as_its_buffer_form(void **state)
+{
+    (void)state;
+    reporting_runtime *r = busy_runtime();
+    size_t needed = 0;
     SP(sp_pool_summary(r->pool, want, sizeof want, &needed));
-    SP(sp_pool_print(r->pool, SP_TEXT_SUMMARY, collect, &got));
-    assert_int_equal(got.len, needed);
-    assert_string_equal(got.text, want);
+    printed_the_buffer_forms_text(sp_pool_print(r->pool, SP_TEXT_SUMMARY, collect, fresh(&got)),
+                                  needed);
     assert_non_null(strstr(got.text, "chat"));
+    end_busy_runtime(r);
+}
 
-    memset(&got, 0, sizeof got);
+static void runtime_summary_prints_as_its_buffer_form(void **state)
+{
+    (void)state;
+    reporting_runtime *r = busy_runtime();
+    size_t needed = 0;
     SP(sp_runtime_summary(r->rt, want, sizeof want, &needed));
-    SP(sp_runtime_print(r->rt, SP_TEXT_SUMMARY, collect, &got));
-    assert_int_equal(got.len, needed);
-    assert_string_equal(got.text, want);
+    printed_the_buffer_forms_text(
+        sp_runtime_print(r->rt, SP_TEXT_SUMMARY, collect, fresh(&got)), needed);
+    end_busy_runtime(r);
+}
 
-    memset(&got, 0, sizeof got);
+static void prometheus_text_prints_as_its_buffer_form(void **state)
+{
+    (void)state;
+    reporting_runtime *r = busy_runtime();
+    size_t needed = 0;
     SP(sp_runtime_metrics_prometheus(r->rt, want, sizeof want, &needed));
-    SP(sp_runtime_print(r->rt, SP_TEXT_PROMETHEUS, collect, &got));
-    assert_int_equal(got.len, needed);
-    assert_string_equal(got.text, want);
+    printed_the_buffer_forms_text(
+        sp_runtime_print(r->rt, SP_TEXT_PROMETHEUS, collect, fresh(&got)), needed);
     assert_non_null(strstr(got.text, "streampool_allocs_total{device=\"0\",pool=\"chat\"} 1\n"));
     end_busy_runtime(r);
 }
@@ -116,13 +148,10 @@ static void a_writer_that_stops_ends_the_print_with_sp_err_io(void **state)
 {
     (void)state;
     reporting_runtime *r = busy_runtime();
-    static collected got;
-    memset(&got, 0, sizeof got);
-    got.stop_after = 1;
+    fresh(&got)->stop_after = 1;
     assert_int_equal(sp_runtime_print(r->rt, SP_TEXT_PROMETHEUS, collect, &got), SP_ERR_IO);
     assert_int_equal(got.calls, 1);
-    memset(&got, 0, sizeof got);
-    got.stop_after = 1;
+    fresh(&got)->stop_after = 1;
     assert_int_equal(sp_stats_print(&r->stats, SP_TEXT_JSON, collect, &got), SP_ERR_IO);
     assert_int_equal(got.calls, 1);
     end_busy_runtime(r);
@@ -132,8 +161,7 @@ static void a_format_the_subject_has_not_is_refused_before_any_write(void **stat
 {
     (void)state;
     reporting_runtime *r = busy_runtime();
-    static collected got;
-    memset(&got, 0, sizeof got);
+    fresh(&got);
     assert_int_equal(sp_stats_print(&r->stats, SP_TEXT_PROMETHEUS, collect, &got),
                      SP_ERR_INVALID);
     assert_int_equal(sp_oom_report_print(&r->oom, SP_TEXT_SUMMARY, collect, &got),
@@ -156,11 +184,10 @@ static void one_call_forms_give_the_text_their_print_writes(void **state)
 {
     (void)state;
     reporting_runtime *r = busy_runtime();
-    static collected got;
     char *text = NULL;
 #define SAME_AS_PRINT(alloc_call, print_call)                                                  \
     do {                                                                                       \
-        memset(&got, 0, sizeof got);                                                           \
+        fresh(&got);                                                                           \
         SP(print_call);                                                                        \
         SP(alloc_call);                                                                        \
         assert_string_equal(text, got.text);                                                   \
@@ -188,14 +215,15 @@ static void one_call_forms_give_the_text_their_print_writes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(each_report_prints_the_text_of_its_buffer_form,
-                                  teardown_runtimes),
-        cmocka_unit_test_teardown(a_writer_that_stops_ends_the_print_with_sp_err_io,
-                                  teardown_runtimes),
-        cmocka_unit_test_teardown(a_format_the_subject_has_not_is_refused_before_any_write,
-                                  teardown_runtimes),
-        cmocka_unit_test_teardown(one_call_forms_give_the_text_their_print_writes,
-                                  teardown_runtimes),
+        TRACKED(stats_json_prints_as_its_buffer_form),
+        TRACKED(stats_summary_prints_as_its_buffer_form),
+        TRACKED(oom_report_json_prints_as_its_buffer_form),
+        TRACKED(pool_summary_prints_as_its_buffer_form),
+        TRACKED(runtime_summary_prints_as_its_buffer_form),
+        TRACKED(prometheus_text_prints_as_its_buffer_form),
+        TRACKED(a_writer_that_stops_ends_the_print_with_sp_err_io),
+        TRACKED(a_format_the_subject_has_not_is_refused_before_any_write),
+        TRACKED(one_call_forms_give_the_text_their_print_writes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

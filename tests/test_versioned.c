@@ -244,25 +244,29 @@ typedef struct {
     uint64_t expected_bytes;
 } old_request_config;
 
+/* Every field of the old layout stands where it stood, and the struct is as long. */
 #define SAME_PLACE(old, now, field)                                                           \
-    _Static_assert(offsetof(old, field) == offsetof(now, field), #now "." #field " moved")
-SAME_PLACE(old_runtime_config, sp_runtime_config, capture_check);
-SAME_PLACE(old_runtime_config, sp_runtime_config, stats_flush_bytes);
-SAME_PLACE(old_runtime_config, sp_runtime_config, alloc_conf);
-_Static_assert(sizeof(old_runtime_config) == sizeof(sp_runtime_config), "size changed");
-SAME_PLACE(old_pool_config, sp_pool_config, release_threshold);
-SAME_PLACE(old_pool_config, sp_pool_config, cross_stream);
-SAME_PLACE(old_pool_config, sp_pool_config, limit);
-SAME_PLACE(old_pool_config, sp_pool_config, reserve);
-SAME_PLACE(old_pool_config, sp_pool_config, cache_limit);
-SAME_PLACE(old_pool_config, sp_pool_config, priority);
-_Static_assert(sizeof(old_pool_config) == sizeof(sp_pool_config), "size changed");
-SAME_PLACE(old_request_stats, sp_request_stats, id);
-SAME_PLACE(old_request_stats, sp_request_stats, fences_recorded);
-_Static_assert(sizeof(old_request_stats) == sizeof(sp_request_stats), "size changed");
-SAME_PLACE(old_request_config, sp_request_config, label);
-SAME_PLACE(old_request_config, sp_request_config, expected_bytes);
-_Static_assert(sizeof(old_request_config) == sizeof(sp_request_config), "size changed");
+    _Static_assert(offsetof(old, field) == offsetof(now, field), #now "." #field " moved");
+#define RUNTIME_CONFIG_PLACE(f) SAME_PLACE(old_runtime_config, sp_runtime_config, f)
+#define POOL_CONFIG_PLACE(f) SAME_PLACE(old_pool_config, sp_pool_config, f)
+#define REQUEST_STATS_PLACE(f) SAME_PLACE(old_request_stats, sp_request_stats, f)
+#define REQUEST_CONFIG_PLACE(f) SAME_PLACE(old_request_config, sp_request_config, f)
+#define FIELDS_old_runtime_config(X) X(capture_check) X(stats_flush_bytes) X(alloc_conf)
+#define FIELDS_old_pool_config(X)                                                             \
+    X(release_threshold) X(cross_stream) X(limit) X(reserve) X(cache_limit) X(priority)
+#define FIELDS_old_request_stats(X)                                                           \
+    X(id) X(allocs) X(misses) X(frees) X(freed_at_end) X(freed_at_end_bytes)                  \
+    X(requested_total) X(requested_peak) X(fences_recorded)
+#define FIELDS_old_request_config(X) X(label) X(expected_bytes)
+FIELDS_old_runtime_config(RUNTIME_CONFIG_PLACE)
+FIELDS_old_pool_config(POOL_CONFIG_PLACE)
+FIELDS_old_request_stats(REQUEST_STATS_PLACE)
+FIELDS_old_request_config(REQUEST_CONFIG_PLACE)
+_Static_assert(sizeof(old_runtime_config) == sizeof(sp_runtime_config) &&
+                   sizeof(old_pool_config) == sizeof(sp_pool_config) &&
+                   sizeof(old_request_stats) == sizeof(sp_request_stats) &&
+                   sizeof(old_request_config) == sizeof(sp_request_config),
+               "a struct's size changed");
 
 /* A program built against 0.1 passes its structs as they were: every call reads them right, and
  * its size_t size reads back whole (the library wrote only the low four bytes, the same value). */
