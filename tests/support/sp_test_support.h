@@ -39,9 +39,7 @@ static inline sp_pool *pool_of(sp_runtime *rt, const char *name, uint64_t limit,
 
 static inline cudaStream_t new_stream(void)
 {
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
+    return cuda_stream(cudaStreamNonBlocking);
 }
 
 static inline void drop_stream(sp_runtime *rt, cudaStream_t s)

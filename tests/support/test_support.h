@@ -24,6 +24,14 @@
 /* A test registered with a fresh device after it (reset_device, below) as its only teardown. */
 #define RESET(fn) cmocka_unit_test_teardown(fn, reset_device)
 
+/* A stream with these flags (sp_test_support.h's new_stream: non-blocking). */
+static inline cudaStream_t cuda_stream(unsigned flags)
+{
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, flags));
+    return s;
+}
+
 /* A host function that counts its runs in the atomic_int it is given. */
 static inline void count_fn(void *arg)
 {
