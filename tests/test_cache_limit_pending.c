@@ -19,34 +19,33 @@ static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state
     cfg.cache_limit = 0;
     sp_pool *pool;
     SP(sp_pool_create(fx.rt, "strict", &cfg, &pool));
-    cudaStream_t s = new_stream(), other = new_stream();
     void *live, *huge, *medium, *small[4];
-    SP(sp_alloc(pool, &live, 4 * MiB, s));
-    CK(cudaMemsetAsync(live, 0x5a, 4 * MiB, s));
-    CK(cudaStreamSynchronize(s));
+    SP(sp_alloc(pool, &live, 4 * MiB, fx.a));
+    CK(cudaMemsetAsync(live, 0x5a, 4 * MiB, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
     uint64_t held_live = stats_of(pool).held.current;
     assert_int_equal(held_live, 4 * MiB);
 
     gate *g = gate_new();
-    gate_hold(g, s); /* everything after this on s waits for the test thread */
-    SP(sp_alloc(pool, &huge, 600 * MiB, s));
-    SP(sp_alloc(pool, &medium, 6 * MiB, s));
+    gate_hold(g, fx.a); /* everything after this on s waits for the test thread */
+    SP(sp_alloc(pool, &huge, 600 * MiB, fx.a));
+    SP(sp_alloc(pool, &medium, 6 * MiB, fx.a));
     for (int i = 0; i < 4; i++)
-        SP(sp_alloc(pool, &small[i], 512 * 1024, s));
-    CK(cudaMemsetAsync(huge, 0x11, 600 * MiB, s));
-    CK(cudaMemsetAsync(medium, 0x22, 6 * MiB, s));
+        SP(sp_alloc(pool, &small[i], 512 * 1024, fx.a));
+    CK(cudaMemsetAsync(huge, 0x11, 600 * MiB, fx.a));
+    CK(cudaMemsetAsync(medium, 0x22, 6 * MiB, fx.a));
     for (int i = 0; i < 4; i++)
-        CK(cudaMemsetAsync(small[i], 0x33, 512 * 1024, s));
+        CK(cudaMemsetAsync(small[i], 0x33, 512 * 1024, fx.a));
 
-    SP(sp_free(pool, huge, s));
+    SP(sp_free(pool, huge, fx.a));
     sp_stats st = stats_of(pool);
     assert_int_equal(st.active.current, 4 * MiB + 6 * MiB + 4 * 512 * 1024);
     assert_int_equal(st.held.current, held_live + 6 * MiB + 2 * MiB); /* the 600 MiB went */
     /* the small blocks' slab stays until the last of them is freed, and a pass that found it
      * partly live is tried again once the cache grew by a slab: at the medium block's free */
     for (int i = 0; i < 4; i++)
-        SP(sp_free(pool, small[i], s));
-    SP(sp_free(pool, medium, s));
+        SP(sp_free(pool, small[i], fx.a));
+    SP(sp_free(pool, medium, fx.a));
     st = stats_of(pool);
     assert_int_equal(st.active.current, 4 * MiB);
     assert_int_equal(st.held.current, 4 * MiB); /* what is live, with the gate still closed */
@@ -54,20 +53,18 @@ static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state
     assert_true(st.driver_frees >= 3);
 
     gate_open(g);
-    CK(cudaStreamSynchronize(s));
-    assert_true(device_bytes_are(live, 4 * MiB, 0x5a, s));
+    CK(cudaStreamSynchronize(fx.a));
+    assert_true(device_bytes_are(live, 4 * MiB, 0x5a, fx.a));
     /* the memory went back to the driver in s's order: another stream gets it */
     void *again;
-    SP(sp_alloc(pool, &again, 600 * MiB, other));
-    CK(cudaMemsetAsync(again, 0x44, 600 * MiB, other));
-    assert_true(device_bytes_are(again, 1 * MiB, 0x44, other));
-    SP(sp_free(pool, again, other));
-    SP(sp_free(pool, live, s));
+    SP(sp_alloc(pool, &again, 600 * MiB, fx.b));
+    CK(cudaMemsetAsync(again, 0x44, 600 * MiB, fx.b));
+    assert_true(device_bytes_are(again, 1 * MiB, 0x44, fx.b));
+    SP(sp_free(pool, again, fx.b));
+    SP(sp_free(pool, live, fx.a));
     st = stats_of(pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.ooms, 0);
-    drop_stream(fx.rt, s);
-    drop_stream(fx.rt, other);
     SP(sp_pool_destroy(pool));
 }
 

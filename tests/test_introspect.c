@@ -107,24 +107,21 @@ static void stream_stats_count_steals_of_a_split_range(void **state)
     (void)state;
     sp_pool *pool;
     SP(sp_pool_create(fx.rt, "p", NULL, &pool));
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
     void *a, *b, *c;
-    SP(sp_alloc(pool, &a, 3 * MiB, s1));      /* a segment of 4 MiB */
-    SP(sp_free(pool, a, s1));
-    SP(sp_alloc(pool, &b, 3 * MiB / 2, s1));  /* the front of s1's free range */
+    SP(sp_alloc(pool, &a, 3 * MiB, fx.a));      /* a segment of 4 MiB */
+    SP(sp_free(pool, a, fx.a));
+    SP(sp_alloc(pool, &b, 3 * MiB / 2, fx.a));  /* the front of s1's free range */
     assert_ptr_equal(b, a);
-    CK(cudaStreamSynchronize(s1));
-    SP(sp_alloc(pool, &c, 2 * MiB, s2));      /* the rest, behind s1's completed fence */
+    CK(cudaStreamSynchronize(fx.a));
+    SP(sp_alloc(pool, &c, 2 * MiB, fx.b));      /* the rest, behind s1's completed fence */
     assert_ptr_equal(c, (char *)a + 3 * MiB / 2);
     assert_int_equal(stats_of(pool).cross_stream_reuses, 1);
-    sp_stream_usage u1 = usage_of(pool, s1), u2 = usage_of(pool, s2);
+    sp_stream_usage u1 = usage_of(pool, fx.a), u2 = usage_of(pool, fx.b);
     assert_int_equal(u2.steals_taken, 1);
     assert_int_equal(u1.steals_given, 1);
     assert_int_equal(u2.hits + u2.steals_taken, 1);
-    SP(sp_free(pool, b, s1));
-    SP(sp_free(pool, c, s2));
-    drop_stream(fx.rt, s1);
-    drop_stream(fx.rt, s2);
+    SP(sp_free(pool, b, fx.a));
+    SP(sp_free(pool, c, fx.b));
     SP(sp_pool_destroy(pool));
 }
 
@@ -133,11 +130,10 @@ static void reset_peaks_moves_peaks_to_current(void **state)
     (void)state;
     sp_pool *pool;
     SP(sp_pool_create(fx.rt, "p", NULL, &pool));
-    cudaStream_t s = new_stream();
     void *big, *small;
-    SP(sp_alloc(pool, &big, 3 * MiB, s));
-    SP(sp_alloc(pool, &small, 1000, s));
-    SP(sp_free(pool, big, s));
+    SP(sp_alloc(pool, &big, 3 * MiB, fx.a));
+    SP(sp_alloc(pool, &small, 1000, fx.a));
+    SP(sp_free(pool, big, fx.a));
     sp_stats st = stats_of(pool);
     assert_int_equal(st.requested.peak, 3 * MiB + 1000);
     assert_int_equal(st.requested.current, 1000);
@@ -150,17 +146,17 @@ static void reset_peaks_moves_peaks_to_current(void **state)
     assert_int_equal(st.held.peak, 6 * MiB);
     assert_int_equal(st.cached.peak, 6 * MiB - 1024);
     assert_int_equal(st.requested.total, 3 * MiB + 1000); /* totals stay */
-    sp_stream_usage u = usage_of(pool, s);
+    sp_stream_usage u = usage_of(pool, fx.a);
     assert_int_equal(u.requested_peak, 1000);
     assert_int_equal(u.active_peak, 1024);
 
     /* the next peak is what follows the reset */
     void *mid;
-    SP(sp_alloc(pool, &mid, 2 * MiB, s)); /* from the cached 4 MiB segment */
-    SP(sp_free(pool, mid, s));
+    SP(sp_alloc(pool, &mid, 2 * MiB, fx.a)); /* from the cached 4 MiB segment */
+    SP(sp_free(pool, mid, fx.a));
     st = stats_of(pool);
     assert_int_equal(st.requested.peak, 2 * MiB + 1000);
-    assert_int_equal(usage_of(pool, s).requested_peak, 2 * MiB + 1000);
+    assert_int_equal(usage_of(pool, fx.a).requested_peak, 2 * MiB + 1000);
 
     sp_stats rts = {.size = sizeof rts};
     SP(sp_runtime_stats(fx.rt, &rts));
@@ -173,8 +169,7 @@ static void reset_peaks_moves_peaks_to_current(void **state)
     assert_int_equal(sp_pool_reset_peaks(NULL), SP_ERR_INVALID);
     assert_int_equal(sp_runtime_reset_peaks(NULL), SP_ERR_INVALID);
 
-    SP(sp_free(pool, small, s));
-    drop_stream(fx.rt, s);
+    SP(sp_free(pool, small, fx.a));
     SP(sp_pool_destroy(pool));
 }
 
@@ -191,23 +186,22 @@ static void pointer_info_and_free_any(void **state)
     sp_pool *pool, *other;
     SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     SP(sp_pool_create(fx.rt, "q", NULL, &other));
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
     void *p, *big, *q;
-    SP(sp_alloc(pool, &p, 1000, s1));
-    SP(sp_alloc(pool, &big, 5 * MiB + 1, s2));
-    SP(sp_alloc(other, &q, 300, s1));
+    SP(sp_alloc(pool, &p, 1000, fx.a));
+    SP(sp_alloc(pool, &big, 5 * MiB + 1, fx.b));
+    SP(sp_alloc(other, &q, 300, fx.a));
 
     sp_ptr_info i = info_of(fx.rt, p);
     assert_int_equal(i.state, SP_POINTER_LIVE);
     assert_ptr_equal(i.pool, pool);
     assert_int_equal(i.requested, 1000);
     assert_int_equal(i.usable, 1024);
-    assert_ptr_equal(i.stream, s1);
+    assert_ptr_equal(i.stream, fx.a);
     i = info_of(fx.rt, big);
     assert_int_equal(i.state, SP_POINTER_LIVE);
     assert_int_equal(i.requested, 5 * MiB + 1);
     assert_int_equal(i.usable, 5 * MiB + 512);
-    assert_ptr_equal(i.stream, s2);
+    assert_ptr_equal(i.stream, fx.b);
     i = info_of(fx.rt, (char *)p + 256); /* inside a block: not a pointer streampool handed out */
     assert_int_equal(i.state, SP_POINTER_UNKNOWN);
     assert_null(i.pool);
@@ -217,21 +211,21 @@ static void pointer_info_and_free_any(void **state)
     /* sp_free_any frees on the allocation stream: held behind a gate, s1 reuses the block at
      * once (its own free) while s2 cannot (the free there has not completed) */
     gate *g = gate_new();
-    gate_hold(g, s1);
+    gate_hold(g, fx.a);
     SP(sp_free_any(pool, p));
     i = info_of(fx.rt, p);
     assert_int_equal(i.state, SP_POINTER_CACHED);
     assert_ptr_equal(i.pool, pool);
     assert_int_equal(i.requested, 0);
     void *on_s2, *on_s1;
-    SP(sp_alloc(pool, &on_s2, 1000, s2));
+    SP(sp_alloc(pool, &on_s2, 1000, fx.b));
     assert_ptr_not_equal(on_s2, p);
-    SP(sp_alloc(pool, &on_s1, 1000, s1));
+    SP(sp_alloc(pool, &on_s1, 1000, fx.a));
     assert_ptr_equal(on_s1, p);
-    assert_int_equal(usage_of(pool, s1).frees, 1);
-    assert_int_equal(usage_of(pool, s2).frees, 0);
+    assert_int_equal(usage_of(pool, fx.a).frees, 1);
+    assert_int_equal(usage_of(pool, fx.b).frees, 0);
     gate_open(g);
-    CK(cudaStreamSynchronize(s1));
+    CK(cudaStreamSynchronize(fx.a));
 
     SP(sp_free_any(pool, on_s1));
     uint64_t bad_before = stats_of(pool).bad_frees;
@@ -246,8 +240,6 @@ static void pointer_info_and_free_any(void **state)
     SP(sp_free_any(pool, on_s2));
     SP(sp_free_any(pool, big));
     SP(sp_free_any(other, q));
-    drop_stream(fx.rt, s1);
-    drop_stream(fx.rt, s2);
     SP(sp_pool_destroy(pool));
     SP(sp_pool_destroy(other));
 }
@@ -397,15 +389,14 @@ static void dump_live_lists_outstanding_allocations(void **state)
     sp_pool *pool, *other;
     SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     SP(sp_pool_create(fx.rt, "q", NULL, &other));
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
-    SP(sp_stream_set_name(fx.rt, s1, "prefill"));
+    SP(sp_stream_set_name(fx.rt, fx.a, "prefill"));
     void *x, *y, *z, *w, *q;
-    SP(sp_alloc(pool, &x, 1000, s1));
-    SP(sp_alloc(pool, &y, 5000, s1));
-    SP(sp_alloc(pool, &z, 3 * MiB, s2));
-    SP(sp_alloc(pool, &w, 100, s1));
-    SP(sp_free(pool, w, s1));          /* freed: not listed */
-    SP(sp_alloc(other, &q, 100, s1));  /* another pool: not listed */
+    SP(sp_alloc(pool, &x, 1000, fx.a));
+    SP(sp_alloc(pool, &y, 5000, fx.a));
+    SP(sp_alloc(pool, &z, 3 * MiB, fx.b));
+    SP(sp_alloc(pool, &w, 100, fx.a));
+    SP(sp_free(pool, w, fx.a));          /* freed: not listed */
+    SP(sp_alloc(other, &q, 100, fx.a));  /* another pool: not listed */
 
     live_rows l = {.stop_after = 0};
     assert_int_equal(sp_pool_dump_live(pool, keep_row, &l), 3);
@@ -414,7 +405,7 @@ static void dump_live_lists_outstanding_allocations(void **state)
     assert_ptr_equal(l.rows[0].ptr, x);
     assert_int_equal(l.rows[0].requested, 1000);
     assert_int_equal(l.rows[0].usable, 1024);
-    assert_ptr_equal(l.rows[0].stream, s1);
+    assert_ptr_equal(l.rows[0].stream, fx.a);
     assert_string_equal(l.names[0], "prefill");
     assert_int_equal(l.rows[0].age_allocs, 2);
     assert_ptr_equal(l.rows[1].ptr, y);
@@ -424,7 +415,7 @@ static void dump_live_lists_outstanding_allocations(void **state)
     assert_ptr_equal(l.rows[2].ptr, z);
     assert_int_equal(l.rows[2].requested, 3 * MiB);
     assert_int_equal(l.rows[2].usable, 3 * MiB);
-    assert_ptr_equal(l.rows[2].stream, s2);
+    assert_ptr_equal(l.rows[2].stream, fx.b);
     assert_string_equal(l.names[2], "");
     assert_int_equal(l.rows[2].age_allocs, 0);
 
@@ -433,14 +424,12 @@ static void dump_live_lists_outstanding_allocations(void **state)
     assert_ptr_equal(first.rows[0].ptr, x);
     assert_int_equal(sp_pool_dump_live(pool, NULL, NULL), SP_ERR_INVALID);
 
-    SP(sp_free(pool, x, s1));
-    SP(sp_free(pool, y, s1));
-    SP(sp_free(pool, z, s2));
-    SP(sp_free(other, q, s1));
+    SP(sp_free(pool, x, fx.a));
+    SP(sp_free(pool, y, fx.a));
+    SP(sp_free(pool, z, fx.b));
+    SP(sp_free(other, q, fx.a));
     live_rows empty = {.stop_after = 0};
     assert_int_equal(sp_pool_dump_live(pool, keep_row, &empty), 0);
-    drop_stream(fx.rt, s1);
-    drop_stream(fx.rt, s2);
     SP(sp_pool_destroy(pool));
     SP(sp_pool_destroy(other));
 }

@@ -187,10 +187,9 @@ static void misuse_gets_its_error_and_changes_nothing(void **state)
     sp_pool *pool, *other;
     SP(sp_runtime_default_pool(fx.rt, &pool));
     SP(sp_pool_create(fx.rt, "other", NULL, &other));
-    cudaStream_t s = new_stream();
     sp_request req, theirs;
-    SP(sp_request_begin(pool, s, NULL, &req));
-    SP(sp_request_begin(other, s, NULL, &theirs));
+    SP(sp_request_begin(pool, fx.a, NULL, &req));
+    SP(sp_request_begin(other, fx.a, NULL, &theirs));
     void *p = NULL, *x = (void *)1;
     SP(sp_request_alloc(pool, req, &p, 5000));
     sp_stats before = stats_of(pool);
@@ -207,9 +206,9 @@ static void misuse_gets_its_error_and_changes_nothing(void **state)
     sp_request_stats small = {.size = 8};
     assert_int_equal(sp_request_end(pool, req, 0, &small), SP_ERR_INVALID);
     assert_int_equal(sp_request_alloc(pool, req, NULL, 64), SP_ERR_INVALID);
-    assert_int_equal(sp_request_begin(NULL, s, NULL, &req), SP_ERR_INVALID);
+    assert_int_equal(sp_request_begin(NULL, fx.a, NULL, &req), SP_ERR_INVALID);
     sp_request unused = 0;
-    assert_int_equal(sp_request_begin(pool, s, "bad\nlabel", &unused), SP_ERR_INVALID);
+    assert_int_equal(sp_request_begin(pool, fx.a, "bad\nlabel", &unused), SP_ERR_INVALID);
     assert_int_equal(unused, 0);
     sp_stats mid = stats_of(pool);
     assert_int_equal(mid.allocs, before.allocs);
@@ -228,8 +227,7 @@ static void misuse_gets_its_error_and_changes_nothing(void **state)
     assert_string_equal(sp_status_name(SP_ERR_REQUEST_ENDED), "SP_ERR_REQUEST_ENDED");
     assert_string_equal(sp_strerror(SP_ERR_NO_REQUEST), "no such request");
     SP(sp_request_end(other, theirs, 0, NULL));
-    CK(cudaStreamSynchronize(s));
-    drop_stream(fx.rt, s);
+    CK(cudaStreamSynchronize(fx.a));
     SP(sp_pool_destroy(other));
 }
 

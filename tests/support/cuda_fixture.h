@@ -23,17 +23,17 @@ static inline int streams_create(cudaStream_t *const *streams, int n)
 }
 
 /* Opens every gate a failed test left closed, then synchronizes and destroys the streams that
- * were made (NULL ones are skipped). */
-static inline void streams_destroy(const cudaStream_t *streams, int n)
+ * were made (NULL ones are skipped); how many of those calls failed. */
+static inline int streams_destroy(const cudaStream_t *streams, int n)
 {
     for (int i = 0; i < gate_pool_used; i++)
         gate_open(&gate_pool[i]);
-    for (int i = 0; i < n; i++) {
-        if (!streams[i])
-            continue;
-        (void)cudaStreamSynchronize(streams[i]);
-        (void)cudaStreamDestroy(streams[i]);
-    }
+    int failed = 0;
+    for (int i = 0; i < n; i++)
+        if (streams[i])
+            failed += (cudaStreamSynchronize(streams[i]) != cudaSuccess) +
+                      (cudaStreamDestroy(streams[i]) != cudaSuccess);
+    return failed;
 }
 
 static inline int cfx_setup(void **state)
@@ -45,9 +45,10 @@ static inline int cfx_setup(void **state)
 
 static inline int cfx_teardown(void **state)
 {
-    streams_destroy((cudaStream_t[]){cfx.a, cfx.b, cfx.c}, 3);
+    int failed = streams_destroy((cudaStream_t[]){cfx.a, cfx.b, cfx.c}, 3);
     memset(&cfx, 0, sizeof cfx);
-    return reset_device(state);
+    reset_device(state);
+    return failed ? -1 : 0;
 }
 
 #define CFX(fn) cmocka_unit_test_setup_teardown(fn, cfx_setup, cfx_teardown)

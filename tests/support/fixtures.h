@@ -3,9 +3,9 @@
  * only that behaviour. One fixture, `fx`: a runtime on device 0 and its default pool (created
  * with defaults, or with exact figures: stats_flush_bytes 0), and three non-blocking streams.
  * The teardown opens every gate, releases the streams from the runtime's pools, synchronizes and
- * destroys them, destroys the runtime and leaves a fresh device. A runtime that still holds
- * live allocations (SP_ERR_BUSY) fails the test there, as the destroy_runtime at the end of a
- * test did. Register a test with FX(fn), FX_EXACT(fn) or (cudasim) FX_DEVICE(fn, bytes). */
+ * destroys them, destroys the runtime and leaves a fresh device. Any of those failing (a
+ * runtime that still holds live allocations: SP_ERR_BUSY) fails the test there, as the
+ * drop_stream and destroy_runtime at the end of a test did. Register a test with FX(fn), FX_EXACT(fn) or (cudasim) FX_DEVICE(fn, bytes). */
 #ifndef SP_TEST_FIXTURES_H
 #define SP_TEST_FIXTURES_H
 
@@ -64,11 +64,13 @@ static inline int fx_setup_device(void **state)
 static inline int fx_teardown(void **state)
 {
     cudaStream_t streams[] = {fx.a, fx.b, fx.c};
+    int failed = 0;
     for (int i = 0; fx.rt && i < 3; i++) /* released first, so that no pool keeps them */
-        (void)sp_stream_release(fx.rt, streams[i]);
-    streams_destroy(streams, 3);
+        failed += sp_stream_release(fx.rt, streams[i]) != SP_OK;
+    failed += streams_destroy(streams, 3);
     memset(&fx, 0, sizeof fx);
-    return teardown_runtimes(state);
+    int busy = teardown_runtimes(state);
+    return failed || busy ? -1 : 0;
 }
 
 #define FX(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
