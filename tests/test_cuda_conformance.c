@@ -367,10 +367,7 @@ static void rule13_trim_needs_observed_frees(void **state)
     CK(cudaMemPoolTrimTo(pool, 0));
     assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
     gate_open(g);
-    CK(cudaStreamSynchronize(s));
-    CK(cudaMemPoolTrimTo(pool, 0));
-    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
-    CK(cudaMemPoolDestroy(pool));
+    trim_leaves_nothing_then_destroy(pool, s);
 }
 
 /* 11(c), Programming Guide "Stream Ordered Memory Allocator", reuse policies: a synchronize

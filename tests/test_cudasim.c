@@ -211,10 +211,7 @@ static void remap_grows_only_by_the_shortfall(void **state)
     CK(cudaFreeAsync(r1, s));
     CK(cudaFreeAsync(r2, s));
     CK(cudaFreeAsync(r3, s));
-    CK(cudaStreamSynchronize(s));
-    CK(cudaMemPoolTrimTo(pool, 0));
-    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
-    CK(cudaMemPoolDestroy(pool));
+    trim_leaves_nothing_then_destroy(pool, s);
 }
 
 /* Rules 9 and 13a in stream order, in exact figures: a same-stream allocation remaps the pages
@@ -330,10 +327,7 @@ static void trim_releases_whole_free_pages(void **state)
     CK(cudaMemPoolTrimTo(pool, 0));
     assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 2 * MiB);
     CK(cudaFreeAsync(r, s));
-    CK(cudaStreamSynchronize(s));
-    CK(cudaMemPoolTrimTo(pool, 0));
-    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
-    CK(cudaMemPoolDestroy(pool));
+    trim_leaves_nothing_then_destroy(pool, s);
 }
 
 /* Rule 13b in exact figures: cudaMalloc memory freed by cudaFreeAsync returns to the device

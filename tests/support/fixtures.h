@@ -5,7 +5,8 @@
  * The teardown opens every gate, releases the streams from the runtime's pools, synchronizes and
  * destroys them, destroys the runtime and leaves a fresh device. Any of those failing (a
  * runtime that still holds live allocations: SP_ERR_BUSY) fails the test there, as the
- * drop_stream and destroy_runtime at the end of a test did. Register a test with FX(fn), FX_EXACT(fn) or (cudasim) FX_DEVICE(fn, bytes). */
+ * drop_stream and destroy_runtime at the end of a test did. Register a test with FX(fn),
+ * FX_EXACT(fn) or (cudasim) FX_DEVICE(fn, bytes). */
 #ifndef SP_TEST_FIXTURES_H
 #define SP_TEST_FIXTURES_H
 

@@ -178,6 +178,15 @@ static inline uint64_t pool_attr(cudaMemPool_t pool, enum cudaMemPoolAttr attr)
     return v;
 }
 
+/* Once s is done, a trim to 0 leaves the pool nothing reserved; then it is destroyed. */
+static inline void trim_leaves_nothing_then_destroy(cudaMemPool_t pool, cudaStream_t s)
+{
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemPoolTrimTo(pool, 0));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
+    CK(cudaMemPoolDestroy(pool));
+}
+
 static inline void pool_flag(cudaMemPool_t pool, enum cudaMemPoolAttr attr, int on)
 {
     CK(cudaMemPoolSetAttribute(pool, attr, &on));
