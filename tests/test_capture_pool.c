@@ -406,18 +406,11 @@ static void end_declared_capture(fixture *f, cudaStream_t s)
  * query to finish, so that no query reaches the stream once its capture has begun (rule 25: it
  * would invalidate the capture). The miss is held inside its query (an interposed
  * cudaStreamQuery) until the declaring thread began the capture or blocked on a lock. */
-typedef struct {
-    sp_pool *pool;
-    cudaStream_t stream;
-    size_t n;
-    void *ptr;
-    int rc;
-} miss_arg;
 
 static void *miss_thread(void *arg)
 {
-    miss_arg *m = arg;
-    m->rc = sp_alloc(m->pool, &m->ptr, m->n, m->stream);
+    thread_call *m = arg;
+    m->rc = sp_alloc(m->pool, &m->ptr, m->bytes, m->stream);
     return NULL;
 }
 
@@ -432,7 +425,7 @@ static void capture_declared_during_a_query_waits_for_it(void **state)
     gate_hold(g, a);
     SP(sp_free(pool, x, a)); /* pending behind the gate: b's miss asks about a */
     hold_arm(a);
-    miss_arg m = {pool, b, 4 * MiB, NULL, -1};
+    thread_call m = {.pool = pool, .stream = b, .bytes = 4 * MiB, .rc = -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread, &m), 0);
     hold_wait_arrival();
@@ -453,14 +446,10 @@ static void capture_declared_during_a_query_waits_for_it(void **state)
  * settle what it could not (here a released stream's fence whose synchronize failed), before it
  * synchronizes: the trim must see the capture and leave the device alone (rule 25), as it does
  * for a capture declared before it decided. The trim is held at its next lock. */
-typedef struct {
-    sp_pool *pool;
-    int rc;
-} trim_arg;
 
 static void *trim_thread(void *arg)
 {
-    trim_arg *t = arg;
+    thread_call *t = arg;
     fail_event_sync = true;
     t->rc = sp_pool_trim(t->pool, 0);
     fail_event_sync = failed_event_sync = false;
@@ -480,7 +469,7 @@ static void capture_declared_before_a_trims_device_sync_stops_it(void **state)
     SP(sp_free(pool, x, s));
     SP(sp_stream_release(f->rt, s)); /* a final fence, pending behind the gate */
     hold_arm(NULL);
-    trim_arg t = {pool, -1};
+    thread_call t = {.pool = pool, .rc = -1};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, trim_thread, &t), 0);
     hold_wait_arrival();
@@ -603,7 +592,7 @@ static void declared_capture_survives_always_checks_before_it_begins(void **stat
     f->declared = a, f->is_declared = true;
     SP(sp_free(pool, small, a)); /* asks cudaStreamIsCapturing: not yet */
     hold_arm(a);
-    miss_arg m = {pool, b, 4 * MiB, NULL, -1};
+    thread_call m = {.pool = pool, .stream = b, .bytes = 4 * MiB, .rc = -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread_reporting, &m), 0);
     pthread_mutex_lock(&held_query.mu); /* held in a query of a, or done without one */
@@ -645,7 +634,7 @@ static void declared_blocking_capture_keeps_always_checks_off_the_legacy_stream(
     f->declared = blocking, f->is_declared = true;
     hold_arm(NULL);
     held_query.query_armed = true; /* the legacy stream's query */
-    miss_arg m = {pool, b, 4 * MiB, NULL, -1};
+    thread_call m = {.pool = pool, .stream = b, .bytes = 4 * MiB, .rc = -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread_reporting, &m), 0);
     pthread_mutex_lock(&held_query.mu); /* held in a query of it, or done without one */
@@ -697,7 +686,7 @@ static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     f->capturing = s;
     CK(cudaLaunchHostFunc(s, count_fn, &runs));
-    miss_arg m = {pool, t, n, NULL, -1};
+    thread_call m = {.pool = pool, .stream = t, .bytes = n, .rc = -1};
     pthread_t h;
     assert_int_equal(pthread_create(&h, NULL, miss_thread, &m), 0);
     assert_int_equal(pthread_join(h, NULL), 0);
@@ -776,16 +765,10 @@ static void pool_reads_and_trims_during_a_global_capture_leave_it_valid(void **s
  * the device (a capture may be under way). The give-back must leave a fence behind itself on the
  * released stream, for a trim to synchronize. The freeing thread is held inside its
  * cudaFreeAsync until the release has returned. */
-typedef struct {
-    sp_pool *pool;
-    void *ptr;
-    cudaStream_t stream;
-    int rc;
-} free_arg;
 
 static void *free_thread(void *arg)
 {
-    free_arg *a = arg;
+    thread_call *a = arg;
     a->rc = sp_free(a->pool, a->ptr, a->stream);
     return NULL;
 }
@@ -803,7 +786,7 @@ static void give_back_racing_a_release_is_trimmed(void **state)
     pthread_mutex_lock(&held_query.mu);
     held_query.free_stream = s;
     pthread_mutex_unlock(&held_query.mu);
-    free_arg a = {pool, big, s, -1};
+    thread_call a = {.pool = pool, .stream = s, .ptr = big, .rc = -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, free_thread, &a), 0);
     hold_wait_arrival(); /* inside cudaFreeAsync of big's segment on s */

@@ -332,17 +332,11 @@ cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool,
     return real(ptr, size, pool, stream);
 }
 
-typedef struct {
-    sp_pool *pool;
-    cudaStream_t s;
-    void *p;
-    int rc;
-} miss_on;
 
 static void *alloc_3mib(void *arg)
 {
-    miss_on *m = arg;
-    m->rc = sp_alloc(m->pool, &m->p, 3 * MiB, m->s);
+    thread_call *m = arg;
+    m->rc = sp_alloc(m->pool, &m->ptr, 3 * MiB, m->stream);
     return NULL;
 }
 
@@ -354,7 +348,7 @@ static void *alloc_3mib(void *arg)
 static void segment_taken_as_its_stream_is_released_still_settles(void **state)
 {
     (void)state;
-    miss_on m = {fx.pool, fx.a, NULL, -1};
+    thread_call m = {.pool = fx.pool, .stream = fx.a, .rc = -1};
     held_malloc.stream = fx.a;
     held_malloc.inside = held_malloc.released = false;
     pthread_t t;
@@ -374,11 +368,11 @@ static void segment_taken_as_its_stream_is_released_still_settles(void **state)
     sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.segment_bytes, 4 * MiB);
-    SP(sp_free(fx.pool, m.p, fx.a));
+    SP(sp_free(fx.pool, m.ptr, fx.a));
     CK(cudaStreamSynchronize(fx.a)); /* everything s did is complete */
     void *q;
     SP(sp_alloc(fx.pool, &q, 4 * MiB, fx.b));
-    assert_ptr_equal(q, m.p);
+    assert_ptr_equal(q, m.ptr);
     st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.segments, 1);

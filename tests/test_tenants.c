@@ -718,18 +718,12 @@ static int teardown_held_malloc(void **state)
     return fx_teardown(state);
 }
 
-typedef struct {
-    sp_pool *pool;
-    cudaStream_t s;
-    void *p;
-    int rc;
-} held_alloc;
 
 static void *alloc_held_in_driver(void *arg)
 {
-    held_alloc *a = arg;
+    thread_call *a = arg;
     hold_next_malloc = true;
-    a->rc = sp_alloc(a->pool, &a->p, 900 * MiB, a->s);
+    a->rc = sp_alloc(a->pool, &a->ptr, 900 * MiB, a->stream);
     hold_next_malloc = false;
     return NULL;
 }
@@ -750,7 +744,7 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
     SP(sp_runtime_stats(fx.rt, &rt_before));
     assert_int_equal(before.held.current, 200 * MiB);
 
-    held_alloc a = {pool, fx.a, NULL, -1};
+    thread_call a = {.pool = pool, .stream = fx.a, .rc = -1};
     in_malloc.inside = in_malloc.proceed = false;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, alloc_held_in_driver, &a), 0);

@@ -49,6 +49,16 @@ static inline void drop_stream(sp_runtime *rt, cudaStream_t s)
     CK(cudaStreamDestroy(s));
 }
 
+/* A call made on another thread: what it needs (the fields its call uses) and its status. */
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pool;
+    cudaStream_t stream;
+    size_t bytes;
+    void *ptr;
+    int rc;
+} thread_call;
+
 /* Runtimes a test made through track_runtime are destroyed by the fixture's teardown
  * (destroy_tracked_runtimes) when a failed assertion left the test early; a test that gets to
  * its end destroys them itself with destroy_runtime. */
