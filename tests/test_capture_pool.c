@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "support/cuda_fixture.h"
 #include "support/sp_test_support.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
@@ -138,6 +139,7 @@ typedef struct {
     cudaStream_t capturing; /* a stream whose capture a failed test may have left open */
     cudaStream_t declared;  /* a stream declared capturing a failed test may have left */
     bool is_declared;
+    cudaStream_t a, b, c;   /* non-blocking streams, released and destroyed by the teardown */
 } fixture;
 
 static int setup_with(void **state, sp_capture_check check)
@@ -150,7 +152,7 @@ static int setup_with(void **state, sp_capture_check check)
         sp_runtime_default_pool(f->rt, &f->pool) != SP_OK)
         return -1;
     *state = f;
-    return 0;
+    return streams_create((cudaStream_t *[]){&f->a, &f->b, &f->c}, 3);
 }
 
 static int setup_declared(void **state)
@@ -176,8 +178,13 @@ static int teardown(void **state)
     }
     if (f->is_declared)
         (void)sp_stream_capture_end(f->rt, f->declared);
+    cudaStream_t streams[] = {f->a, f->b, f->c};
+    int failed = 0;
+    for (int i = 0; f->rt && i < 3; i++)
+        failed += sp_stream_release(f->rt, streams[i]) != SP_OK;
+    failed += streams_destroy(streams, 3);
     (void)cudaDeviceSynchronize();
-    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
+    int rc = failed ? SP_ERR_CUDA : f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
     reset_device(NULL);
     free(f);
     return rc == SP_OK ? 0 : -1;
@@ -282,7 +289,7 @@ static void undeclared_capture_is_never_probed(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t s = new_stream(), t = new_stream();
+    cudaStream_t s = f->a, t = f->b;
     void *p, *q, *kept;
     SP(sp_alloc(pool, &p, 64 * KiB, s));
     SP(sp_alloc(pool, &q, 4 * MiB, s));
@@ -311,8 +318,6 @@ static void undeclared_capture_is_never_probed(void **state)
     SP(sp_alloc(pool, &back, 128 * KiB, s)); /* sees the capture over: the kept block returns */
     SP(sp_free(pool, back, s));
     assert_exact(pool);
-    drop_stream(f->rt, s);
-    drop_stream(f->rt, t);
 }
 
 /* While a capture is declared, another stream's allocations and frees served by its cache take
@@ -321,7 +326,7 @@ static void declared_capture_keeps_hot_path_lock_free(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t s = new_stream(), t = new_stream();
+    cudaStream_t s = f->a, t = f->b;
     void *p;
     SP(sp_alloc(pool, &p, 4 * KiB, t)); /* warm: t's cache and this thread's memo */
     SP(sp_free(pool, p, t));
@@ -344,8 +349,6 @@ static void declared_capture_keeps_hot_path_lock_free(void **state)
     SP(sp_stream_capture_end(f->rt, s));
     f->is_declared = false;
     SP(sp_pool_destroy(other));
-    drop_stream(f->rt, s);
-    drop_stream(f->rt, t);
 }
 
 /* ---- holding one thread while this one declares a capture ---- */
@@ -418,7 +421,7 @@ static void capture_declared_during_a_query_waits_for_it(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t a = new_stream(), b = new_stream();
+    cudaStream_t a = f->a, b = f->b;
     gate *g = gate_new();
     void *x;
     SP(sp_alloc(pool, &x, 4 * MiB, a));
@@ -438,8 +441,6 @@ static void capture_declared_during_a_query_waits_for_it(void **state)
     gate_open(g);
     SP(sp_free(pool, m.ptr, b));
     assert_exact(pool);
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
 }
 
 /* A capture declared while a trim on another thread has decided that a device synchronize must
@@ -581,7 +582,7 @@ static void declared_capture_survives_always_checks_before_it_begins(void **stat
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t a = new_stream(), b = new_stream();
+    cudaStream_t a = f->a, b = f->b;
     gate *g = gate_new();
     void *x, *small;
     SP(sp_alloc(pool, &x, 4 * MiB, a));
@@ -611,8 +612,6 @@ static void declared_capture_survives_always_checks_before_it_begins(void **stat
     gate_open(g);
     SP(sp_free(pool, m.ptr, b));
     assert_exact(pool);
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
 }
 
 /* The same for the legacy stream: a capture of a blocking stream forbids any use of it (rule 25),
@@ -668,7 +667,7 @@ static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t s = new_stream(), t = new_stream(), u = new_stream();
+    cudaStream_t s = f->a, t = f->b, u = f->c;
     const size_t n = 16 * MiB; /* huge: whole segments, no shared rest to take instead */
     gate *g = gate_new();
     gate_hold(g, u);
@@ -698,9 +697,6 @@ static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
     SP(sp_free(pool, m.ptr, t));
     SP(sp_free(pool, pt, t));
     assert_exact(pool);
-    drop_stream(f->rt, s);
-    drop_stream(f->rt, t);
-    drop_stream(f->rt, u);
 }
 
 /* A metrics or housekeeping thread reads a pool's figures and trims it while the serving thread
@@ -727,7 +723,7 @@ static void pool_reads_and_trims_during_a_global_capture_leave_it_valid(void **s
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t s = new_stream(), t = new_stream();
+    cudaStream_t s = f->a, t = f->b;
     void *p;
     SP(sp_alloc(pool, &p, 4 * MiB, t));
     SP(sp_free(pool, p, t));
@@ -754,8 +750,6 @@ static void pool_reads_and_trims_during_a_global_capture_leave_it_valid(void **s
     SP(sp_stream_capture_end(f->rt, s));
     f->is_declared = false;
     assert_exact(pool);
-    drop_stream(f->rt, s);
-    drop_stream(f->rt, t);
 }
 
 /* SP_CAPTURE_ALWAYS: a huge segment goes back to the driver (cudaFreeAsync on its stream) while
