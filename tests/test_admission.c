@@ -26,10 +26,8 @@ static int admit(sp_pool *pool, cudaStream_t s, uint64_t bytes, sp_request *out)
 static void codes_say_now_or_never(void **state)
 {
     (void)state;
-    assert_int_equal(SP_ERR_NEVER_FITS, -19);
-    assert_string_equal(sp_status_name(SP_ERR_NEVER_FITS), "SP_ERR_NEVER_FITS");
-    assert_string_equal(sp_strerror(SP_ERR_NEVER_FITS),
-                        "larger than the pool's limit can ever hold");
+    status_is(SP_ERR_NEVER_FITS, -19, "SP_ERR_NEVER_FITS",
+              "larger than the pool's limit can ever hold");
     assert_string_equal(sp_strerror(SP_ERR_LIMIT),
                         "the pool's limit would be exceeded now (retry after frees)");
 }

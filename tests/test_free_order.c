@@ -136,10 +136,8 @@ static void missing_order_is_an_error(void **state)
 static void status_and_config(void **state)
 {
     (void)state;
-    assert_int_equal(SP_ERR_UNORDERED_FREE, -30);
-    assert_string_equal(sp_status_name(SP_ERR_UNORDERED_FREE), "SP_ERR_UNORDERED_FREE");
-    assert_string_equal(sp_strerror(SP_ERR_UNORDERED_FREE),
-                        "free on another stream not ordered after the allocating stream");
+    status_is(SP_ERR_UNORDERED_FREE, -30, "SP_ERR_UNORDERED_FREE",
+              "free on another stream not ordered after the allocating stream");
     sp_runtime *rt = NULL;
     sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
     cfg.alloc_conf = "check_free_order:yes";

@@ -73,14 +73,12 @@ static void every_init_macro_sets_its_structs_size(void **state)
 static void stats_of_the_previous_version_are_filled_and_nothing_past_them(void **state)
 {
     (void)state;
-    sp_pool *pool;
-    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     void *p;
-    SP(sp_alloc(pool, &p, 4096, cudaStreamPerThread));
+    SP(sp_alloc(fx.pool, &p, 4096, cudaStreamPerThread));
     const size_t v3 = offsetof(sp_stats, reserve);
     sp_stats st;
     canary_with_size(&st, sizeof st, v3);
-    SP(sp_pool_stats(pool, &st));
+    SP(sp_pool_stats(fx.pool, &st));
     assert_int_equal(st.size, v3);
     assert_int_equal(st.version, SP_STATS_VERSION);
     assert_int_equal(st.allocs, 1);
@@ -92,21 +90,19 @@ static void stats_of_the_previous_version_are_filled_and_nothing_past_them(void 
     assert_int_equal(st.size, v3);
     assert_int_equal(st.allocs, 1);
     untouched_past(&st, v3, sizeof st);
-    SP(sp_free(pool, p, cudaStreamPerThread));
+    SP(sp_free(fx.pool, p, cudaStreamPerThread));
 }
 
 /* An sp_stream_usage without its label, and an sp_ptr_info without the stream. */
 static void stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_size(void **state)
 {
     (void)state;
-    sp_pool *pool;
-    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     void *p;
-    SP(sp_alloc(pool, &p, 4096, fx.a));
+    SP(sp_alloc(fx.pool, &p, 4096, fx.a));
     const size_t nameless = offsetof(sp_stream_usage, name);
     sp_stream_usage u;
     canary_with_size(&u, sizeof u, nameless);
-    SP(sp_stream_stats(pool, fx.a, &u));
+    SP(sp_stream_stats(fx.pool, fx.a, &u));
     assert_int_equal(u.size, nameless);
     assert_int_equal(u.version, SP_STREAM_STATS_VERSION);
     assert_int_equal(u.requested, 4096);
@@ -119,10 +115,10 @@ static void stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_
     SP(sp_pointer_info(fx.rt, p, &info));
     assert_int_equal(info.size, streamless);
     assert_int_equal(info.state, SP_POINTER_LIVE);
-    assert_ptr_equal(info.pool, pool);
+    assert_ptr_equal(info.pool, fx.pool);
     assert_int_equal(info.requested, 4096);
     untouched_past(&info, streamless, sizeof info);
-    SP(sp_free(pool, p, fx.a));
+    SP(sp_free(fx.pool, p, fx.a));
 }
 
 /* sp_oom_report from before the status and the stream name: filled up to the pools, and its
@@ -157,19 +153,17 @@ static void oom_report_of_the_previous_version_is_filled_and_nothing_past_it(voi
 static void request_end_fills_a_shorter_request_stats_up_to_its_size(void **state)
 {
     (void)state;
-    sp_pool *pool;
-    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     sp_request req;
-    SP(sp_request_begin(pool, cudaStreamPerThread, NULL, &req));
+    SP(sp_request_begin(fx.pool, cudaStreamPerThread, NULL, &req));
     void *p;
-    SP(sp_request_alloc(pool, req, &p, 4096));
+    SP(sp_request_alloc(fx.pool, req, &p, 4096));
     sp_request_stats tiny = {.size = 8};
-    assert_int_equal(sp_request_end(pool, req, 0, &tiny), SP_ERR_INVALID);
+    assert_int_equal(sp_request_end(fx.pool, req, 0, &tiny), SP_ERR_INVALID);
     assert_non_null(strstr(sp_config_error(), "sp_request_end: the sp_request_stats's .size is 8"));
     const size_t older = offsetof(sp_request_stats, fences_recorded);
     sp_request_stats st;
     canary_with_size(&st, sizeof st, older);
-    SP(sp_request_end(pool, req, 0, &st));
+    SP(sp_request_end(fx.pool, req, 0, &st));
     assert_int_equal(st.size, older);
     assert_int_equal(st.id, req);
     assert_int_equal(st.allocs, 1);

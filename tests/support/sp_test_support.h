@@ -15,6 +15,14 @@ static inline sp_stats stats_of(sp_pool *pool)
     return st;
 }
 
+/* A status code's value, name and sentence. */
+static inline void status_is(int code, int value, const char *name, const char *sentence)
+{
+    assert_int_equal(code, value);
+    assert_string_equal(sp_status_name(code), name);
+    assert_string_equal(sp_strerror(code), sentence);
+}
+
 /* The runtime's default pool. */
 static inline sp_pool *default_pool(sp_runtime *rt)
 {
