@@ -78,69 +78,70 @@ static void printed_the_buffer_forms_text(int print_status, size_t needed)
     assert_string_equal(got.text, want);
 }
 
-static void stats_json_prints_as_its_buffer_form(void **state)
-{
-    (void)state;
-    reporting_runtime *r = busy_runtime();
-    size_t needed = sp_stats_json(&r->stats, want, sizeof want);
-    printed_the_buffer_forms_text(sp_stats_print(&r->stats, SP_TEXT_JSON, collect, fresh(&got)),
-                                  needed);
-    end_busy_runtime(r);
-}
+typedef enum {
+    STATS_JSON,
+    STATS_SUMMARY,
+    OOM_JSON,
+    POOL_SUMMARY,
+    RUNTIME_SUMMARY,
+    PROMETHEUS,
+} report;
 
-static void stats_summary_prints_as_its_buffer_form(void **state)
+/* The report's buffer form into `want`; its length. */
+static size_t buffer_form(report which, const reporting_runtime *r)
 {
-    (void)state;
-    reporting_runtime *r = busy_runtime();
-    size_t needed = sp_stats_summary(&r->stats, want, sizeof want);
-    printed_the_buffer_forms_text(
-        sp_stats_print(&r->stats, SP_TEXT_SUMMARY, collect, fresh(&got)), needed);
-    end_busy_runtime(r);
-}
-
-static void oom_report_json_prints_as_its_buffer_form(void **state)
-{
-    (void)state;
-    reporting_runtime *r = busy_runtime();
-    size_t needed = sp_oom_report_json(&r->oom, want, sizeof want);
-    printed_the_buffer_forms_text(
-        sp_oom_report_print(&r->oom, SP_TEXT_JSON, collect, fresh(&got)), needed);
-    assert_non_null(strstr(got.text, "\"stream_name\":\"worker-1\""));
-    end_busy_runtime(r);
-}
-
-static void pool_summary_prints_as_its_buffer_form(void **state)
-{
-    (void)state;
-    reporting_runtime *r = busy_runtime();
     size_t needed = 0;
-    SP(sp_pool_summary(r->pool, want, sizeof want, &needed));
-    printed_the_buffer_forms_text(sp_pool_print(r->pool, SP_TEXT_SUMMARY, collect, fresh(&got)),
-                                  needed);
-    assert_non_null(strstr(got.text, "chat"));
-    end_busy_runtime(r);
+    switch (which) {
+    case STATS_JSON:
+        return sp_stats_json(&r->stats, want, sizeof want);
+    case STATS_SUMMARY:
+        return sp_stats_summary(&r->stats, want, sizeof want);
+    case OOM_JSON:
+        return sp_oom_report_json(&r->oom, want, sizeof want);
+    case POOL_SUMMARY:
+        SP(sp_pool_summary(r->pool, want, sizeof want, &needed));
+        break;
+    case RUNTIME_SUMMARY:
+        SP(sp_runtime_summary(r->rt, want, sizeof want, &needed));
+        break;
+    case PROMETHEUS:
+        SP(sp_runtime_metrics_prometheus(r->rt, want, sizeof want, &needed));
+        break;
+    }
+    return needed;
 }
 
-static void runtime_summary_prints_as_its_buffer_form(void **state)
+/* The same report through the one shape, into `got`; the print's status. */
+static int print(report which, const reporting_runtime *r)
 {
-    (void)state;
-    reporting_runtime *r = busy_runtime();
-    size_t needed = 0;
-    SP(sp_runtime_summary(r->rt, want, sizeof want, &needed));
-    printed_the_buffer_forms_text(
-        sp_runtime_print(r->rt, SP_TEXT_SUMMARY, collect, fresh(&got)), needed);
-    end_busy_runtime(r);
+    static const sp_text_format format[] = {SP_TEXT_JSON,    SP_TEXT_SUMMARY, SP_TEXT_JSON,
+                                            SP_TEXT_SUMMARY, SP_TEXT_SUMMARY, SP_TEXT_PROMETHEUS};
+    collected *c = fresh(&got);
+    if (which <= STATS_SUMMARY)
+        return sp_stats_print(&r->stats, format[which], collect, c);
+    if (which == OOM_JSON)
+        return sp_oom_report_print(&r->oom, format[which], collect, c);
+    if (which == POOL_SUMMARY)
+        return sp_pool_print(r->pool, format[which], collect, c);
+    return sp_runtime_print(r->rt, format[which], collect, c);
 }
 
-static void prometheus_text_prints_as_its_buffer_form(void **state)
+/* What each report must hold besides: the stream's label, the pool's name, its counter. */
+static const char *const holds[] = {
+    [OOM_JSON] = "\"stream_name\":\"worker-1\"",
+    [POOL_SUMMARY] = "chat",
+    [PROMETHEUS] = "streampool_allocs_total{device=\"0\",pool=\"chat\"} 1\n",
+};
+
+/* The report named in the test's name prints the text of its buffer form (main). */
+static void prints_as_its_buffer_form(void **state)
 {
-    (void)state;
+    report which = *(const report *)*state;
     reporting_runtime *r = busy_runtime();
-    size_t needed = 0;
-    SP(sp_runtime_metrics_prometheus(r->rt, want, sizeof want, &needed));
-    printed_the_buffer_forms_text(
-        sp_runtime_print(r->rt, SP_TEXT_PROMETHEUS, collect, fresh(&got)), needed);
-    assert_non_null(strstr(got.text, "streampool_allocs_total{device=\"0\",pool=\"chat\"} 1\n"));
+    size_t needed = buffer_form(which, r);
+    printed_the_buffer_forms_text(print(which, r), needed);
+    if (which < sizeof holds / sizeof *holds && holds[which])
+        assert_non_null(strstr(got.text, holds[which]));
     end_busy_runtime(r);
 }
 
@@ -215,12 +216,15 @@ static void one_call_forms_give_the_text_their_print_writes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TRACKED(stats_json_prints_as_its_buffer_form),
-        TRACKED(stats_summary_prints_as_its_buffer_form),
-        TRACKED(oom_report_json_prints_as_its_buffer_form),
-        TRACKED(pool_summary_prints_as_its_buffer_form),
-        TRACKED(runtime_summary_prints_as_its_buffer_form),
-        TRACKED(prometheus_text_prints_as_its_buffer_form),
+#define PRINTS(name, which)                                                                    \
+    {#name, prints_as_its_buffer_form, NULL, teardown_runtimes, &(report){which}}
+        PRINTS(stats_json_prints_as_its_buffer_form, STATS_JSON),
+        PRINTS(stats_summary_prints_as_its_buffer_form, STATS_SUMMARY),
+        PRINTS(oom_report_json_prints_as_its_buffer_form, OOM_JSON),
+        PRINTS(pool_summary_prints_as_its_buffer_form, POOL_SUMMARY),
+        PRINTS(runtime_summary_prints_as_its_buffer_form, RUNTIME_SUMMARY),
+        PRINTS(prometheus_text_prints_as_its_buffer_form, PROMETHEUS),
+#undef PRINTS
         TRACKED(a_writer_that_stops_ends_the_print_with_sp_err_io),
         TRACKED(a_format_the_subject_has_not_is_refused_before_any_write),
         TRACKED(one_call_forms_give_the_text_their_print_writes),
