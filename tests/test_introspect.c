@@ -13,16 +13,6 @@
 
 static const size_t MiB = 1024 * 1024;
 
-/* Peaks and stream figures exact: every change reaches the shared figures at once. */
-static sp_runtime *exact_runtime(void)
-{
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0;
-    sp_runtime *rt;
-    SP(sp_runtime_create(0, &cfg, &rt));
-    return rt;
-}
-
 static sp_stream_usage usage_of(sp_pool *pool, cudaStream_t s)
 {
     sp_stream_usage u = {.size = sizeof u};
@@ -300,34 +290,31 @@ static char *slurp(const char *path)
 static void stream_labels_in_reports(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
     cudaStream_t s = new_stream(), other = new_stream();
     char name[80];
-    assert_int_equal(sp_stream_name(rt, s, name, sizeof name), 0);
+    assert_int_equal(sp_stream_name(fx.rt, s, name, sizeof name), 0);
     assert_string_equal(name, "");
-    assert_int_equal(sp_stream_set_name(rt, s, "bad\nlabel"), SP_ERR_INVALID);
-    assert_int_equal(sp_stream_set_name(rt, s, ""), SP_ERR_INVALID);
+    assert_int_equal(sp_stream_set_name(fx.rt, s, "bad\nlabel"), SP_ERR_INVALID);
+    assert_int_equal(sp_stream_set_name(fx.rt, s, ""), SP_ERR_INVALID);
     char long_name[SP_STREAM_NAME_MAX + 2];
     memset(long_name, 'x', sizeof long_name - 1);
     long_name[sizeof long_name - 1] = '\0';
-    assert_int_equal(sp_stream_set_name(rt, s, long_name), SP_ERR_INVALID);
+    assert_int_equal(sp_stream_set_name(fx.rt, s, long_name), SP_ERR_INVALID);
     long_name[SP_STREAM_NAME_MAX] = '\0';
-    SP(sp_stream_set_name(rt, s, long_name)); /* exactly the maximum */
-    assert_int_equal(sp_stream_name(rt, s, name, sizeof name), SP_STREAM_NAME_MAX);
-    SP(sp_stream_set_name(rt, s, "decode \"7\" \xe6\xa8\xa1"));
-    assert_int_equal(sp_stream_name(rt, s, name, 7), strlen("decode \"7\" \xe6\xa8\xa1"));
+    SP(sp_stream_set_name(fx.rt, s, long_name)); /* exactly the maximum */
+    assert_int_equal(sp_stream_name(fx.rt, s, name, sizeof name), SP_STREAM_NAME_MAX);
+    SP(sp_stream_set_name(fx.rt, s, "decode \"7\" \xe6\xa8\xa1"));
+    assert_int_equal(sp_stream_name(fx.rt, s, name, 7), strlen("decode \"7\" \xe6\xa8\xa1"));
     assert_string_equal(name, "decode");    /* truncated, NUL-terminated */
-    SP(sp_stream_set_name(rt, other, "other"));
-    SP(sp_stream_set_name(rt, other, NULL)); /* removed */
-    assert_int_equal(sp_stream_name(rt, other, name, sizeof name), 0);
+    SP(sp_stream_set_name(fx.rt, other, "other"));
+    SP(sp_stream_set_name(fx.rt, other, NULL)); /* removed */
+    assert_int_equal(sp_stream_name(fx.rt, other, name, sizeof name), 0);
 
     /* the OOM report: larger than any device, so it fails at once, on a GPU too */
     void *p = (void *)0x1;
-    assert_int_equal(sp_alloc(pool, &p, (size_t)1 << 45, s), SP_ERR_OUT_OF_MEMORY);
+    assert_int_equal(sp_alloc(fx.pool, &p, (size_t)1 << 45, s), SP_ERR_OUT_OF_MEMORY);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_ptr_equal(r.stream, s);
     assert_string_equal(r.stream_name, "decode \"7\" \xe6\xa8\xa1");
     char json[4096];
@@ -337,13 +324,13 @@ static void stream_labels_in_reports(void **state)
     /* the trace: the StreamName column, quoted as CSV, and the JSON argument */
     char path[64];
     snprintf(path, sizeof path, "/tmp/sp-introspect-%d.csv", (int)getpid());
-    SP(sp_runtime_trace_start(rt, path));
+    SP(sp_runtime_trace_start(fx.rt, path));
     void *a, *b;
-    SP(sp_alloc(pool, &a, 1000, s));
-    SP(sp_alloc(pool, &b, 1000, other));
-    SP(sp_free(pool, a, s));
-    SP(sp_free(pool, b, other));
-    SP(sp_runtime_trace_stop(rt));
+    SP(sp_alloc(fx.pool, &a, 1000, s));
+    SP(sp_alloc(fx.pool, &b, 1000, other));
+    SP(sp_free(fx.pool, a, s));
+    SP(sp_free(fx.pool, b, other));
+    SP(sp_runtime_trace_stop(fx.rt));
     char *csv = slurp(path);
     char expect[512];
     snprintf(expect, sizeof expect, ",allocate,%p,1000,%p,\"default\",1024,fresh,"
@@ -362,10 +349,9 @@ static void stream_labels_in_reports(void **state)
     remove(jpath);
 
     /* a released stream's label goes with it: a new stream may reuse the handle value */
-    drop_stream(rt, s);
-    assert_int_equal(sp_stream_name(rt, s, name, sizeof name), 0);
-    drop_stream(rt, other);
-    SP(sp_runtime_destroy(rt));
+    drop_stream(fx.rt, s);
+    assert_int_equal(sp_stream_name(fx.rt, s, name, sizeof name), 0);
+    drop_stream(fx.rt, other);
 }
 
 typedef struct {
@@ -537,7 +523,7 @@ int main(void)
         FX_EXACT(reset_peaks_moves_peaks_to_current),
         FX_EXACT(pointer_info_and_free_any),
         FX_EXACT(free_any_refuses_another_threads_stream),
-        RESET(stream_labels_in_reports),
+        FX_EXACT(stream_labels_in_reports),
         FX_EXACT(dump_live_lists_outstanding_allocations),
         RESET(stream_figures_balance_across_threads),
     };

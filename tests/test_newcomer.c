@@ -153,18 +153,17 @@ static int list_pool(sp_pool *pool, void *user)
 static void runtime_trim_lists_and_reports_only_used_pools(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
     sp_pool *a, *b, *def;
-    SP(sp_pool_create(rt, "a", NULL, &a));
-    SP(sp_pool_create(rt, "b", NULL, &b));
+    SP(sp_pool_create(fx.rt, "a", NULL, &a));
+    SP(sp_pool_create(fx.rt, "b", NULL, &b));
     pool_list l = {.n = 0};
-    assert_int_equal(sp_runtime_pools(rt, list_pool, &l), 3);
+    assert_int_equal(sp_runtime_pools(fx.rt, list_pool, &l), 3);
     assert_string_equal(l.names[0], "default"); /* oldest first */
     assert_string_equal(l.names[1], "a");
     assert_string_equal(l.names[2], "b");
     l = (pool_list){.n = 0, .stop_after = 2};
-    assert_int_equal(sp_runtime_pools(rt, list_pool, &l), 2);
-    assert_int_equal(sp_runtime_pools(rt, NULL, NULL), SP_ERR_INVALID);
+    assert_int_equal(sp_runtime_pools(fx.rt, list_pool, &l), 2);
+    assert_int_equal(sp_runtime_pools(fx.rt, NULL, NULL), SP_ERR_INVALID);
 
     cudaStream_t s = new_stream();
     void *p, *q;
@@ -177,36 +176,35 @@ static void runtime_trim_lists_and_reports_only_used_pools(void **state)
 
     /* the default pool was never used: two pools, as the program made */
     sp_stats rst = {.size = sizeof rst};
-    SP(sp_runtime_stats(rt, &rst));
+    SP(sp_runtime_stats(fx.rt, &rst));
     assert_int_equal(rst.pools, 2);
     char *text;
-    SP(sp_runtime_summary_alloc(rt, &text));
+    SP(sp_runtime_summary_alloc(fx.rt, &text));
     contains(text, "used by 2 pools");
     assert_null(strstr(text, "\ndefault "));
     sp_text_free(text);
-    SP(sp_runtime_metrics_prometheus_alloc(rt, &text));
+    SP(sp_runtime_metrics_prometheus_alloc(fx.rt, &text));
     contains(text, "streampool_pools{device=\"0\"} 2");
     assert_null(strstr(text, "pool=\"default\""));
     sp_text_free(text);
 
-    SP(sp_runtime_trim(rt));
+    SP(sp_runtime_trim(fx.rt));
     assert_int_equal(stats_of(a).held.current, 0);
     assert_int_equal(stats_of(b).held.current, 0);
     assert_int_equal(stats_of(a).trims, 1);
     assert_int_equal(sp_runtime_trim(NULL), SP_ERR_INVALID);
 
     /* once used, the default pool is reported like any other */
-    SP(sp_runtime_default_pool(rt, &def));
+    SP(sp_runtime_default_pool(fx.rt, &def));
     SP(sp_alloc(def, &p, 512, s));
     SP(sp_free(def, p, s));
-    SP(sp_runtime_stats(rt, &rst));
+    SP(sp_runtime_stats(fx.rt, &rst));
     assert_int_equal(rst.pools, 3);
-    SP(sp_runtime_summary_alloc(rt, &text));
+    SP(sp_runtime_summary_alloc(fx.rt, &text));
     contains(text, "used by 3 pools");
     contains(text, "\ndefault ");
     sp_text_free(text);
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, s);
 }
 
 /* ---- item 10: a limit as a share of the device ---- */
@@ -429,7 +427,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_teardown(fn, teardown)
         FX(zero_size_structs_name_the_missing_size),
         FX(one_call_text_equals_the_two_call_form),
-        T(runtime_trim_lists_and_reports_only_used_pools),
+        FX(runtime_trim_lists_and_reports_only_used_pools),
         T(limit_as_a_share_of_the_device),
         T(conf_keywords_spaces_duplicates_and_prefixes),
         T(conf_case_hint_reserve_and_default_pool_keys),

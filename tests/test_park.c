@@ -18,13 +18,6 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static sp_runtime *exact_runtime(void)
-{
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0; /* exact peaks */
-    return track_runtime(0, &cfg);
-}
-
 static sp_stream_usage stream_stats_of(sp_pool *pool, cudaStream_t s)
 {
     sp_stream_usage u = {.size = sizeof u};
@@ -203,55 +196,51 @@ static void parked_huge_range_goes_back_for_another_streams_miss(void **state)
 static void park_follows_the_freeing_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
     cudaStream_t a = new_stream(), b = new_stream();
     void *p, *q;
-    SP(sp_alloc(pool, &p, 16 * MiB, a));
-    SP(sp_free(pool, p, b));
-    assert_int_equal(sp_free(pool, p, b), SP_ERR_DOUBLE_FREE);
+    SP(sp_alloc(fx.pool, &p, 16 * MiB, a));
+    SP(sp_free(fx.pool, p, b));
+    assert_int_equal(sp_free(fx.pool, p, b), SP_ERR_DOUBLE_FREE);
     cudasimResetCallCounts();
-    SP(sp_alloc(pool, &q, 16 * MiB, b));
+    SP(sp_alloc(fx.pool, &q, 16 * MiB, b));
     assert_ptr_equal(q, p);
     assert_int_equal(cudasimCallCount(NULL), 0);
-    SP(sp_free(pool, q, b));
+    SP(sp_free(fx.pool, q, b));
 
     /* five medium ranges of distinct sizes on b: the park keeps four, the heap gets the first */
     enum { N = 5 };
     void *r[N], *again[N];
     for (int i = 0; i < N; i++)
-        SP(sp_alloc(pool, &r[i], (size_t)(2 + i) * MiB, b));
-    sp_stats st = stats_of(pool);
+        SP(sp_alloc(fx.pool, &r[i], (size_t)(2 + i) * MiB, b));
+    sp_stats st = stats_of(fx.pool);
     uint64_t held = st.held.current, allocs = st.driver_allocs;
     for (int i = 0; i < N; i++)
-        SP(sp_free(pool, r[i], b));
+        SP(sp_free(fx.pool, r[i], b));
     cudasimResetCallCounts();
     for (int i = N - 1; i >= 0; i--) /* newest first: the park's, then the heap's */
-        SP(sp_alloc(pool, &again[i], (size_t)(2 + i) * MiB, b));
+        SP(sp_alloc(fx.pool, &again[i], (size_t)(2 + i) * MiB, b));
     assert_int_equal(cudasimCallCount(NULL), 0);
     for (int i = 0; i < N; i++)
         assert_ptr_equal(again[i], r[i]);
-    st = stats_of(pool);
+    st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, allocs);
     assert_int_equal(st.held.current, held);
     assert_int_equal(st.active.current, (2 + 3 + 4 + 5 + 6) * MiB);
     for (int i = 0; i < N; i++)
-        SP(sp_free(pool, again[i], b));
-    st = stats_of(pool);
+        SP(sp_free(fx.pool, again[i], b));
+    st = stats_of(fx.pool);
     assert_int_equal(st.active.current, 0);
     assert_int_equal(st.cached.current, held);
 
-    drop_stream(rt, b); /* its park goes into the heap, behind its final fence */
-    st = stats_of(pool);
+    drop_stream(fx.rt, b); /* its park goes into the heap, behind its final fence */
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, held);
     assert_int_equal(st.released_streams, 1);
-    SP(sp_pool_trim(pool, 0));
-    st = stats_of(pool);
+    SP(sp_pool_trim(fx.pool, 0));
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.segments, 0);
-    drop_stream(rt, a);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, a);
 }
 
 /* ---- a stream released while its own thread allocates on it ---- */
@@ -495,7 +484,7 @@ int main(void)
         FX_EXACT(two_streams_reuse_their_parks_without_cuda),
         FX_EXACT(parked_range_serves_another_streams_miss_and_trim),
         FX_EXACT(parked_huge_range_goes_back_for_another_streams_miss),
-        TRACKED(park_follows_the_freeing_stream),
+        FX_EXACT(park_follows_the_freeing_stream),
         FX(release_during_large_pairs_counts_every_byte),
         FX_EXACT(segment_taken_as_its_stream_is_released_still_settles),
         TRACKED(huge_give_back_asks_no_cuda_under_the_spin_lock),

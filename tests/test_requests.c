@@ -12,13 +12,6 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
-static sp_runtime *exact_runtime(void)
-{
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0;
-    return track_runtime(0, &cfg);
-}
-
 static sp_pool *no_wait_pool(sp_runtime *rt, const char *name)
 {
     sp_pool_config c = SP_POOL_CONFIG_INIT;
@@ -252,21 +245,18 @@ static void pool_destroy_with_open_requests(void **state)
 static void request_end_is_traced(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
     char path[] = "/tmp/sp_req_traceXXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    SP(sp_runtime_trace_start(rt, path));
+    SP(sp_runtime_trace_start(fx.rt, path));
     cudaStream_t s = new_stream();
     sp_request req;
-    SP(sp_request_begin(pool, s, NULL, &req));
+    SP(sp_request_begin(fx.pool, s, NULL, &req));
     void *p;
-    SP(sp_request_alloc(pool, req, &p, 777));
-    SP(sp_request_end(pool, req, 0, NULL));
-    SP(sp_runtime_trace_stop(rt));
+    SP(sp_request_alloc(fx.pool, req, &p, 777));
+    SP(sp_request_end(fx.pool, req, 0, NULL));
+    SP(sp_runtime_trace_stop(fx.rt));
     char json[300];
     snprintf(json, sizeof json, "%s.json", path);
     FILE *f = fopen(json, "r");
@@ -285,7 +275,7 @@ static void request_end_is_traced(void **state)
     unlink(csv);
     unlink(path);
     CK(cudaStreamSynchronize(s));
-    drop_stream(rt, s);
+    drop_stream(fx.rt, s);
 }
 
 int main(void)
@@ -298,7 +288,7 @@ int main(void)
         FX_EXACT(a_block_freed_elsewhere_leaves_its_request),
         FX_EXACT(misuse_gets_its_error_and_changes_nothing),
         FX_EXACT(pool_destroy_with_open_requests),
-        TRACKED(request_end_is_traced),
+        FX_EXACT(request_end_is_traced),
     };
     return cmocka_run_group_tests_name("requests", tests, NULL, NULL);
 }

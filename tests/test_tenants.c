@@ -31,14 +31,13 @@ static sp_runtime *runtime_on_device_of(uint64_t bytes)
 static void noisy_neighbour(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config ca = SP_POOL_CONFIG_INIT, cb = SP_POOL_CONFIG_INIT;
     ca.reserve = 1 * GiB;
     ca.limit = 2 * GiB;
     ca.priority = 10;
     sp_pool *a, *b;
-    SP(sp_pool_create(rt, "A", &ca, &a));
-    SP(sp_pool_create(rt, "B", &cb, &b));
+    SP(sp_pool_create(fx.rt, "A", &ca, &a));
+    SP(sp_pool_create(fx.rt, "B", &cb, &b));
     cudaStream_t sa = new_stream(), sb = new_stream();
 
     /* B fills what the device has left with 256 MiB blocks, and frees them: all cached */
@@ -86,21 +85,19 @@ static void noisy_neighbour(void **state)
         SP(sp_free(a, pa[i], sa));
     for (int i = 0; i < m; i++)
         SP(sp_free(b, live[i], sb));
-    drop_stream(rt, sa);
-    drop_stream(rt, sb);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sa);
+    drop_stream(fx.rt, sb);
 }
 
 /* X holds 3 GiB of idle cache on a 4 GiB device; Y's 2 GiB request succeeds by reclaiming it. */
 static void reclaim_across_pools(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config cx = SP_POOL_CONFIG_INIT;
     cx.priority = -1; /* reclaimed before the default pool (priority 0) */
     sp_pool *x, *y;
-    SP(sp_pool_create(rt, "X", &cx, &x));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
+    SP(sp_pool_create(fx.rt, "X", &cx, &x));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t sx = new_stream(), sy = new_stream();
     void *blk[12];
     for (int i = 0; i < 12; i++)
@@ -126,9 +123,8 @@ static void reclaim_across_pools(void **state)
                   (unsigned long long)(sx1.reclaimed_bytes / MiB),
                   (unsigned long long)sy1.oom_retries);
     SP(sp_free(y, big, sy));
-    drop_stream(rt, sx);
-    drop_stream(rt, sy);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sx);
+    drop_stream(fx.rt, sy);
 }
 
 /* Until the host has observed it, a free is outstanding for the driver (rule 13): stream
@@ -147,12 +143,11 @@ static void wait_until_idle(cudaStream_t s)
 static void reclaim_observes_segments_given_back_on_a_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config cx = SP_POOL_CONFIG_INIT;
     cx.priority = -1;
     sp_pool *x, *y;
-    SP(sp_pool_create(rt, "X", &cx, &x));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
+    SP(sp_pool_create(fx.rt, "X", &cx, &x));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t sx = new_stream(), sx2 = new_stream(), sy = new_stream();
     void *a, *b, *m, *m2, *big;
     SP(sp_alloc(x, &a, 1 * GiB, sx));
@@ -174,10 +169,9 @@ static void reclaim_observes_segments_given_back_on_a_stream(void **state)
     assert_int_equal(stats_of(y).requested.current, 3 * GiB);
     SP(sp_free(y, big, sy));
     SP(sp_free(x, m2, sx2));
-    drop_stream(rt, sx);
-    drop_stream(rt, sx2);
-    drop_stream(rt, sy);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sx);
+    drop_stream(fx.rt, sx2);
+    drop_stream(fx.rt, sy);
 }
 
 /* A stream that gave a segment back to the driver and is then released cannot be synchronized
@@ -187,10 +181,9 @@ static void reclaim_observes_segments_given_back_on_a_stream(void **state)
 static void released_stream_give_back_observed_once(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
-    sp_pool *x;
-    SP(sp_pool_create(rt, "X", NULL, &x));
     cudaStream_t sx = new_stream(), sx2 = new_stream();
+    sp_pool *x;
+    SP(sp_pool_create(fx.rt, "X", NULL, &x));
     void *a, *b, *m, *m2;
     SP(sp_alloc(x, &a, 1 * GiB, sx));
     SP(sp_alloc(x, &m, 4 * MiB, sx));
@@ -201,7 +194,7 @@ static void released_stream_give_back_observed_once(void **state)
     wait_until_idle(sx);                   /* run, but never observed by the host */
     SP(sp_alloc(x, &m2, 4 * MiB, sx2));    /* asks about sx: idle, so settled by the query */
     assert_ptr_equal(m2, m);
-    drop_stream(rt, sx);                   /* released with its give-backs unobserved */
+    drop_stream(fx.rt, sx);                   /* released with its give-backs unobserved */
     assert_int_equal(stats_of(x).pool_reserved, 2 * GiB + 4 * MiB);
     cudasimResetCallCounts();
     SP(sp_pool_trim(x, 0));                /* sx cannot be named: its release's fence can */
@@ -218,8 +211,7 @@ static void released_stream_give_back_observed_once(void **state)
     assert_int_equal(st.skipped_steps, skipped);
     assert_int_equal(st.pool_reserved, 4 * MiB);
     SP(sp_free(x, m2, sx2));
-    drop_stream(rt, sx2);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sx2);
 }
 
 static void limit_rejects_then_recovers(void **state)
@@ -324,18 +316,17 @@ static int on_oom(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user)
 static void oom_callback_and_report(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 8 * GiB;
     cfg.priority = 3;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "model\"7", &cfg, &pool));
+    SP(sp_pool_create(fx.rt, "model\"7", &cfg, &pool));
     cudaStream_t s = new_stream();
     void *blocks[8];
     for (int i = 0; i < 7; i++)
         SP(sp_alloc(pool, &blocks[i], 512 * MiB, s));
     oom_ctx ctx = {pool, s, blocks, 7, 0, true};
-    SP(sp_runtime_set_oom_callback(rt, on_oom, &ctx));
+    SP(sp_runtime_set_oom_callback(fx.rt, on_oom, &ctx));
     void *big;
     SP(sp_alloc(pool, &big, 1 * GiB, s)); /* the callback frees two blocks */
     assert_int_equal(ctx.calls, 1);
@@ -347,7 +338,7 @@ static void oom_callback_and_report(void **state)
     assert_ptr_equal(too_big, (void *)0x1);
     assert_int_equal(ctx.calls, 2);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.failures, 1);
     assert_string_equal(r.pool, "model\"7");
     assert_int_equal(r.bytes, 2 * GiB);
@@ -378,8 +369,7 @@ static void oom_callback_and_report(void **state)
     for (int i = 0; i < ctx.n; i++)
         SP(sp_free(pool, blocks[i], s));
     SP(sp_free(pool, big, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, s);
 }
 
 /* Random driver failures during a threaded stress run: errors are reported, nothing is lost,
@@ -564,13 +554,12 @@ static void larger_than_device_fails_fast(void **state)
 static void limit_between_driver_pages(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 10 * MiB + 12345;
     sp_pool *a, *bystander;
-    SP(sp_pool_create(rt, "A", &cfg, &a));
-    SP(sp_pool_create(rt, "B", NULL, &bystander));
-    SP(sp_runtime_set_oom_callback(rt, count_callback, NULL));
+    SP(sp_pool_create(fx.rt, "A", &cfg, &a));
+    SP(sp_pool_create(fx.rt, "B", NULL, &bystander));
+    SP(sp_runtime_set_oom_callback(fx.rt, count_callback, NULL));
     callback_calls = 0;
     cudaStream_t s = new_stream();
     void *big, *p, *q = (void *)0x7;
@@ -589,7 +578,7 @@ static void limit_between_driver_pages(void **state)
     assert_int_equal(sb.reclaims, 0);
     assert_int_equal(sb.cached.current, 1000 * MiB);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.failures, 2);
     assert_int_equal(r.status, SP_ERR_LIMIT);
     assert_string_equal(r.pool, "A");
@@ -600,8 +589,7 @@ static void limit_between_driver_pages(void **state)
     assert_non_null(strstr(json, "\"status\":\"SP_ERR_LIMIT\",\"reason\":\"the pool's limit would "
                                  "be exceeded now (retry after frees)\",\"rounded\":256,"));
     SP(sp_free(a, p, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, s);
 }
 
 typedef struct {
@@ -781,14 +769,13 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
 static void free_reservation_is_not_counted_against_the_limit(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config ca = SP_POOL_CONFIG_INIT;
     ca.reserve = 1 * GiB;
     ca.limit = 2 * GiB;
     ca.priority = 10;
     sp_pool *a, *b;
-    SP(sp_pool_create(rt, "A", &ca, &a));
-    SP(sp_pool_create(rt, "B", NULL, &b));
+    SP(sp_pool_create(fx.rt, "A", &ca, &a));
+    SP(sp_pool_create(fx.rt, "B", NULL, &b));
     cudaStream_t sa = new_stream(), sb = new_stream();
     void *blk[12], *p = NULL;
     for (int i = 0; i < 12; i++)
@@ -807,9 +794,8 @@ static void free_reservation_is_not_counted_against_the_limit(void **state)
     assert_int_equal(st_b.cached.current, 0);
     assert_int_equal(st_b.reclaimed_bytes, 3 * GiB);
     SP(sp_free(a, p, sa));
-    drop_stream(rt, sa);
-    drop_stream(rt, sb);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sa);
+    drop_stream(fx.rt, sb);
 }
 
 /* A capture's allocation refused by the pool's limit is a limit rejection like any other: the
@@ -850,14 +836,13 @@ static void capture_limit_rejection_is_reported(void **state)
 static void reclaim_stops_below_higher_priorities_once_the_request_fits(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config cl = SP_POOL_CONFIG_INIT, ch = SP_POOL_CONFIG_INIT;
     cl.priority = -5;
     ch.priority = 5;
     sp_pool *l, *h, *y;
-    SP(sp_pool_create(rt, "L", &cl, &l));
-    SP(sp_pool_create(rt, "H", &ch, &h));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
+    SP(sp_pool_create(fx.rt, "L", &cl, &l));
+    SP(sp_pool_create(fx.rt, "H", &ch, &h));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t s = new_stream();
     void *blk[6], *live, *big;
     for (int i = 0; i < 6; i++)
@@ -880,8 +865,7 @@ static void reclaim_stops_below_higher_priorities_once_the_request_fits(void **s
     assert_int_equal(stats_of(y).requested.current, 2304 * MiB);
     SP(sp_free(y, big, s));
     SP(sp_free(y, live, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, s);
 }
 
 /* ---- a long randomized run under faults at every CUDA call, at 0.5%, 2% and 5% ---- */
@@ -1081,25 +1065,25 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-        TRACKED(noisy_neighbour),
-        TRACKED(reclaim_across_pools),
-        TRACKED(reclaim_observes_segments_given_back_on_a_stream),
-        TRACKED(released_stream_give_back_observed_once),
+        FX_DEVICE(noisy_neighbour, 4 * GiB),
+        FX_DEVICE(reclaim_across_pools, 4 * GiB),
+        FX_DEVICE(reclaim_observes_segments_given_back_on_a_stream, 4 * GiB),
+        FX_DEVICE(released_stream_give_back_observed_once, 4 * GiB),
         FX_DEVICE(limit_rejects_then_recovers, 4 * GiB),
         FX_DEVICE(limit_reuses_ranges_its_synchronize_settled, 4 * GiB),
-        TRACKED(oom_callback_and_report),
+        FX_DEVICE(oom_callback_and_report, 4 * GiB),
         TRACKED(random_driver_failures),
         TRACKED(random_faults_everywhere_lose_nothing),
         FX_DEVICE(larger_than_device_fails_fast, 4 * GiB),
-        TRACKED(limit_between_driver_pages),
+        FX_DEVICE(limit_between_driver_pages, 1 * GiB),
         FX_DEVICE(oom_callback_retry_reclaims_every_pool, 1 * GiB),
         FX_DEVICE(refused_request_changes_no_figure, 1 * GiB),
         cmocka_unit_test_prestate_setup_teardown(read_during_a_refused_request_counts_no_claim,
                                                  fx_setup_device, teardown_held_malloc,
                                                  &(uint64_t){1 * GiB}),
-        TRACKED(free_reservation_is_not_counted_against_the_limit),
+        FX_DEVICE(free_reservation_is_not_counted_against_the_limit, 4 * GiB),
         FX_DEVICE(capture_limit_rejection_is_reported, 1 * GiB),
-        TRACKED(reclaim_stops_below_higher_priorities_once_the_request_fits),
+        FX_DEVICE(reclaim_stops_below_higher_priorities_once_the_request_fits, 4 * GiB),
         TRACKED(long_random_faults_at_every_rate),
     };
     return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);
