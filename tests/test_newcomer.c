@@ -342,10 +342,8 @@ static void conf_case_hint_reserve_and_default_pool_keys(void **state)
 static void double_free_after_the_driver_took_it_back(void **state)
 {
     (void)state;
-    sp_pool *pool;
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.cache_limit = 0; /* every free gives its slab or segment back */
-    SP(sp_pool_create(fx.rt, "nocache", &cfg, &pool));
+    /* every free gives its slab or segment back */
+    sp_pool *pool = pool_of(fx.rt, "nocache", 0, 0, 0);
     for (size_t size = 4 * KiB; size <= 16 * MiB; size *= 2) {
         void *p;
         SP(sp_alloc(pool, &p, size, fx.a));

@@ -217,10 +217,7 @@ static void released_stream_give_back_observed_once(void **state)
 static void limit_rejects_then_recovers(void **state)
 {
     (void)state;
-    sp_pool *pool;
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 64 * MiB;
-    SP(sp_pool_create(fx.rt, "capped", &cfg, &pool));
+    sp_pool *pool = pool_of(fx.rt, "capped", 64 * MiB, 0, UINT64_MAX);
     void *p, *q = (void *)0x9;
     SP(sp_alloc(pool, &p, 48 * MiB, fx.a));
     assert_int_equal(sp_alloc(pool, &q, 32 * MiB, fx.a), SP_ERR_LIMIT);
@@ -262,10 +259,7 @@ static void limit_rejects_then_recovers(void **state)
 static void limit_reuses_ranges_its_synchronize_settled(void **state)
 {
     (void)state;
-    sp_pool *pool;
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 8 * MiB;
-    SP(sp_pool_create(fx.rt, "merge-at-limit", &cfg, &pool));
+    sp_pool *pool = pool_of(fx.rt, "merge-at-limit", 8 * MiB, 0, UINT64_MAX);
     void *whole, *x, *y, *z, *p = (void *)0x9;
     SP(sp_alloc(pool, &whole, 8 * MiB, fx.a));        /* one 8 MiB segment: the whole limit */
     SP(sp_free(pool, whole, fx.a));
@@ -803,10 +797,7 @@ static void free_reservation_is_not_counted_against_the_limit(void **state)
 static void capture_limit_rejection_is_reported(void **state)
 {
     (void)state;
-    sp_pool *pool;
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 8 * MiB;
-    SP(sp_pool_create(fx.rt, "graphs", &cfg, &pool));
+    sp_pool *pool = pool_of(fx.rt, "graphs", 8 * MiB, 0, UINT64_MAX);
     void *p, *q = (void *)0x5;
     SP(sp_stream_capture_begin(fx.rt, fx.a));
     CK(cudaStreamBeginCapture(fx.a, cudaStreamCaptureModeGlobal));
