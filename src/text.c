@@ -174,46 +174,43 @@ static int to_out(int rc, string_out *s, char **out)
     return rc;
 }
 
+/* What sp_*_print with this renderer writes, as a string in *out. */
+static int print_to_string(render_fn fn, const void *what, char **out)
+{
+    if (!out)
+        return SP_ERR_INVALID;
+    string_out s = {NULL, 0, 0};
+    return to_out(print(fn, what, to_string, &s), &s, out);
+}
+
 int sp_stats_json_alloc(const sp_stats *st, char **out)
 {
-    string_out s = {NULL, 0, 0};
-    return out ? to_out(sp_stats_print(st, SP_TEXT_JSON, to_string, &s), &s, out)
-               : SP_ERR_INVALID;
+    return print_to_string(stats_renderer(SP_TEXT_JSON), st, out);
 }
 
 int sp_stats_summary_alloc(const sp_stats *st, char **out)
 {
-    string_out s = {NULL, 0, 0};
-    return out ? to_out(sp_stats_print(st, SP_TEXT_SUMMARY, to_string, &s), &s, out)
-               : SP_ERR_INVALID;
+    return print_to_string(stats_renderer(SP_TEXT_SUMMARY), st, out);
 }
 
 int sp_oom_report_json_alloc(const sp_oom_report *r, char **out)
 {
-    string_out s = {NULL, 0, 0};
-    return out ? to_out(sp_oom_report_print(r, SP_TEXT_JSON, to_string, &s), &s, out)
-               : SP_ERR_INVALID;
+    return print_to_string(oom_renderer(SP_TEXT_JSON), r, out);
 }
 
 int sp_pool_summary_alloc(sp_pool *pool, char **out)
 {
-    string_out s = {NULL, 0, 0};
-    return out ? to_out(sp_pool_print(pool, SP_TEXT_SUMMARY, to_string, &s), &s, out)
-               : SP_ERR_INVALID;
+    return print_to_string(pool_renderer(SP_TEXT_SUMMARY), pool, out);
 }
 
 int sp_runtime_summary_alloc(sp_runtime *rt, char **out)
 {
-    string_out s = {NULL, 0, 0};
-    return out ? to_out(sp_runtime_print(rt, SP_TEXT_SUMMARY, to_string, &s), &s, out)
-               : SP_ERR_INVALID;
+    return print_to_string(runtime_renderer(SP_TEXT_SUMMARY), rt, out);
 }
 
 int sp_runtime_metrics_prometheus_alloc(sp_runtime *rt, char **out)
 {
-    string_out s = {NULL, 0, 0};
-    return out ? to_out(sp_runtime_print(rt, SP_TEXT_PROMETHEUS, to_string, &s), &s, out)
-               : SP_ERR_INVALID;
+    return print_to_string(runtime_renderer(SP_TEXT_PROMETHEUS), rt, out);
 }
 
 void sp_text_free(char *text)
