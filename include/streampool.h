@@ -111,13 +111,14 @@ SP_API const char *sp_last_cuda_error_string(void);
  *    refused with SP_ERR_INVALID, and sp_config_error() names the call and the missing .size:
  *    read as "the current size", it would let the library write past the end of an older
  *    program's shorter struct.
- * ABI: until 0.1 the three configs and sp_request_stats began with a `size_t size`. On the
+ * ABI: older headers declared the three configs and sp_request_stats with a `size_t size` (the
+ * other four had uint32_t, the type kept because changing it would move their fields). On the
  * 64-bit little-endian machines CUDA runs on, a size_t holding a struct's size is that uint32_t
- * followed by four zero bytes, and the four bytes after `size` are padding the library never
- * reads (sp_runtime_config names them reserved_), so no field moved and a program built against
- * the older header keeps working unrebuilt. Source: `.size = sizeof x` and the _INIT macros
- * compile as before; a positional initializer of sp_runtime_config written out by hand (not
- * SP_RUNTIME_CONFIG_INIT) needs a 0 for reserved_ after the size. */
+ * followed by four zero bytes, and the four bytes after `size` are padding the library never reads
+ * (sp_runtime_config names them reserved_), so no field moved and a program built against an older
+ * header keeps working unrebuilt (tests/test_versioned.c checks both). Source: `.size = sizeof x`
+ * and the _INIT macros compile as before; a positional initializer of sp_runtime_config written
+ * out by hand (not SP_RUNTIME_CONFIG_INIT) needs a 0 for reserved_ after the size. */
 
 /* The _INIT of a struct the library writes: every field 0 but size (in C++, where designated
  * initializers came only with C++20, the same by a value-initialized copy). */

@@ -1,7 +1,7 @@
 /* The one rule for versioned structs (streampool.h, "versioned structs"), struct by struct: every
  * _INIT macro sets the size; every call accepts a struct of an older, shorter version, fills it
  * and writes nothing past its size (bytes past it keep a canary), or reads defaults for what it
- * lacks; a program built against the header of 0.1, whose configs began with a size_t size,
+ * lacks; a program built against an older header, whose configs began with a size_t size,
  * keeps working unrebuilt (the old layouts are spelled out here and checked field by field). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,7 +208,7 @@ static void configs_shorter_than_today_get_the_defaults_for_what_they_lack(void 
     destroy_runtime(rt);
 }
 
-/* ---- the structs as version 0.1's header laid them out: `size_t size` first ---- */
+/* ---- the structs as an older header laid them out: `size_t size` first ---- */
 
 typedef struct {
     size_t size;
@@ -262,9 +262,9 @@ _Static_assert(sizeof(old_runtime_config) == sizeof(sp_runtime_config) &&
                    sizeof(old_request_config) == sizeof(sp_request_config),
                "a struct's size changed");
 
-/* A program built against 0.1 passes its structs as they were: every call reads them right, and
+/* A program built against an older header passes its structs as they were: every call reads them right, and
  * its size_t size reads back whole (the library wrote only the low four bytes, the same value). */
-static void structs_of_a_program_built_against_0_1_keep_working(void **state)
+static void structs_laid_out_by_an_older_header_keep_working(void **state)
 {
     (void)state;
     old_runtime_config rc = {sizeof rc, SP_CAPTURE_DECLARED, 0, "priority:3"};
@@ -309,7 +309,7 @@ int main(void)
         FX(request_end_fills_a_shorter_request_stats_up_to_its_size),
         cmocka_unit_test_teardown(configs_shorter_than_today_get_the_defaults_for_what_they_lack,
                                   teardown_runtimes),
-        cmocka_unit_test_teardown(structs_of_a_program_built_against_0_1_keep_working,
+        cmocka_unit_test_teardown(structs_laid_out_by_an_older_header_keep_working,
                                   teardown_runtimes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
