@@ -1,5 +1,7 @@
-/* Helpers for the streampool suites (on top of test_support.h): status checks, stats, streams
- * that are released from every pool before they are destroyed. */
+/* Helpers for the streampool suites (on top of test_support.h): status checks, stats, pools,
+ * a call made on another thread, streams that are released from every pool before they are
+ * destroyed, tracked runtimes and their teardowns (TRACKED, teardown_faults). The shared
+ * fixture built on them is fixtures.h. */
 #ifndef SP_TEST_SP_SUPPORT_H
 #define SP_TEST_SP_SUPPORT_H
 
@@ -7,6 +9,16 @@
 #include "test_support.h"
 
 #define SP(call) assert_int_equal((call), SP_OK)
+
+/* A call made on another thread: what it needs (the fields its call uses) and its status. */
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pool;
+    cudaStream_t stream;
+    size_t bytes;
+    void *ptr;
+    int rc;
+} thread_call;
 
 static inline sp_stats stats_of(sp_pool *pool)
 {
@@ -56,16 +68,6 @@ static inline void drop_stream(sp_runtime *rt, cudaStream_t s)
     CK(cudaStreamSynchronize(s));
     CK(cudaStreamDestroy(s));
 }
-
-/* A call made on another thread: what it needs (the fields its call uses) and its status. */
-typedef struct {
-    sp_runtime *rt;
-    sp_pool *pool;
-    cudaStream_t stream;
-    size_t bytes;
-    void *ptr;
-    int rc;
-} thread_call;
 
 /* Runtimes a test made through track_runtime are destroyed by the fixture's teardown
  * (destroy_tracked_runtimes) when a failed assertion left the test early; a test that gets to
