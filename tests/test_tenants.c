@@ -410,6 +410,30 @@ static void *fault_stress(void *arg)
     return NULL;
 }
 
+/* Runs FAULT_WORKERS fault_stress threads on pool, each on a stream of its own (w[i].stream,
+ * the caller's to drop) with seed seed_step * (i + 1), to their end under the faults injected,
+ * then clears the faults. Every worker ends with no failure (best-effort steps never fail a
+ * request) and nothing live; returns the SP_ERR_OUT_OF_MEMORY they met. */
+enum { FAULT_WORKERS = 3 };
+
+static long run_fault_workers(sp_pool *pool, unsigned seed_step, fault_worker *w)
+{
+    pthread_t t[FAULT_WORKERS];
+    for (int i = 0; i < FAULT_WORKERS; i++) {
+        w[i] = (fault_worker){pool, new_stream(), seed_step * (unsigned)(i + 1), 0, 0, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, fault_stress, &w[i]), 0);
+    }
+    long ooms = 0;
+    for (int i = 0; i < FAULT_WORKERS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+        assert_int_equal(w[i].live_bytes, 0);
+        ooms += w[i].ooms;
+    }
+    cudasimClearFaults();
+    return ooms;
+}
+
 static void random_driver_failures(void **state)
 {
     (void)state;
@@ -419,21 +443,8 @@ static void random_driver_failures(void **state)
     /* 50%: a miss retries after giving cache back and reclaiming, so failures must be common
      * for some to survive the whole ladder */
     CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", 500000, cudaErrorMemoryAllocation, 11));
-    enum { T = 3 };
-    pthread_t t[T];
-    fault_worker w[T];
-    for (int i = 0; i < T; i++) {
-        w[i] = (fault_worker){pool, new_stream(), 17u * (unsigned)(i + 1), 0, 0, 0};
-        assert_int_equal(pthread_create(&t[i], NULL, fault_stress, &w[i]), 0);
-    }
-    long ooms = 0;
-    for (int i = 0; i < T; i++) {
-        pthread_join(t[i], NULL);
-        assert_int_equal(w[i].failures, 0);
-        assert_int_equal(w[i].live_bytes, 0);
-        ooms += w[i].ooms;
-    }
-    cudasimClearFaults();
+    fault_worker w[FAULT_WORKERS];
+    long ooms = run_fault_workers(pool, 17, w);
     sp_stats st = stats_of(pool);
     assert_true(ooms > 0);
     assert_int_equal(st.ooms, ooms);
@@ -446,7 +457,7 @@ static void random_driver_failures(void **state)
                   "out of %llu attempts; driver allocations %llu, retries %llu\n",
                   ooms, (unsigned long long)(st.allocs + (uint64_t)ooms),
                   (unsigned long long)st.driver_allocs, (unsigned long long)st.oom_retries);
-    for (int i = 0; i < T; i++)
+    for (int i = 0; i < FAULT_WORKERS; i++)
         drop_stream(rt, w[i].stream);
     destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
@@ -473,21 +484,8 @@ static void random_faults_everywhere_lose_nothing(void **state)
     CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", 50000, cudaErrorMemoryAllocation, 5));
     for (unsigned i = 0; i < sizeof apis / sizeof apis[0]; i++)
         CK(cudasimInjectFaultRate(apis[i], 50000, cudaErrorLaunchFailure, 7 + i));
-    enum { T = 3 };
-    pthread_t t[T];
-    fault_worker w[T];
-    for (int i = 0; i < T; i++) {
-        w[i] = (fault_worker){pool, new_stream(), 29u * (unsigned)(i + 1), 0, 0, 0};
-        assert_int_equal(pthread_create(&t[i], NULL, fault_stress, &w[i]), 0);
-    }
-    long ooms = 0;
-    for (int i = 0; i < T; i++) {
-        pthread_join(t[i], NULL);
-        assert_int_equal(w[i].failures, 0); /* best-effort steps never fail a request */
-        assert_int_equal(w[i].live_bytes, 0);
-        ooms += w[i].ooms;
-    }
-    cudasimClearFaults();
+    fault_worker w[FAULT_WORKERS];
+    long ooms = run_fault_workers(pool, 29, w);
     sp_stats st = stats_of(pool);
     assert_int_equal(st.ooms, ooms);
     assert_int_equal(st.requested.current, 0);
@@ -498,7 +496,7 @@ static void random_faults_everywhere_lose_nothing(void **state)
     print_message("# random faults everywhere: %ld OOMs, %llu skipped steps, %llu refused "
                   "give-backs\n", ooms, (unsigned long long)st.skipped_steps,
                   (unsigned long long)st.give_back_failures);
-    for (int i = 0; i < T; i++)
+    for (int i = 0; i < FAULT_WORKERS; i++)
         drop_stream(rt, w[i].stream);
     destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
