@@ -13,22 +13,6 @@
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024;
 
-static int teardown_faults(void **state)
-{
-    (void)state;
-    cudasimClearFaults(); /* so that the runtime of a failed test can still be destroyed */
-    int busy = destroy_tracked_runtimes();
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
-static sp_pool *default_pool(sp_runtime *rt)
-{
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    return pool;
-}
-
 static bool overlap(const void *a, size_t na, const void *b, size_t nb)
 {
     uintptr_t la = (uintptr_t)a, lb = (uintptr_t)b;
