@@ -403,7 +403,13 @@ static void segment_taken_as_its_stream_is_released_still_settles(void **state)
     SP(sp_free(pool, m.p, s));
     CK(cudaStreamSynchronize(s)); /* everything s did is complete */
     void *q;
+    cudasimResetCallCounts();
     SP(sp_alloc(pool, &q, 4 * MiB, b));
+    /* at the high-water mark: one ask about s's live cache (a stream query, idle) and one
+     * about its released one (its final fence, complete): each within its own budget */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount("cudaEventQuery"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 2);
     assert_ptr_equal(q, m.p);
     st = stats_of(pool);
     assert_int_equal(st.driver_allocs, 1);
