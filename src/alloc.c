@@ -364,10 +364,16 @@ static int alloc_large(sp_alloc_call *a, sp_stream_key key)
         sp_heap *h = &pool->segments;
         sp_mutex_lock(&h->lock, SP_RANK_HEAP);
         sp__park_put_locked(h, parked);
-        b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, NULL);
+        /* known usable only, no call; a budget so that the take says whether the range was
+         * another stream's free, settled by its owner's publication (segment.c counts it a
+         * cross-stream reuse): that is no hit of this stream's cache, but a reuse */
+        sp_ask_budget known = {.may_ask = false};
+        b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, &known);
         sp_mutex_unlock(&h->lock);
         if (!b)
             return alloc_miss(a, c, own_idle);
+        if (known.took == SP_TOOK_REUSE)
+            return served_off_cache(a, c, b, SP_OUTCOME_STEAL);
         sp_spin_lock(&c->lock);
         if (sp_unlikely(c->released)) {
             /* released meanwhile (its figures went to the pool): counted as a miss's is,

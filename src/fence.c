@@ -385,10 +385,21 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
     if (sp__tag_settled(c, epoch, false))
         return true;
     bool released = atomic_load_explicit(&c->released, memory_order_acquire);
-    for (int i = 0; i < ab->asks; i++)
+    int n = ab->asks + ab->released_asks;
+    for (int i = 0; i < n; i++)
         if (ab->asked[i] == c)
             return false; /* once per stream and miss */
-    if (!released && !ab->may_ask) {
+    if (released) {
+        /* no owner will publish: its final fence covers every free it made, one event query,
+         * within a budget of its own (a live stream's ask must not leave a released neighbour
+         * of the range it asked about pending, nor the other way round) */
+        if (ab->released_asks >= SP_STEAL_ASKS)
+            return false;
+        ab->asked[n] = c;
+        ab->released_asks++;
+        return settled_by_fence(c, epoch, NULL);
+    }
+    if (!ab->may_ask) {
         /* no call unless a fence covering the free was recorded already (its owner's answer to
          * an earlier mark): then one query of it. Otherwise its own thread learns what its
          * stream completed at its next step, once for every miss that wants its memory.
@@ -398,24 +409,23 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
         if (ab->asks < SP_STEAL_ASKS) {
             bool fenced = false;
             bool done = settled_by_fence(c, epoch, &fenced);
-            if (fenced)
-                ab->asked[ab->asks++] = c;
+            if (fenced) {
+                ab->asked[n] = c;
+                ab->asks++;
+            }
             if (done)
                 return true;
         }
         atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
         return false;
     }
-    /* released (no owner will publish: its final fence covers every free it made), or memory
-     * that saves raising the high-water mark: one call */
+    /* memory that saves raising the high-water mark: one call */
     if (ab->asks >= SP_STEAL_ASKS) {
-        if (!released)
-            atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
+        atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
         return false;
     }
-    ab->asked[ab->asks++] = c;
-    if (released)
-        return settled_by_fence(c, epoch, NULL);
+    ab->asked[n] = c;
+    ab->asks++;
     return sp__tag_settled(c, epoch, true); /* marks c if not */
 }
 

@@ -49,8 +49,8 @@ bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask);
  * its coalesce. */
 typedef enum { SP_IDLE_UNKNOWN, SP_IDLE_YES, SP_IDLE_NO } sp_idle;
 typedef struct {
-    int asks;
-    sp_stream_cache *asked[SP_STEAL_ASKS];
+    int asks, released_asks; /* live streams asked, released ones asked: each within its budget */
+    sp_stream_cache *asked[2 * SP_STEAL_ASKS];
     sp_idle own_idle;  /* the allocating stream, as sp__fence_early found it in this miss */
     /* a fresh segment would raise the pool's high-water mark: one call about the best candidate
      * may save memory, not only calls (SP_STEAL_ASKS of them) */

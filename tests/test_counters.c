@@ -218,8 +218,18 @@ static void requests_move_admission_and_fence_counters(void **state)
     void *p;
     SP(sp_request_alloc(pool, r1, &p, 6 * MiB));
     c = read_counters(pool);
-    SP(sp_request_end(pool, r1, 0, NULL)); /* frees p, one fence behind the free */
-    moved(pool, &c, "frees=1,fences_recorded=1");
+    gate *g = gate_new();
+    gate_hold(g, fx.a); /* p's free stays pending */
+    SP(sp_request_end(pool, r1, 0, NULL)); /* frees p; nobody wanted a's memory: no fence */
+    moved(pool, &c, "frees=1");
+    void *q;
+    SP(sp_alloc(pool, &q, 2 * MiB, fx.b)); /* asks a (busy), marks it, grows */
+    SP(sp_request_begin(pool, fx.a, NULL, &r2));
+    c = read_counters(pool);
+    SP(sp_request_end(pool, r2, 0, NULL)); /* a was wanted: one fence behind its frees */
+    moved(pool, &c, "fences_recorded=1");
+    gate_open(g);
+    SP(sp_free(pool, q, fx.b));
 }
 
 /* A declared capture: the allocation bypasses the caches; its free goes straight back. */

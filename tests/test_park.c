@@ -360,7 +360,13 @@ static void segment_taken_as_its_stream_is_released_still_settles(void **state)
     SP(sp_free(fx.pool, m.ptr, fx.a));
     CK(cudaStreamSynchronize(fx.a)); /* everything s did is complete */
     void *q;
+    cudasimResetCallCounts();
     SP(sp_alloc(fx.pool, &q, 4 * MiB, fx.b));
+    /* at the high-water mark: one ask about a's live cache (a stream query, idle) and one
+     * about its released one (its final fence, complete): each within its own budget */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount("cudaEventQuery"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 2);
     assert_ptr_equal(q, m.ptr);
     st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 1);

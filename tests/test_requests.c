@@ -113,10 +113,12 @@ static void synchronized_end_settles_with_no_cuda_call(void **state)
     CK(cudaStreamSynchronize(fx.b));
 }
 
-/* Without the word, the end records one fence behind all the request's frees (exactly one
- * event record), and no range goes to another stream before that fence completes: with the
- * request's stream held by a gate, another stream gets other memory; once the gate opens and
- * the fence completes, the range is reused behind one query. */
+/* Without the word, the end makes no call while no other stream wanted the stream's memory; once
+ * another stream's miss wanted it (marked the stream), the next end records one fence behind all
+ * the stream's frees (exactly one event record), and no range goes to another stream before that
+ * fence completes: with the request's stream held by a gate, another stream gets other memory
+ * (behind one query of that fence); once the gate opens and the fence completes, the range is
+ * reused behind one query. */
 static void one_fence_covers_a_request_and_holds_back_others(void **state)
 {
     (void)state;
@@ -133,18 +135,45 @@ static void one_fence_covers_a_request_and_holds_back_others(void **state)
     SP(sp_free(pool, p[0], fx.a));
     cudasimResetCallCounts();
     sp_request_stats st = {.size = sizeof st};
-    SP(sp_request_end(pool, req, 0, &st));
+    SP(sp_request_end(pool, req, 0, &st)); /* nobody wanted a's memory: no call */
+    assert_int_equal(st.fences_recorded, 0);
+    assert_int_equal(all_calls(), 0);
+    void *q;
+    SP(sp_alloc(pool, &q, 2 * MiB, fx.b)); /* at the high-water mark: asks a, busy; marks a */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
+    for (int i = 0; i < 3; i++)
+        assert_ptr_not_equal(q, p[i]); /* pending: never handed over */
+    SP(sp_request_begin(pool, fx.a, "wanted", &req));
+    cudasimResetCallCounts();
+    SP(sp_request_end(pool, req, 0, &st)); /* a was marked: one fence behind all its frees */
     assert_int_equal(st.fences_recorded, 1);
     assert_int_equal(cudasimCallCount("cudaEventRecord"), 1);
-    void *q;
-    SP(sp_alloc(pool, &q, 2 * MiB, fx.b));
+    assert_int_equal(all_calls(), 1);
+    void *q2;
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &q2, 2 * MiB, fx.b)); /* the fence, pending: one query, other memory */
+    assert_int_equal(cudasimCallCount("cudaEventQuery"), 1);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 0);
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
     for (int i = 0; i < 3; i++)
-        assert_ptr_not_equal(q, p[i]); /* the fence is pending: never handed over */
-    SP(sp_free(pool, q, fx.b));
+        assert_ptr_not_equal(q2, p[i]);
     gate_open(g);
     CK(cudaStreamSynchronize(fx.a));
     CK(cudaStreamSynchronize(fx.b));
-    /* a second request with nothing freed since: no new fence */
+    uint64_t reuses = stats_of(pool).cross_stream_reuses;
+    void *r;
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &r, 2 * MiB, fx.b)); /* the fence, complete: a p range, behind one query */
+    assert_int_equal(cudasimCallCount("cudaEventQuery"), 1);
+    assert_int_equal(all_calls(), 1);
+    assert_true(r == p[0] || r == p[1] || r == p[2]);
+    assert_int_equal(stats_of(pool).cross_stream_reuses, reuses + 1);
+    SP(sp_free(pool, r, fx.b));
+    SP(sp_free(pool, q2, fx.b));
+    SP(sp_free(pool, q, fx.b));
+    CK(cudaStreamSynchronize(fx.b));
+    /* a third request with nothing freed since: no new fence */
     SP(sp_request_begin(pool, fx.a, "empty", &req));
     cudasimResetCallCounts();
     SP(sp_request_end(pool, req, 0, &st));

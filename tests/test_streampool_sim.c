@@ -181,17 +181,27 @@ static void failing_driver_calls_leave_state_intact(void **state)
     SP(sp_free(pool, p, 0));
     cudaStream_t other;
     CK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
-    /* the fence is best effort: its failure is skipped and counted, once (a miss asks about
-     * each stream at most once), and fresh memory serves the request */
+    /* the miss would raise the high-water mark: it asks stream 0 once (busy), never records a
+     * fence, marks it, and fresh memory serves the request */
+    cudasimResetCallCounts();
     SP(sp_alloc(pool, &q, 4096, other));
-    cudasimClearFaults();
     assert_ptr_not_equal(q, p);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
+    /* the marked owner's next free fences its frees: the fence is best effort, its failure is
+     * skipped and counted, once */
+    void *r;
+    SP(sp_alloc(pool, &r, 4096, 0));
+    assert_ptr_equal(r, p); /* its own, at once */
+    SP(sp_free(pool, r, 0));
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 1);
+    cudasimClearFaults();
     gate_open(g);
     SP(sp_free(pool, q, other));
     sp_stats st = stats_of(pool);
     assert_int_equal(st.requested.current, 0);
     assert_int_equal(st.ooms, 1);
-    assert_int_equal(st.allocs, 2);
+    assert_int_equal(st.allocs, 3);
     assert_int_equal(st.fences_recorded, 0);
     assert_int_equal(st.skipped_steps, 1);
     assert_int_equal(st.driver_allocs, 2);
@@ -271,40 +281,6 @@ static void miss_gives_back_on_its_own_stream_without_waiting(void **state)
     SP(sp_free(fx.pool, b, fx.a));
 }
 
-/* A miss that found a stream's frees unsettled makes that stream fence its next large frees
- * right behind them, not only the first: once its work passes them, another stream reuses all
- * of them, though the stream has queued more work since (a stream query would say busy, and a
- * fence recorded then would complete only after that work). */
-static void asked_stream_fences_its_next_large_frees(void **state)
-{
-    (void)state;
-    gate *g1 = gate_new(), *g2 = gate_new();
-    void *x[3], *y, *z[3];
-    for (int i = 0; i < 3; i++)
-        SP(sp_alloc(fx.pool, &x[i], 4 * MiB, fx.a)); /* a 4 MiB segment each */
-    gate_hold(g1, fx.a);
-    SP(sp_free(fx.pool, x[0], fx.a));
-    SP(sp_alloc(fx.pool, &y, 4 * MiB, fx.b)); /* asks about a: busy, so b grows */
-    assert_int_equal(stats_of(fx.pool).driver_allocs, 4);
-    SP(sp_free(fx.pool, x[1], fx.a));
-    SP(sp_free(fx.pool, x[2], fx.a));
-    gate_hold(g2, fx.a); /* more work behind the frees */
-    gate_open(g1);
-    gate_wait_arrival(g2); /* a is past its frees and busy */
-    for (int i = 0; i < 3; i++)
-        SP(sp_alloc(fx.pool, &z[i], 4 * MiB, fx.b));
-    sp_stats st = stats_of(fx.pool);
-    assert_int_equal(st.driver_allocs, 4); /* without fences behind x[1] and x[2]: 5 */
-    assert_int_equal(st.cross_stream_reuses, 1); /* one fence covers all three: one ask */
-    for (int i = 0; i < 3; i++) /* x's segments, each taken whole */
-        assert_true(z[i] == x[0] || z[i] == x[1] || z[i] == x[2]);
-    assert_true(z[0] != z[1] && z[1] != z[2] && z[0] != z[2]);
-    gate_open(g2);
-    for (int i = 0; i < 3; i++)
-        SP(sp_free(fx.pool, z[i], fx.b));
-    SP(sp_free(fx.pool, y, fx.b));
-}
-
 /* A huge segment given back at free time (a free of another size) sits in the driver's pool
  * until a host synchronize observes its free (rule 13); a trim synchronizes the stream that
  * freed it (its free counts as not yet settled), so that the device gets every page back. The
@@ -347,89 +323,170 @@ static void huge_given_back_at_free_is_reused_and_trimmed(void **state)
     assert_int_equal(reserved, 0);
 }
 
-/* A fence another stream's ask recorded stays where it was: a later free of the asked stream
- * gets a fence of its own, so the free the stream has already passed is settled for the next
- * asker, though the stream is busy with later work (found in review: the fence was moved). */
-static void askers_fence_stays_where_it_was_recorded(void **state)
+/* A pool whose high-water mark is 16 MiB with nothing held: two 8 MiB segments taken on s, freed
+ * and trimmed (the trim synchronizes s: nothing of s is pending after it). */
+static void peak_then_trim(sp_pool *pool, cudaStream_t s)
 {
-    (void)state;
-    gate *g1 = gate_new(), *g2 = gate_new();
-    void *y, *x, *p1, *p2;
-    SP(sp_alloc(fx.pool, &y, 16 * MiB, fx.a)); /* a huge segment */
-    SP(sp_alloc(fx.pool, &x, 2 * MiB, fx.a));  /* a medium segment of 2 MiB */
-    SP(sp_free(fx.pool, y, fx.a));
-    gate_hold(g1, fx.a);
-    SP(sp_free(fx.pool, x, fx.a));             /* x's free behind g1 */
-    SP(sp_alloc(fx.pool, &p1, 2 * MiB, fx.b)); /* asks about a: busy, a fence behind g1; b grows */
-    assert_int_equal(stats_of(fx.pool).driver_allocs, 3);
-    gate_hold(g2, fx.a);                    /* more work on a */
-    void *y2;
-    SP(sp_alloc(fx.pool, &y2, 16 * MiB, fx.a)); /* a's own range back, no miss */
-    assert_ptr_equal(y2, y);
-    SP(sp_free(fx.pool, y2, fx.a));             /* fence_interest: a fence of its own */
-    gate_open(g1);
-    gate_wait_arrival(g2);                /* a is past x's free (and busy at g2) */
-    SP(sp_alloc(fx.pool, &p2, 2 * MiB, fx.b));  /* x's free is complete: b should reuse x */
-    sp_stats st = stats_of(fx.pool);
-    gate_open(g2);
-    assert_ptr_equal(p2, x);
-    assert_int_equal(st.driver_allocs, 3);
-    assert_int_equal(st.cross_stream_reuses, 1);
-    SP(sp_free(fx.pool, p1, fx.b));
-    SP(sp_free(fx.pool, p2, fx.b));
+    void *w[2];
+    for (int i = 0; i < 2; i++)
+        SP(sp_alloc(pool, &w[i], 8 * MiB, s));
+    for (int i = 0; i < 2; i++)
+        SP(sp_free(pool, w[i], s));
+    SP(sp_pool_trim(pool, 0));
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.held.current, 0);
+    assert_int_equal(st.held.peak, 16 * MiB);
 }
 
-/* Stream a frees x[0] (4 MiB) behind gate g1, b's 4 MiB miss asks about it (a is busy: a fence
- * behind g1, and b grows), then a frees x[1] (second_bytes) behind g2. Once x[0]'s free is
- * complete and x[1]'s is not, b's next 4 MiB miss must take x[0] without the driver, whatever it
- * asks about x[1]. */
-static void miss_takes_the_completed_older_free(size_t second_bytes)
+/* Below the pool's high-water mark a miss makes no CUDA call about another stream's pending
+ * free that would serve it: it grows, and marks that stream, whose owner then publishes at its
+ * next step (one stream query); a stream not marked makes no call at its next step. */
+static void a_miss_below_the_high_water_mark_makes_no_call_about_other_streams(void **state)
 {
+    (void)state;
     sp_pool *pool = fx.pool;
     cudaStream_t a = fx.a, b = fx.b;
-    gate *g1 = gate_new(), *g2 = gate_new();
-    void *x[2], *p1, *p2;
-    SP(sp_alloc(pool, &x[0], 4 * MiB, a));
-    SP(sp_alloc(pool, &x[1], second_bytes, a));
-    gate_hold(g1, a);
-    SP(sp_free(pool, x[0], a));
-    SP(sp_alloc(pool, &p1, 4 * MiB, b));
-    assert_int_equal(stats_of(pool).driver_allocs, 3);
-    gate_hold(g2, a); /* a's next piece of work */
-    SP(sp_free(pool, x[1], a));
-    gate_open(g1);
-    gate_wait_arrival(g2); /* x[0]'s free is complete, x[1]'s not */
-    SP(sp_alloc(pool, &p2, 4 * MiB, b));
+    peak_then_trim(pool, a);
+    void *x, *y, *z, *y2;
+    SP(sp_alloc(pool, &x, 4 * MiB, a));
+    SP(sp_alloc(pool, &z, 2 * MiB, a));
+    SP(sp_free(pool, z, a));
+    SP(sp_free(pool, x, a)); /* pending for b: a is idle, but nobody has said so */
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &y, 4 * MiB, b)); /* held 6 MiB + 4 <= 16: no ask */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 0);
+    assert_int_equal(cudasimCallCount("cudaEventQuery"), 0);
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
+    assert_int_equal(cudasimCallCount("cudaMallocFromPoolAsync"), 1);
+    assert_ptr_not_equal(y, x);
     sp_stats st = stats_of(pool);
+    assert_int_equal(st.held.current, 10 * MiB);
+    assert_int_equal(st.cross_stream_reuses, 0);
+    /* b was not marked: its own step makes no call */
+    SP(sp_free(pool, y, b));
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &y2, 4 * MiB, b));
+    assert_ptr_equal(y2, y);
+    assert_int_equal(cudasimCallCount(NULL), 0);
+    /* a was: its next large allocation asks its own stream, once */
+    void *z2;
+    SP(sp_alloc(pool, &z2, 2 * MiB, a));
+    assert_ptr_equal(z2, z);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 1);
+    SP(sp_free(pool, z2, a));
+    SP(sp_free(pool, y2, b));
+}
+
+/* The marked stream's owner publishes at its next step (a large allocation: one stream query,
+ * idle, which settles every free it made), and the next miss that wants its memory reuses it
+ * with no CUDA call at all. */
+static void the_marked_owner_publishes_at_its_next_step_and_the_next_miss_reuses_with_no_call(
+    void **state)
+{
+    (void)state;
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b;
+    peak_then_trim(pool, a);
+    void *x, *y, *z, *z2, *v;
+    SP(sp_alloc(pool, &x, 4 * MiB, a));
+    SP(sp_alloc(pool, &z, 2 * MiB, a));
+    SP(sp_free(pool, z, a));
+    SP(sp_free(pool, x, a));
+    SP(sp_alloc(pool, &y, 4 * MiB, b)); /* below the mark: grows, marks a */
+    assert_ptr_not_equal(y, x);
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &z2, 2 * MiB, a)); /* a's step: its own range back, and one query */
+    assert_ptr_equal(z2, z);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 1);
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &v, 4 * MiB, b)); /* x's free is settled: reused, no call */
+    assert_ptr_equal(v, x);
+    assert_int_equal(cudasimCallCount(NULL), 0);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.cross_stream_reuses, 1);
+    assert_int_equal(st.held.current, 10 * MiB);
+    SP(sp_free(pool, v, b));
+    SP(sp_free(pool, y, b));
+    SP(sp_free(pool, z2, a));
+}
+
+/* A marked owner whose stream is busy, and whose next step is a free: a fence right behind
+ * that free covers every free it made (one record, no query); once the stream passes it, the
+ * next miss reuses the memory behind one event query of that fence. */
+static void a_busy_owner_fences_its_frees_at_its_next_free_and_the_fence_settles_them(
+    void **state)
+{
+    (void)state;
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b;
+    peak_then_trim(pool, a);
+    gate *g = gate_new(), *g2 = gate_new();
+    void *x, *y, *z, *v;
+    SP(sp_alloc(pool, &x, 4 * MiB, a));
+    SP(sp_alloc(pool, &z, 2 * MiB, a));
+    gate_hold(g, a);
+    SP(sp_free(pool, x, a)); /* behind the gate */
+    SP(sp_alloc(pool, &y, 4 * MiB, b)); /* below the mark: no call, grows, marks a */
+    assert_ptr_not_equal(y, x);
+    cudasimResetCallCounts();
+    SP(sp_free(pool, z, a)); /* a's step: a fence behind its frees */
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 1);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 0);
+    assert_int_equal(stats_of(pool).fences_recorded, 1);
+    gate_hold(g2, a); /* more work on a, after the fence */
+    gate_open(g);
+    gate_wait_arrival(g2); /* a is past its frees and its fence, and busy */
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &v, 4 * MiB, b)); /* the fence's query settles x */
+    assert_ptr_equal(v, x);
+    assert_int_equal(cudasimCallCount("cudaEventQuery"), 1);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 0);
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.cross_stream_reuses, 1);
+    assert_int_equal(st.held.current, 10 * MiB);
     gate_open(g2);
-    assert_ptr_equal(p2, x[0]);
-    assert_int_equal(st.driver_allocs, 3);
-    SP(sp_free(pool, p1, b));
-    SP(sp_free(pool, p2, b));
+    SP(sp_free(pool, v, b));
+    SP(sp_free(pool, y, b));
 }
 
-/* The same with no allocation on the asked stream between its frees: free, more work, free.
- * x[1] is a 2 MiB segment, too small for b's misses, so never asked about: fence_interest gives
- * its free a fence of its own, behind g2. */
-static void later_free_gets_a_fence_of_its_own(void **state)
+/* At the high-water mark a miss may ask about its best candidate, once, and never records a
+ * fence: of two idle streams' pending ranges in the same bin it asks about the smaller (c's,
+ * though a's was met first), and takes it. */
+static void a_miss_that_would_raise_the_high_water_mark_asks_once_about_its_best_candidate(
+    void **state)
 {
     (void)state;
-    miss_takes_the_completed_older_free(2 * MiB);
-}
-
-/* One unanswered ask about a stream's newest free does not hide that stream's older frees from
- * the same miss: a completed older fence covering them still settles them (found in review).
- * x[1] is 4 MiB: b's second miss asks about it first (newest in its bin). */
-static void older_fence_settles_older_frees_in_the_same_miss(void **state)
-{
-    (void)state;
-    miss_takes_the_completed_older_free(4 * MiB);
+    sp_pool *pool = fx.pool;
+    cudaStream_t a = fx.a, b = fx.b, c = fx.c;
+    void *u, *x, *p;
+    SP(sp_alloc(pool, &u, 4 * MiB, c));
+    SP(sp_alloc(pool, &x, 4 * MiB + 64 * KiB, a)); /* a 6 MiB segment; the same bin as u */
+    SP(sp_free(pool, u, c));
+    SP(sp_free(pool, x, a));
+    sp_stats st = stats_of(pool);
+    assert_int_equal(st.held.current, 10 * MiB);
+    assert_int_equal(st.held.peak, 10 * MiB);
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &p, 4 * MiB, b)); /* a new segment would raise the mark */
+    assert_ptr_equal(p, u);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
+    assert_int_equal(cudasimCallCount(NULL), 1);
+    st = stats_of(pool);
+    assert_int_equal(st.cross_stream_reuses, 1);
+    assert_int_equal(st.driver_allocs, 2);
+    assert_int_equal(st.held.peak, 10 * MiB);
+    SP(sp_free(pool, p, b));
 }
 
 /* A miss asks the driver about free neighbours that tags keep apart only if, merged, they would
  * hold the request: two streams' pending 3 MiB frees side by side cannot serve 7 MiB, so that
- * miss makes only the driver allocation; once both streams are idle, a 6 MiB miss asks, merges
- * them and takes the merged range without the driver. */
+ * miss makes only the driver allocation; once b's frees are settled by its host's word (a
+ * synchronized request end: no call) and a is idle, a 6 MiB miss (at the high-water mark) asks
+ * about a, its one ask, merges the two and takes the merged range without the driver. */
 static void coalesce_asks_only_where_the_merge_would_fit(void **state)
 {
     (void)state;
@@ -455,12 +512,17 @@ static void coalesce_asks_only_where_the_merge_would_fit(void **state)
     gate_open(gb);
     CK(cudaStreamSynchronize(fx.a));
     CK(cudaStreamSynchronize(fx.b));
+    sp_request req;
+    SP(sp_request_begin(fx.pool, fx.b, NULL, &req));
     cudasimResetCallCounts();
-    SP(sp_alloc(fx.pool, &m, 6 * MiB, fx.c)); /* 3 + 3: asks about a and b (idle), merges, takes */
-    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 2);
-    assert_int_equal(cudasimCallCount(NULL), 2);
+    SP(sp_request_end(fx.pool, req, SP_REQUEST_SYNCHRONIZED, NULL));
+    assert_int_equal(cudasimCallCount(NULL), 0);
+    SP(sp_alloc(fx.pool, &m, 6 * MiB, fx.c)); /* 3 + 3: asks about a (idle), merges, takes */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 1);
     assert_ptr_equal(m, x);
     sp_stats st = stats_of(fx.pool);
+    assert_int_equal(st.cross_stream_reuses, 1);
     assert_int_equal(st.driver_allocs, 2);
     assert_int_equal(st.held.current, 8 * MiB + 8 * MiB);
     SP(sp_free(fx.pool, m, fx.c));
@@ -468,10 +530,11 @@ static void coalesce_asks_only_where_the_merge_would_fit(void **state)
     SP(sp_free(fx.pool, z, fx.c));
 }
 
-/* A stream released after giving segments back to the driver, when a miss had already found
- * all its frees complete (a stream query: the host has not observed them, rule 13): a later trim
- * still lets the driver release those pages, with no device synchronize (SP_CAPTURE_ALWAYS
- * rules it out: a capture may be under way anywhere). Found in review: they stayed reserved. */
+/* A stream released after giving segments back to the driver, when its frees were all known
+ * complete already (a stream query at its owner's step, after another stream's miss wanted its
+ * memory: the host has not observed them, rule 13): a later trim still lets the driver release
+ * those pages, with no device synchronize (SP_CAPTURE_ALWAYS rules it out: a capture may be
+ * under way anywhere). Found in review: they stayed reserved. */
 static void released_streams_give_backs_are_trimmed(void **state)
 {
     (void)state;
@@ -492,10 +555,21 @@ static void released_streams_give_backs_are_trimmed(void **state)
     SP(sp_free(pool, m, s)); /* a medium range, tagged with s */
     while (cudaStreamQuery(s) == cudaErrorNotReady) /* s is done; no host synchronize of it */
         sched_yield();
-    SP(sp_alloc(pool, &n, 4 * MiB, t)); /* asks about s: idle, all its frees settle */
+    void *n0, *k;
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &n0, 4 * MiB, t)); /* below the high-water mark: no call, marks s */
+    assert_ptr_not_equal(n0, m);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 0);
+    cudasimResetCallCounts();
+    SP(sp_alloc(pool, &k, 8 * MiB, s)); /* s's step: one query, idle: all its frees settle */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    SP(sp_alloc(pool, &n, 4 * MiB, t)); /* m, with no further query */
     assert_ptr_equal(n, m);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    SP(sp_free(pool, k, s));
     SP(sp_stream_release(rt, s));
     CK(cudaStreamDestroy(s));
+    SP(sp_free(pool, n0, t));
     SP(sp_free(pool, n, t));
     SP(sp_pool_trim(pool, 0));
     uint64_t reserved = 1;
@@ -518,11 +592,11 @@ int main(void)
         TRACKED(failing_driver_calls_leave_state_intact),
         TRACKED(refused_give_back_keeps_the_segment),
         FX(miss_gives_back_on_its_own_stream_without_waiting),
-        FX(asked_stream_fences_its_next_large_frees),
         FX(huge_given_back_at_free_is_reused_and_trimmed),
-        FX(askers_fence_stays_where_it_was_recorded),
-        FX(later_free_gets_a_fence_of_its_own),
-        FX(older_fence_settles_older_frees_in_the_same_miss),
+        FX(a_miss_below_the_high_water_mark_makes_no_call_about_other_streams),
+        FX(the_marked_owner_publishes_at_its_next_step_and_the_next_miss_reuses_with_no_call),
+        FX(a_busy_owner_fences_its_frees_at_its_next_free_and_the_fence_settles_them),
+        FX(a_miss_that_would_raise_the_high_water_mark_asks_once_about_its_best_candidate),
         FX(coalesce_asks_only_where_the_merge_would_fit),
         TRACKED(released_streams_give_backs_are_trimmed),
     };
