@@ -489,7 +489,7 @@ static int retry_settled(sp_pool *pool, sp_heap *h, sp_stream_cache *c, cudaStre
                          size_t bytes, size_t size, bool small, sp_block **b, bool *fresh)
 {
     /* its own: the rungs above may have spent theirs; memory is short, so it may ask */
-    sp_ask_budget asks = {.may_ask = true};
+    sp_ask_budget asks = {0};
     if ((*b = take_freed(pool, c, stream, bytes, small, SP_TAKE_KNOWN, &asks)))
         return SP_OK;
     return grow(pool, h, size, bytes, c, stream, b, fresh);
@@ -532,7 +532,7 @@ static int alloc_miss(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream, si
         sp__oom_record(pool, bytes, size, stream, SP_ERR_NEVER_FITS);
         return SP_ERR_NEVER_FITS;
     }
-    sp_ask_budget asks = {.own_idle = own_idle, .may_ask = held_would_peak(pool, size)},
+    sp_ask_budget asks = {.own_idle = own_idle},
                   waits = {0};
     /* pending frees may have settled since the cache limit last gave up on them */
     if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
