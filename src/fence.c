@@ -399,27 +399,14 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
         ab->released_asks++;
         return settled_by_fence(c, epoch, NULL);
     }
-    if (!ab->may_ask) {
-        /* no call unless a fence covering the free was recorded already (its owner's answer to
-         * an earlier mark): then one query of it. Otherwise its own thread learns what its
-         * stream completed at its next step, once for every miss that wants its memory.
-         * sp-bench serve: one stream query per miss about the best candidate found the stream
-         * busy with its next request nearly every time (0.06 reuses a request for 1.2 queries
-         * a miss); the owner finds it idle between requests */
-        if (ab->asks < SP_STEAL_ASKS) {
-            bool fenced = false;
-            bool done = settled_by_fence(c, epoch, &fenced);
-            if (fenced) {
-                ab->asked[n] = c;
-                ab->asks++;
-            }
-            if (done)
-                return true;
-        }
-        atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
-        return false;
-    }
-    /* memory that saves raising the high-water mark: one call */
+    /* one call per miss, about the candidate that would serve it best (the heap and the bins
+     * ask about that one alone): a covering fence recorded earlier, else the stream. What is
+     * still pending, and every further candidate, is marked: its own thread learns what its
+     * stream completed at its next step, once for every miss that wants its memory.
+     * sp-bench serve (4-64 streams) and replay, the curve explored: no call below the pool's
+     * high-water mark made 4.5-4.7 calls a request but let the serving replay hold 1.26x what
+     * it asked for (1.10 with an ask); one ask per miss makes 5.5-6.4 calls at the replays'
+     * memory of before; two 6.9-8.0; up to eight with fences behind frees (before) 14-24 */
     if (ab->asks >= SP_STEAL_ASKS) {
         atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
         return false;

@@ -504,7 +504,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     sp_runtime *rt = pool->rt;
     uint64_t released = 0;
     /* a give-back for memory (trim, cache limit): it may ask, each stream once */
-    sp_ask_budget asks = {.may_ask = true};
+    sp_ask_budget asks = {0};
     if (!ab)
         ab = &asks;
     sp_mutex_lock(&h->lock, SP_RANK_HEAP);

@@ -338,26 +338,29 @@ static void peak_then_trim(sp_pool *pool, cudaStream_t s)
     assert_int_equal(st.held.peak, 16 * MiB);
 }
 
-/* Below the pool's high-water mark a miss makes no CUDA call about another stream's pending
- * free that would serve it: it grows, and marks that stream, whose owner then publishes at its
- * next step (one stream query); a stream not marked makes no call at its next step. */
-static void a_miss_below_the_high_water_mark_makes_no_call_about_other_streams(void **state)
+/* A miss asks once about the pending free that would serve it best (one call, never a record);
+ * found busy, its stream is marked and the miss grows. The marked stream's owner publishes at
+ * its next step (one stream query); a stream not marked makes no call at its next step. */
+static void a_miss_asks_once_and_leaves_a_busy_stream_to_its_owner(void **state)
 {
     (void)state;
     sp_pool *pool = fx.pool;
     cudaStream_t a = fx.a, b = fx.b;
     peak_then_trim(pool, a);
+    gate *g = gate_new();
     void *x, *y, *z, *y2;
     SP(sp_alloc(pool, &x, 4 * MiB, a));
     SP(sp_alloc(pool, &z, 2 * MiB, a));
     SP(sp_free(pool, z, a));
-    SP(sp_free(pool, x, a)); /* pending for b: a is idle, but nobody has said so */
+    SP(sp_free(pool, x, a));
+    gate_hold(g, a); /* a busy after its frees */
     cudasimResetCallCounts();
-    SP(sp_alloc(pool, &y, 4 * MiB, b)); /* held 6 MiB + 4 <= 16: no ask */
-    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 0);
+    SP(sp_alloc(pool, &y, 4 * MiB, b)); /* asks a once: busy; marks it and grows */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
     assert_int_equal(cudasimCallCount("cudaEventQuery"), 0);
     assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
     assert_int_equal(cudasimCallCount("cudaMallocFromPoolAsync"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 2);
     assert_ptr_not_equal(y, x);
     sp_stats st = stats_of(pool);
     assert_int_equal(st.held.current, 10 * MiB);
@@ -368,7 +371,10 @@ static void a_miss_below_the_high_water_mark_makes_no_call_about_other_streams(v
     SP(sp_alloc(pool, &y2, 4 * MiB, b));
     assert_ptr_equal(y2, y);
     assert_int_equal(cudasimCallCount(NULL), 0);
-    /* a was: its next large allocation asks its own stream, once */
+    /* a was: once idle, its next large allocation asks its own stream, once */
+    gate_open(g);
+    CK(cudaStreamSynchronize(a)); /* the host's, not streampool's: nothing settles by it */
+    cudasimResetCallCounts();
     void *z2;
     SP(sp_alloc(pool, &z2, 2 * MiB, a));
     assert_ptr_equal(z2, z);
@@ -388,13 +394,17 @@ static void the_marked_owner_publishes_at_its_next_step_and_the_next_miss_reuses
     sp_pool *pool = fx.pool;
     cudaStream_t a = fx.a, b = fx.b;
     peak_then_trim(pool, a);
+    gate *g = gate_new();
     void *x, *y, *z, *z2, *v;
     SP(sp_alloc(pool, &x, 4 * MiB, a));
     SP(sp_alloc(pool, &z, 2 * MiB, a));
     SP(sp_free(pool, z, a));
     SP(sp_free(pool, x, a));
-    SP(sp_alloc(pool, &y, 4 * MiB, b)); /* below the mark: grows, marks a */
+    gate_hold(g, a);
+    SP(sp_alloc(pool, &y, 4 * MiB, b)); /* a busy: its one ask marks a; b grows */
     assert_ptr_not_equal(y, x);
+    gate_open(g);
+    CK(cudaStreamSynchronize(a)); /* the host's, not streampool's: nothing settles by it */
     cudasimResetCallCounts();
     SP(sp_alloc(pool, &z2, 2 * MiB, a)); /* a's step: its own range back, and one query */
     assert_ptr_equal(z2, z);
@@ -555,21 +565,13 @@ static void released_streams_give_backs_are_trimmed(void **state)
     SP(sp_free(pool, m, s)); /* a medium range, tagged with s */
     while (cudaStreamQuery(s) == cudaErrorNotReady) /* s is done; no host synchronize of it */
         sched_yield();
-    void *n0, *k;
     cudasimResetCallCounts();
-    SP(sp_alloc(pool, &n0, 4 * MiB, t)); /* below the high-water mark: no call, marks s */
-    assert_ptr_not_equal(n0, m);
-    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 0);
-    cudasimResetCallCounts();
-    SP(sp_alloc(pool, &k, 8 * MiB, s)); /* s's step: one query, idle: all its frees settle */
-    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
-    SP(sp_alloc(pool, &n, 4 * MiB, t)); /* m, with no further query */
+    SP(sp_alloc(pool, &n, 4 * MiB, t)); /* asks about s, once: idle, all its frees settle */
     assert_ptr_equal(n, m);
     assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
-    SP(sp_free(pool, k, s));
+    assert_int_equal(cudasimCallCount("cudaEventRecord"), 0);
     SP(sp_stream_release(rt, s));
     CK(cudaStreamDestroy(s));
-    SP(sp_free(pool, n0, t));
     SP(sp_free(pool, n, t));
     SP(sp_pool_trim(pool, 0));
     uint64_t reserved = 1;
@@ -593,7 +595,7 @@ int main(void)
         TRACKED(refused_give_back_keeps_the_segment),
         FX(miss_gives_back_on_its_own_stream_without_waiting),
         FX(huge_given_back_at_free_is_reused_and_trimmed),
-        FX(a_miss_below_the_high_water_mark_makes_no_call_about_other_streams),
+        FX(a_miss_asks_once_and_leaves_a_busy_stream_to_its_owner),
         FX(the_marked_owner_publishes_at_its_next_step_and_the_next_miss_reuses_with_no_call),
         FX(a_busy_owner_fences_its_frees_at_its_next_free_and_the_fence_settles_them),
         FX(a_miss_that_would_raise_the_high_water_mark_asks_once_about_its_best_candidate),

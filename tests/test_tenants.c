@@ -137,28 +137,6 @@ static void wait_until_idle(cudaStream_t s)
     CK(e);
 }
 
-/* sx's frees (m's among them) settled by a stream query, not a synchronize: sx2's miss below
- * the pool's high-water mark makes no call about sx, grows (*n), and marks sx; sx's owner then
- * asks its stream at its next step (a large allocation: j back, freed on sx2), idle, which
- * settles every free it made; sx2's next miss takes m with no call. */
-static void settle_by_owner_query(sp_pool *x, cudaStream_t sx, cudaStream_t sx2, void *m, void *j,
-                                  void **n, void **m2)
-{
-    void *j2;
-    cudasimResetCallCounts();
-    SP(sp_alloc(x, n, 4 * MiB, sx2));
-    assert_ptr_not_equal(*n, m);
-    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 0);
-    SP(sp_alloc(x, &j2, 2 * MiB, sx));
-    assert_ptr_equal(j2, j);
-    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
-    SP(sp_free(x, j2, sx2)); /* not on sx: sx is left with no free made after its step */
-    cudasimResetCallCounts();
-    SP(sp_alloc(x, m2, 4 * MiB, sx2));
-    assert_ptr_equal(*m2, m);
-    assert_int_equal(cudasimCallCount(NULL), 0);
-}
-
 /* X gives a huge segment back to the driver at its free (another size than the stream's last),
  * and its stream's frees then settle by a query, not a synchronize. Y's request needs those
  * pages: the reclaim must synchronize X's stream, or X's cudaMemPool cannot release them. */
@@ -171,28 +149,25 @@ static void reclaim_observes_segments_given_back_on_a_stream(void **state)
     SP(sp_pool_create(fx.rt, "X", &cx, &x));
     SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t sx = new_stream(), sx2 = new_stream(), sy = new_stream();
-    void *a, *b, *m, *j, *n, *m2, *big;
+    void *a, *b, *m, *m2, *big;
     SP(sp_alloc(x, &a, 1 * GiB, sx));
     SP(sp_alloc(x, &m, 4 * MiB, sx));
-    SP(sp_alloc(x, &j, 2 * MiB, sx));
     SP(sp_free(x, a, sx));                 /* the stream's last huge free: kept */
     SP(sp_alloc(x, &b, 2 * GiB, sx));      /* a's pages go back on sx and into b */
     SP(sp_free(x, b, sx));                 /* another size: back to the driver at once, on sx */
     SP(sp_free(x, m, sx));
-    SP(sp_free(x, j, sx));
     wait_until_idle(sx);                   /* run, but never observed by the host */
-    settle_by_owner_query(x, sx, sx2, m, j, &n, &m2);
+    SP(sp_alloc(x, &m2, 4 * MiB, sx2));    /* asks about sx: idle, so settled by the query */
+    assert_ptr_equal(m2, m);
     sp_stats st = stats_of(x);
-    assert_int_equal(st.held.current, 10 * MiB); /* m's, j's and n's segments */
-    /* n's pages came from b's, which sx's work had freed (the driver's opportunistic reuse) */
-    assert_int_equal(st.pool_reserved, 2 * GiB + 6 * MiB);
+    assert_int_equal(st.held.current, 4 * MiB);
+    assert_int_equal(st.pool_reserved, 2 * GiB + 4 * MiB);
     SP(sp_alloc(y, &big, 3 * GiB, sy));    /* needs the 2 GiB X's cudaMemPool kept */
     st = stats_of(x);
     assert_int_equal(st.reclaims, 1);
-    assert_int_equal(st.pool_reserved, 8 * MiB); /* m2's and n's segments, live */
+    assert_int_equal(st.pool_reserved, 4 * MiB); /* m2's segment, live */
     assert_int_equal(stats_of(y).requested.current, 3 * GiB);
     SP(sp_free(y, big, sy));
-    SP(sp_free(x, n, sx2));
     SP(sp_free(x, m2, sx2));
     drop_stream(fx.rt, sx);
     drop_stream(fx.rt, sx2);
@@ -209,26 +184,24 @@ static void released_stream_give_back_observed_once(void **state)
     cudaStream_t sx = new_stream(), sx2 = new_stream();
     sp_pool *x;
     SP(sp_pool_create(fx.rt, "X", NULL, &x));
-    void *a, *b, *m, *j, *n, *m2;
+    void *a, *b, *m, *m2;
     SP(sp_alloc(x, &a, 1 * GiB, sx));
     SP(sp_alloc(x, &m, 4 * MiB, sx));
-    SP(sp_alloc(x, &j, 2 * MiB, sx));
     SP(sp_free(x, a, sx));                 /* the stream's last huge free: kept */
     SP(sp_alloc(x, &b, 2 * GiB, sx));      /* a's pages go back on sx and into b */
     SP(sp_free(x, b, sx));                 /* another size: back to the driver at once, on sx */
     SP(sp_free(x, m, sx));
-    SP(sp_free(x, j, sx));
     wait_until_idle(sx);                   /* run, but never observed by the host */
-    settle_by_owner_query(x, sx, sx2, m, j, &n, &m2);
+    SP(sp_alloc(x, &m2, 4 * MiB, sx2));    /* asks about sx: idle, so settled by the query */
+    assert_ptr_equal(m2, m);
     drop_stream(fx.rt, sx);                /* released with its give-backs unobserved */
-    /* n's pages came from b's, which sx's work had freed (the driver's opportunistic reuse) */
-    assert_int_equal(stats_of(x).pool_reserved, 2 * GiB + 6 * MiB);
+    assert_int_equal(stats_of(x).pool_reserved, 2 * GiB + 4 * MiB);
     cudasimResetCallCounts();
     SP(sp_pool_trim(x, 0));                /* sx cannot be named: its release's fence can */
     assert_int_equal(cudasimCallCount("cudaEventSynchronize"), 1);
     assert_int_equal(cudasimCallCount("cudaDeviceSynchronize"), 0);
     sp_stats st = stats_of(x);
-    assert_int_equal(st.pool_reserved, 8 * MiB); /* m2's and n's segments, live */
+    assert_int_equal(st.pool_reserved, 4 * MiB); /* m2's segment, live */
     uint64_t skipped = st.skipped_steps;
     cudasimResetCallCounts();
     SP(sp_pool_trim(x, 0));                /* nothing left unobserved */
@@ -236,8 +209,7 @@ static void released_stream_give_back_observed_once(void **state)
     assert_int_equal(cudasimCallCount("cudaDeviceSynchronize"), 0);
     st = stats_of(x);
     assert_int_equal(st.skipped_steps, skipped);
-    assert_int_equal(st.pool_reserved, 8 * MiB);
-    SP(sp_free(x, n, sx2));
+    assert_int_equal(st.pool_reserved, 4 * MiB);
     SP(sp_free(x, m2, sx2));
     drop_stream(fx.rt, sx2);
 }
