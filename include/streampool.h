@@ -99,13 +99,38 @@ SP_API const char *sp_last_cuda_error_string(void);
 
 /* ---- versioned structs ----
  *
- * sp_runtime_config, sp_pool_config, sp_stats, sp_stream_usage, sp_ptr_info and sp_oom_report
- * begin with a `size` the caller sets to sizeof the struct (the _INIT macros do), so that the
- * library can grow them without breaking programs built against an older header. A size of 0,
- * what `sp_stats st = {0}` gives, is refused with SP_ERR_INVALID, and sp_config_error() names
- * the call and the missing .size: read as "the current size", it would let the library write
- * past the end of an older program's shorter struct. Write `sp_stats st = {.size = sizeof st}`
- * or start from SP_POOL_CONFIG_INIT / SP_RUNTIME_CONFIG_INIT. */
+ * Eight public structs are versioned: sp_runtime_config, sp_pool_config, sp_request_config
+ * (read by the library), sp_stats, sp_stream_usage, sp_ptr_info, sp_oom_report and
+ * sp_request_stats (written by it). One rule holds for all of them, so that the library can grow
+ * them without breaking programs built against an older header:
+ *  - Each begins with `uint32_t size`, which the caller sets to sizeof the struct: start from its
+ *    _INIT macro (SP_RUNTIME_CONFIG_INIT, SP_POOL_CONFIG_INIT, SP_REQUEST_CONFIG_INIT,
+ *    SP_STATS_INIT, SP_STREAM_USAGE_INIT, SP_PTR_INFO_INIT, SP_OOM_REPORT_INIT,
+ *    SP_REQUEST_STATS_INIT) or write `sp_stats st = {.size = sizeof st}`.
+ *  - Fields are only ever added at the end; none is removed, moved or retyped.
+ *  - Every call accepts an older, shorter struct, down to the struct's first fields: a struct the
+ *    library reads gets the defaults for the fields it lacks; into a struct the library writes,
+ *    it writes nothing past the caller's size, and sets size to the bytes it filled.
+ *  - A size of 0, what `sp_stats st = {0}` gives, or one shorter than the first fields, is
+ *    refused with SP_ERR_INVALID, and sp_config_error() names the call and the missing .size:
+ *    read as "the current size", it would let the library write past the end of an older
+ *    program's shorter struct.
+ * ABI: older headers declared the three configs and sp_request_stats with a `size_t size` (the
+ * other four had uint32_t, the type kept because changing it would move their fields). On the
+ * 64-bit little-endian machines CUDA runs on, a size_t holding a struct's size is that uint32_t
+ * followed by four zero bytes, and the four bytes after `size` are padding the library never reads
+ * (sp_runtime_config names them reserved_), so no field moved and a program built against an older
+ * header keeps working unrebuilt (tests/test_versioned.c checks both). Source: `.size = sizeof x`
+ * and the _INIT macros compile as before; a positional initializer of sp_runtime_config written
+ * out by hand (not SP_RUNTIME_CONFIG_INIT) needs a 0 for reserved_ after the size. */
+
+/* The _INIT of a struct the library writes: every field 0 but size (in C++, where designated
+ * initializers came only with C++20, the same by a value-initialized copy). */
+#ifdef __cplusplus
+#define SP_SIZED_INIT(type) ([] { type sized_ = {}; sized_.size = sizeof sized_; return sized_; }())
+#else
+#define SP_SIZED_INIT(type) {.size = sizeof(type)}
+#endif
 
 /* ---- runtime ---- */
 
@@ -135,7 +160,8 @@ typedef enum {
 } sp_capture_check;
 
 typedef struct sp_runtime_config {
-    size_t size;                       /* sizeof(sp_runtime_config): lets the struct grow */
+    uint32_t size;                     /* sizeof(sp_runtime_config): lets the struct grow */
+    uint32_t reserved_;                /* 0; where a size_t size's high half stood */
     sp_capture_check capture_check;
     /* Each stream's cache keeps its byte counts to itself until they have moved by more than
      * this, so that threads on different streams share no counter on the hot path. Current
@@ -148,7 +174,7 @@ typedef struct sp_runtime_config {
 } sp_runtime_config;
 
 #define SP_RUNTIME_CONFIG_INIT                                                                 \
-    {sizeof(sp_runtime_config), SP_CAPTURE_DECLARED, (size_t)1 << 20, NULL}
+    {sizeof(sp_runtime_config), 0, SP_CAPTURE_DECLARED, (size_t)1 << 20, NULL}
 
 /* Creates a runtime for `device` with its default pool (named "default"). cfg NULL: defaults.
  * Reports (sp_runtime_stats and its pool count, summaries, Prometheus metrics, the OOM report)
@@ -236,7 +262,7 @@ typedef uint64_t sp_request;              /* 0 is never a request */
 
 /* A request's figures, returned by its end. */
 typedef struct sp_request_stats {
-    size_t size;                          /* sizeof(sp_request_stats) */
+    uint32_t size;                        /* set by the caller: sizeof(sp_request_stats) */
     sp_request id;
     uint64_t allocs;                      /* successful sp_request_alloc calls (size > 0) */
     uint64_t misses;                      /* of them, not served by the stream's own cache */
@@ -247,6 +273,8 @@ typedef struct sp_request_stats {
     uint64_t requested_peak;              /* most bytes of its allocations live at once */
     uint64_t fences_recorded;             /* by the end: 0 or 1 */
 } sp_request_stats;
+
+#define SP_REQUEST_STATS_INIT SP_SIZED_INIT(sp_request_stats)
 
 /* Opens a request on (pool, stream); label (NULL: none) is copied, at most SP_POOL_NAME_MAX
  * bytes, for the trace. */
@@ -269,7 +297,7 @@ SP_API int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *labe
  * to the pool. A pool without a limit admits every request (its claim is still counted).
  * Counted in the stats: admissions, admitted_bytes, admission_refusals. */
 typedef struct sp_request_config {
-    size_t size;                          /* sizeof(sp_request_config) */
+    uint32_t size;                        /* sizeof(sp_request_config) */
     const char *label;                    /* as sp_request_begin's label; NULL: none */
     uint64_t expected_bytes;              /* the footprint to admit; 0: no admission */
 } sp_request_config;
@@ -308,7 +336,7 @@ SP_API int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_requ
 #define SP_POOL_NAME_MAX 63
 
 typedef struct sp_pool_config {
-    size_t size;                       /* sizeof(sp_pool_config) */
+    uint32_t size;                     /* sizeof(sp_pool_config) */
     uint64_t release_threshold;        /* bytes the cudaMemPool keeps at a synchronize;
                                           default UINT64_MAX (keep), unlike CUDA's 0 */
     sp_cross_stream_policy cross_stream;
@@ -494,8 +522,11 @@ typedef struct sp_oom_report {
     char stream_name[64];                 /* the stream's label (sp_stream_set_name), or "" */
 } sp_oom_report;
 
+#define SP_OOM_REPORT_INIT SP_SIZED_INIT(sp_oom_report)
+
 SP_API int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out);
-/* The report as one JSON object, snprintf-style. */
+/* The report as one JSON object, snprintf-style (the buffer form of sp_oom_report_print's
+ * SP_TEXT_JSON). */
 SP_API size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len);
 
 /* ---- allocation ---- */
@@ -675,23 +706,65 @@ typedef struct sp_stats {
 #undef SP_STATS_GAUGE_FIELD
 } sp_stats;
 
+#define SP_STATS_INIT SP_SIZED_INIT(sp_stats)
+
 /* Fills *out (out->size must be set) for one pool, or for all pools of a runtime. */
 SP_API int sp_pool_stats(sp_pool *pool, sp_stats *out);
 SP_API int sp_runtime_stats(sp_runtime *rt, sp_stats *out);
 
 /* Writes stats as one JSON object into buf (always NUL-terminated when len > 0); returns the
- * length the full text needs, excluding the NUL, like snprintf. */
+ * length the full text needs, excluding the NUL, like snprintf. The buffer form of
+ * sp_stats_print's SP_TEXT_JSON (text output, below). */
 SP_API size_t sp_stats_json(const sp_stats *st, char *buf, size_t len);
 
-/* ---- one-call text ----
+/* ---- text output: one shape for every report ----
  *
- * Each text output in one call: *out gets a NUL-terminated string the caller frees with
- * sp_text_free (NULL on failure). The status is the two-call form's: SP_OK, or a stats read's
- * error with the text complete all the same; SP_ERR_INVALID or SP_ERR_NO_HOST_MEMORY with no
- * text.
- *   char *text;
- *   if (sp_runtime_summary_alloc(rt, &text) == SP_OK) { fputs(text, stderr); sp_text_free(text); }
- */
+ * Every report comes as text the same way, as jemalloc's malloc_stats_print and mimalloc's
+ * mi_stats_print_out give theirs: sp_<subject>_print(subject, format, write, user) hands the
+ * whole text to the caller's writer, in one or more pieces in order (not NUL-terminated; len
+ * bytes each). The reports, by subject and format:
+ *   sp_stats_print       SP_TEXT_JSON (as sp_stats_json), SP_TEXT_SUMMARY (sp_stats_summary)
+ *   sp_oom_report_print  SP_TEXT_JSON (sp_oom_report_json)
+ *   sp_pool_print        SP_TEXT_SUMMARY (sp_pool_summary)
+ *   sp_runtime_print     SP_TEXT_SUMMARY (sp_runtime_summary), SP_TEXT_PROMETHEUS
+ *                        (sp_runtime_metrics_prometheus)
+ * Returns SP_OK, or a stats read's error with the text written all the same; SP_ERR_IO if write
+ * returned non-zero (it is not called again); SP_ERR_INVALID (a NULL argument, a format the
+ * subject has not) or SP_ERR_NO_HOST_MEMORY with nothing written.
+ *   static int to_file(const char *text, size_t len, void *f)
+ *   { return fwrite(text, 1, len, f) == len ? 0 : -1; }
+ *   sp_runtime_print(rt, SP_TEXT_SUMMARY, to_file, stderr);
+ *
+ * Kept so that code written for 0.1 compiles and links unchanged, each documented below where it
+ * was: the buffer forms (snprintf-style into the caller's buffer: sp_stats_json,
+ * sp_stats_summary, sp_oom_report_json, sp_pool_summary, sp_runtime_summary,
+ * sp_runtime_metrics_prometheus), which render each report's text, and the one-call forms below,
+ * thin wrappers of sp_*_print that collect the text into a string. */
+typedef enum {
+    SP_TEXT_JSON = 1,
+    SP_TEXT_SUMMARY = 2,    /* for people, as PyTorch's memory_summary */
+    SP_TEXT_PROMETHEUS = 3, /* the text exposition format, for a /metrics endpoint */
+} sp_text_format;
+
+/* Receives len bytes of the text; returns 0 to go on, non-zero to stop (the call: SP_ERR_IO). */
+typedef int (*sp_text_writer)(const char *text, size_t len, void *user);
+
+SP_API int sp_stats_print(const sp_stats *st, sp_text_format format, sp_text_writer write,
+                          void *user);
+SP_API int sp_oom_report_print(const sp_oom_report *r, sp_text_format format,
+                               sp_text_writer write, void *user);
+SP_API int sp_pool_print(sp_pool *pool, sp_text_format format, sp_text_writer write, void *user);
+SP_API int sp_runtime_print(sp_runtime *rt, sp_text_format format, sp_text_writer write,
+                            void *user);
+
+/* The one-call forms (compatibility wrappers): sp_*_print's text as a NUL-terminated string in
+ * *out that the caller frees with sp_text_free (NULL on failure); statuses as sp_*_print's.
+ *   sp_stats_json_alloc(st, &s)          is  sp_stats_print(st, SP_TEXT_JSON, ...)
+ *   sp_stats_summary_alloc(st, &s)       is  sp_stats_print(st, SP_TEXT_SUMMARY, ...)
+ *   sp_oom_report_json_alloc(r, &s)      is  sp_oom_report_print(r, SP_TEXT_JSON, ...)
+ *   sp_pool_summary_alloc(pool, &s)      is  sp_pool_print(pool, SP_TEXT_SUMMARY, ...)
+ *   sp_runtime_summary_alloc(rt, &s)     is  sp_runtime_print(rt, SP_TEXT_SUMMARY, ...)
+ *   sp_runtime_metrics_prometheus_alloc  is  sp_runtime_print(rt, SP_TEXT_PROMETHEUS, ...) */
 SP_API int sp_stats_json_alloc(const sp_stats *st, char **out);
 SP_API int sp_stats_summary_alloc(const sp_stats *st, char **out);
 SP_API int sp_oom_report_json_alloc(const sp_oom_report *r, char **out);
@@ -715,7 +788,8 @@ SP_API void sp_text_free(char *text);
  * with # HELP and # TYPE lines from the X-macro lists above. Writes into buf (NUL-terminated
  * when len > 0) and sets *needed to the length the whole text needs, excluding the NUL: a
  * buffer of at least *needed + 1 bytes holds all of it. Returns SP_OK or the first error a
- * pool's stats read met (the text is complete either way). */
+ * pool's stats read met (the text is complete either way). The buffer form of
+ * sp_runtime_print's SP_TEXT_PROMETHEUS. */
 SP_API int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t *needed);
 
 /* ---- allocation trace ----
@@ -757,7 +831,8 @@ SP_API int sp_runtime_trace_stop(sp_runtime *rt);
  *                        pool (oldest first): requested, active, cached, held, reserved, limit.
  * Each writes into buf (NUL-terminated when len > 0); sp_stats_summary returns the length the
  * whole text needs (like snprintf), the others set *needed to it and return SP_OK or the first
- * error a stats read met. */
+ * error a stats read met. The buffer forms of sp_stats_print, sp_pool_print and sp_runtime_print
+ * with SP_TEXT_SUMMARY. */
 SP_API size_t sp_stats_summary(const sp_stats *st, char *buf, size_t len);
 SP_API int sp_pool_summary(sp_pool *pool, char *buf, size_t len, size_t *needed);
 SP_API int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed);
@@ -793,6 +868,8 @@ typedef struct sp_stream_usage {
     char name[SP_STREAM_NAME_MAX + 1];    /* its label, or "" */
 } sp_stream_usage;
 
+#define SP_STREAM_USAGE_INIT SP_SIZED_INIT(sp_stream_usage)
+
 /* SP_ERR_NOT_FOUND if the pool has not seen the stream (or it was released). */
 SP_API int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out);
 
@@ -816,6 +893,8 @@ typedef struct sp_ptr_info {
     size_t requested, usable;             /* LIVE only: asked for, and what the block holds */
     cudaStream_t stream;                  /* LIVE only: the stream it was allocated on */
 } sp_ptr_info;
+
+#define SP_PTR_INFO_INIT SP_SIZED_INIT(sp_ptr_info)
 
 /* What ptr (the exact pointer sp_alloc returned) is; SP_OK with state UNKNOWN for a pointer
  * streampool does not know. A snapshot: another thread may free it right after. */

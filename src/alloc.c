@@ -364,10 +364,16 @@ static int alloc_large(sp_alloc_call *a, sp_stream_key key)
         sp_heap *h = &pool->segments;
         sp_mutex_lock(&h->lock, SP_RANK_HEAP);
         sp__park_put_locked(h, parked);
-        b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, NULL);
+        /* known usable only (SP_TAKE_KNOWN: no call); a budget so that the take says whether
+         * the range was another stream's free, settled by its owner's publication (segment.c
+         * counts it a cross-stream reuse): that is no hit of this stream's cache, but a reuse */
+        sp_ask_budget known = {0};
+        b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, &known);
         sp_mutex_unlock(&h->lock);
         if (!b)
             return alloc_miss(a, c, own_idle);
+        if (known.took == SP_TOOK_REUSE)
+            return served_off_cache(a, c, b, SP_OUTCOME_STEAL);
         sp_spin_lock(&c->lock);
         if (sp_unlikely(c->released)) {
             /* released meanwhile (its figures went to the pool): counted as a miss's is,
@@ -500,8 +506,8 @@ static bool larger_than_device(sp_pool *pool, size_t size)
 /* ---- the miss ladder ----
  * A miss climbs these rungs in order until one serves it:
  *   settled    memory freed that is known usable (another stream's or its own), or settled by
- *              one call about the candidate that would serve the miss, when a fresh one would
- *              raise the pool's high-water mark (fence.c says when it asks);
+ *              one call about the candidate that would serve the miss best (fence.c: a covering
+ *              fence, else the stream; the other candidates' streams are marked);
  *   wait       under SP_CROSS_STREAM_WAIT, memory behind a pending fence the stream waits on;
  *   fresh      a new slab or segment from the driver; free segments that do not fit go back
  *              first when it would raise the high-water mark (always for a huge request);
@@ -575,7 +581,7 @@ static int fresh(miss *m)
  * fresh slab or segment. Its own budget: memory is short, so it may ask. */
 static int retry_settled(miss *m)
 {
-    sp_ask_budget asks = {.may_ask = true};
+    sp_ask_budget asks = {0};
     return take(m, SP_TAKE_KNOWN, &asks) == SP_OK ? SP_OK : fresh(m);
 }
 
@@ -718,7 +724,7 @@ static int alloc_miss(sp_alloc_call *a, sp_stream_cache *c, sp_idle own_idle)
         sp__oom_record(pool, a->bytes, m.size, a->stream, SP_ERR_NEVER_FITS);
         return SP_ERR_NEVER_FITS;
     }
-    m.asks = (sp_ask_budget){.own_idle = own_idle, .may_ask = held_would_peak(pool, m.size)};
+    m.asks = (sp_ask_budget){.own_idle = own_idle};
     /* pending frees may have settled since the cache limit last gave up on them */
     if (sp_unlikely(atomic_load_explicit(&pool->limit_stuck, memory_order_relaxed)))
         atomic_store_explicit(&pool->limit_stuck, 0, memory_order_relaxed);

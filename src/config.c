@@ -20,6 +20,7 @@
 #include "runtime.h"
 #include "status.h"
 #include "format.h"
+#include "versioned.h"
 
 static _Thread_local char config_error[256];
 
@@ -631,19 +632,18 @@ int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf
                     size_t errlen)
 {
     sp__cuda_error_clear();
-    if (!cfg || cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
-        return sp__bad_size("sp_config_apply", "sp_pool_config", cfg ? cfg->size : 0);
-    if (!conf)
-        return SP_OK;
+    int rc = sp__struct_check(cfg, SP__MIN_POOL_CONFIG, "sp_config_apply", "sp_pool_config");
+    if (rc != SP_OK || !conf)
+        return rc;
     sp_conf *c;
-    int rc = conf_new(conf, NULL, SP__CONF_CURRENT, &c, err, errlen);
+    rc = conf_new(conf, NULL, SP__CONF_CURRENT, &c, err, errlen);
     if (rc != SP_OK)
         return rc;
     sp_pool_config work = SP_POOL_CONFIG_INIT;
-    memcpy(&work, cfg, cfg->size < sizeof work ? cfg->size : sizeof work);
+    sp__struct_read(&work, sizeof work, cfg);
     rc = apply_conf(c, pool_name, &work, &c->ctx, err, errlen);
     if (rc == SP_OK)
-        memcpy(cfg, &work, cfg->size < sizeof work ? cfg->size : sizeof work);
+        sp__struct_write(cfg, &work, sizeof work);
     sp__conf_free(c);
     return rc;
 }
@@ -703,10 +703,10 @@ int sp__config_for_pool(sp_runtime *rt, const char *name, const sp_pool_config *
     sp_pool_config merged = SP_POOL_CONFIG_INIT;
     if (code) {
         /* callers built against an older, shorter struct get defaults for the fields they lack */
-        if (code->size < offsetof(sp_pool_config, cross_stream) + sizeof code->cross_stream)
-            return sp__bad_size("sp_pool_create", "sp_pool_config", code->size);
-        memcpy(&merged, code, code->size < sizeof merged ? code->size : sizeof merged);
-        merged.size = sizeof merged;
+        int rc = sp__struct_check(code, SP__MIN_POOL_CONFIG, "sp_pool_create", "sp_pool_config");
+        if (rc != SP_OK)
+            return rc;
+        sp__struct_read(&merged, sizeof merged, code);
     }
     int rc = sp__config_check(&merged, NULL, 0);
     if (rc == SP_OK && rt->conf)

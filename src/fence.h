@@ -7,17 +7,14 @@
 #include "cache.h"
 
 /* A miss looks for a fenced block in at most this many other streams' caches (newest first),
- * taking what is known settled. It makes no CUDA call about another stream's frees: a pending
- * candidate that would serve it marks its stream (fence_wanted), and that stream's own thread
- * learns what its stream completed at its next step, in one call that settles every free it
- * made for every later miss (sp__fence_early). Only a miss that would otherwise raise the pool's
- * high-water mark asks about its best candidate itself (one call). sp-bench serve measured the alternatives: asking
- * up to 8 streams with fences behind frees made 14-24 calls a request, one call per miss about
- * the best candidate 5.0-6.6, marking only 4.6-4.9, at the same memory (0.96-1.07x raw). */
+ * taking what is known settled with no CUDA call. Of the candidates pending on other streams it
+ * asks about the one that would serve it best, once (a covering fence, else the stream: one
+ * call, never a record); every other pending candidate's stream is marked (fence_wanted), and
+ * that stream's own thread learns what its stream completed at its next step, in one call that
+ * settles every free it made for every later miss (sp__fence_early). */
 #define SP_STEAL_PROBES 64
-/* A miss that would raise the pool's high-water mark asks about at most this many streams (one
- * call each: a covering fence, else the stream), and about this many released ones (their owner
- * is gone and cannot publish: an event query of the final fence that covers their frees). */
+/* Asks per miss about live streams, and, separately, about released ones (their owner is gone
+ * and cannot publish: an event query of the final fence that covers their frees). */
 #define SP_STEAL_ASKS 1
 /* At most this many fences pending per stream: past it, the newest is re-recorded instead. */
 #define SP_FENCE_CAP 8
@@ -49,12 +46,9 @@ bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask);
  * its coalesce. */
 typedef enum { SP_IDLE_UNKNOWN, SP_IDLE_YES, SP_IDLE_NO } sp_idle;
 typedef struct {
-    int asks;
-    sp_stream_cache *asked[SP_STEAL_ASKS];
+    int asks, released_asks; /* live streams asked, released ones asked: each within its budget */
+    sp_stream_cache *asked[2 * SP_STEAL_ASKS];
     sp_idle own_idle;  /* the allocating stream, as sp__fence_early found it in this miss */
-    /* a fresh segment would raise the pool's high-water mark: one call about the best candidate
-     * may save memory, not only calls (SP_STEAL_ASKS of them) */
-    bool may_ask;
     uint32_t coalesce; /* this miss's coalesce of its heap (sp_heap.coalesces); 0 if none */
     /* what the take that served the miss counted, where it counted it (segment.c, small.c):
      * the allocation's outcome, as the stats say it */

@@ -15,6 +15,7 @@
 #include "conf.h"
 #include "format.h"
 #include "introspect.h"
+#include "versioned.h"
 
 _Static_assert(sizeof(((sp_oom_report *)0)->stream_name) == SP_STREAM_NAME_MAX + 1,
                "the OOM report holds a whole stream label");
@@ -69,10 +70,9 @@ static void cache_stats(sp_pool *pool, sp_stream_cache *c, sp_stream_usage *st)
 int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
 {
     sp__cuda_error_clear();
-    if (pool && out && out->size < offsetof(sp_stream_usage, requested))
-        return sp__bad_size("sp_stream_stats", "sp_stream_usage", out->size);
-    if (!pool || !out || out->size < offsetof(sp_stream_usage, requested))
-        return SP_ERR_INVALID;
+    int rc = sp__struct_check(out, SP__MIN_STREAM_USAGE, "sp_stream_stats", "sp_stream_usage");
+    if (!pool || rc != SP_OK)
+        return pool ? rc : SP_ERR_INVALID;
     sp_stream_usage st;
     sp_mutex_lock(&pool->lock, SP_RANK_POOL);
     sp_stream_cache *c = cache_find_locked(pool, sp__stream_key(stream));
@@ -81,9 +81,7 @@ int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
     sp_mutex_unlock(&pool->lock);
     if (!c)
         return SP_ERR_NOT_FOUND;
-    uint32_t size = out->size;
-    memcpy(out, &st, size < sizeof st ? size : sizeof st);
-    out->size = size < sizeof st ? size : (uint32_t)sizeof st;
+    sp__struct_write(out, &st, sizeof st);
     return SP_OK;
 }
 
@@ -155,14 +153,11 @@ int sp_runtime_reset_peaks(sp_runtime *rt)
 int sp_pointer_info(sp_runtime *rt, const void *ptr, sp_ptr_info *out)
 {
     sp__cuda_error_clear();
-    if (rt && out && out->size < offsetof(sp_ptr_info, requested))
-        return sp__bad_size("sp_pointer_info", "sp_ptr_info", out->size);
-    if (!rt || !out || out->size < offsetof(sp_ptr_info, requested))
-        return SP_ERR_INVALID;
+    int rc = sp__struct_check(out, SP__MIN_PTR_INFO, "sp_pointer_info", "sp_ptr_info");
+    if (!rt || rc != SP_OK)
+        return rt ? rc : SP_ERR_INVALID;
     sp_ptr_lookup l = sp__ptrmap_lookup(&rt->ptrmap, ptr);
-    uint32_t size = out->size;
-    memcpy(out, &l.info, size < sizeof l.info ? size : sizeof l.info);
-    out->size = size < sizeof l.info ? size : (uint32_t)sizeof l.info;
+    sp__struct_write(out, &l.info, sizeof l.info);
     return SP_OK;
 }
 

@@ -13,6 +13,7 @@
 #include "trace.h"
 #include "introspect.h"
 #include "share_guard.h"
+#include "versioned.h"
 
 static atomic_uint_least64_t next_pool_id = 1;
 
@@ -915,15 +916,14 @@ int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
 
 int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out)
 {
-    if (!pool || !out)
+    if (!pool)
         return SP_ERR_INVALID;
-    if (out->size < offsetof(sp_pool_config, cross_stream) + sizeof out->cross_stream)
-        return sp__bad_size("sp_pool_get_config", "sp_pool_config", out->size);
-    size_t size = out->size;
+    int rc = sp__struct_check(out, SP__MIN_POOL_CONFIG, "sp_pool_get_config", "sp_pool_config");
+    if (rc != SP_OK)
+        return rc;
     sp_mutex_lock((pthread_mutex_t *)&pool->lock, SP_RANK_POOL);
-    memcpy(out, &pool->cfg, size < sizeof pool->cfg ? size : sizeof pool->cfg);
+    sp__struct_write(out, &pool->cfg, sizeof pool->cfg);
     sp_mutex_unlock((pthread_mutex_t *)&pool->lock);
-    out->size = size < sizeof pool->cfg ? size : sizeof pool->cfg;
     return SP_OK;
 }
 

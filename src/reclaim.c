@@ -15,6 +15,7 @@
 #include "status.h"
 #include "conf.h"
 #include "format.h"
+#include "versioned.h"
 
 static _Thread_local bool in_oom_callback; /* a callback's own allocations do not call it again */
 
@@ -144,13 +145,12 @@ int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out)
 {
     if (!rt || !out)
         return SP_ERR_INVALID;
-    if (out->size < offsetof(sp_oom_report, npools))
-        return sp__bad_size("sp_runtime_last_oom", "sp_oom_report", out->size);
-    uint32_t size = out->size;
+    int rc = sp__struct_check(out, SP__MIN_OOM_REPORT, "sp_runtime_last_oom", "sp_oom_report");
+    if (rc != SP_OK)
+        return rc;
     sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
-    memcpy(out, &rt->last_oom, size < sizeof rt->last_oom ? size : sizeof rt->last_oom);
+    sp__struct_write(out, &rt->last_oom, sizeof rt->last_oom);
     sp_mutex_unlock(&rt->lock);
-    out->size = size < sizeof(sp_oom_report) ? size : (uint32_t)sizeof(sp_oom_report);
     return SP_OK;
 }
 

@@ -20,6 +20,7 @@
 #include "runtime.h"
 #include "status.h"
 #include "trace.h"
+#include "versioned.h"
 
 static sp_req **bucket(sp_pool *pool, sp_request id)
 {
@@ -121,8 +122,10 @@ int sp_request_begin_with(sp_pool *pool, cudaStream_t stream, const sp_request_c
 {
     if (!pool || !out || !cfg)
         return SP_ERR_INVALID;
-    if (cfg->size < offsetof(sp_request_config, expected_bytes) + sizeof cfg->expected_bytes)
-        return sp__bad_size("sp_request_begin_with", "sp_request_config", cfg->size);
+    int rc = sp__struct_check(cfg, SP__MIN_REQUEST_CONFIG, "sp_request_begin_with",
+                              "sp_request_config");
+    if (rc != SP_OK)
+        return rc;
     if (!label_ok(cfg->label))
         return SP_ERR_INVALID;
     /* admission: the claim is taken, or refused, before the request makes any CUDA call */
@@ -169,8 +172,9 @@ int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
 
 int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_stats *out)
 {
-    if (!pool || (flags & ~SP_REQUEST_SYNCHRONIZED) ||
-        (out && out->size < sizeof(sp_request_stats)))
+    if (!pool || (flags & ~SP_REQUEST_SYNCHRONIZED))
+        return SP_ERR_INVALID;
+    if (out && sp__struct_check(out, SP__MIN_REQUEST_STATS, "sp_request_end", "sp_request_stats"))
         return SP_ERR_INVALID;
     sp__cuda_error_clear();
     sp_mutex_lock(&pool->lock, SP_RANK_POOL);
@@ -206,11 +210,8 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
     /* what the request's allocations did not draw of its claim is the pool's headroom again */
     sp__pool_admit_release(pool, atomic_exchange_explicit(&r->claim, 0, memory_order_relaxed));
     sp__trace_request(pool, r->id, r->stream, r->st.requested_peak);
-    if (out) {
-        size_t size = out->size;
-        memcpy(out, &r->st, sizeof r->st);
-        out->size = size;
-    }
+    if (out)
+        sp__struct_write(out, &r->st, sizeof r->st);
     put(pool, r); /* the table's reference: an allocation still in flight frees it */
     return rc;
 }

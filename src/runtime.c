@@ -15,6 +15,7 @@
 #include "free_order.h"
 #include "trace.h"
 #include "peer.h"
+#include "versioned.h"
 
 /* ---- the process's runtimes, for threads that exit ---- */
 
@@ -70,13 +71,13 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     if (!out)
         return SP_ERR_INVALID;
     if (cfg) {
-        if (cfg->size < offsetof(sp_runtime_config, capture_check) + sizeof cfg->capture_check)
-            return sp__bad_size("sp_runtime_create", "sp_runtime_config", cfg->size);
+        int rc = sp__struct_check(cfg, SP__MIN_RUNTIME_CONFIG, "sp_runtime_create",
+                                  "sp_runtime_config");
+        if (rc != SP_OK)
+            return rc;
         if ((unsigned)cfg->capture_check > SP_CAPTURE_ALWAYS)
             return SP_ERR_CONFIG;
-        /* a caller built against a shorter struct gets defaults for what it lacks */
-        memcpy(&config, cfg, cfg->size < sizeof config ? cfg->size : sizeof config);
-        config.size = sizeof config;
+        sp__struct_read(&config, sizeof config, cfg);
     }
     /* both strings are parsed whole now, so that a typo fails here, not at some pool */
     sp_conf *conf = NULL;
@@ -250,11 +251,11 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
         return SP_ERR_INVALID;
     if (sp__pool_name_check(name) != SP_OK)
         return SP_ERR_INVALID;
-    if (cfg && cfg->size < offsetof(sp_pool_config, cross_stream) + sizeof cfg->cross_stream)
-        return sp__bad_size(adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config",
-                            cfg->size);
+    if (cfg && sp__struct_check(cfg, SP__MIN_POOL_CONFIG,
+                                adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config"))
+        return SP_ERR_INVALID;
     /* share.c: an adopted cudaMemPool has the handle types it was made with */
-    if (cfg && cfg->size >= offsetof(sp_pool_config, share) + sizeof cfg->share &&
+    if (cfg && cfg->size >= SP__SIZE_THROUGH(sp_pool_config, share) &&
         (cfg->share < SP_SHARE_NONE || cfg->share > SP_SHARE_POSIX_FD ||
          (adopt && cfg->share != SP_SHARE_NONE)))
         return SP_ERR_CONFIG;

@@ -225,9 +225,16 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
             }
         }
         if (best) {
-            /* settled by this miss's asking: about the range itself, or, merged, about what
-             * its coalesce merged into it */
-            if (best_asked || (ab && best->asked_in && best->asked_in == ab->coalesce)) {
+            /* another stream's free: settled by this miss's asking (about the range itself,
+             * or, merged, about what its coalesce merged into it), or known settled already,
+             * by its owner's publication (sp__fence_early, a fence behind its frees) or a
+             * query before; counted as the small tier counts a steal from another's bins (a
+             * range waited for is a wait, below), and the allocation's outcome says the same.
+             * Only a miss's take (ab) counts: a take without one is a hit's or a fresh
+             * segment's, which its caller counts as such, and the outcome must equal the
+             * counters (test_trace_outcomes) */
+            if (ab && (best_asked || (best->asked_in && best->asked_in == ab->coalesce) ||
+                       (!waited && best->freed_by && best->freed_by != me))) {
                 sp__pool_count(h->pool, SP_COUNT_cross_stream_reuses, 1);
                 if (ab)
                     ab->took = SP_TOOK_REUSE;
@@ -497,7 +504,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     sp_runtime *rt = pool->rt;
     uint64_t released = 0;
     /* a give-back for memory (trim, cache limit): it may ask, each stream once */
-    sp_ask_budget asks = {.may_ask = true};
+    sp_ask_budget asks = {0};
     if (!ab)
         ab = &asks;
     sp_mutex_lock(&h->lock, SP_RANK_HEAP);

@@ -13,6 +13,7 @@
 #include "format.h"
 #include "peer.h"
 #include "share_guard.h"
+#include "versioned.h"
 
 static uint64_t load(const atomic_uint_least64_t *v)
 {
@@ -100,47 +101,39 @@ static void fill_usage(sp_usage *u, sp_stats *st)
     st->cached.peak = v.cached_peak;
 }
 
-static int begin(const char *call, sp_stats *out, sp_stats *st)
+/* A stats read's start: the CUDA error cleared, the subject (pool or runtime) and the caller's
+ * struct checked, st zeroed at the current version. */
+static int begin(const char *call, const void *subject, sp_stats *out, sp_stats *st)
 {
-    if (!out)
-        return SP_ERR_INVALID;
-    if (out->size < offsetof(sp_stats, requested))
-        return sp__bad_size(call, "sp_stats", out->size);
+    sp__cuda_error_clear();
+    int rc = sp__struct_check(out, SP__MIN_STATS, call, "sp_stats");
+    if (!subject || rc != SP_OK)
+        return subject ? rc : SP_ERR_INVALID;
     memset(st, 0, sizeof *st);
     st->size = sizeof *st;
     st->version = SP_STATS_VERSION;
     return SP_OK;
 }
 
-static void finish(const sp_stats *st, sp_stats *out)
+/* A stats read's end: the usage figures, then the caller's struct filled up to its size. */
+static int finish(sp_usage *usage, sp_stats *st, sp_stats *out, int rc)
 {
-    uint32_t size = out->size;
-    memcpy(out, st, size < sizeof *st ? size : sizeof *st);
-    out->size = size < sizeof *st ? size : (uint32_t)sizeof *st;
+    fill_usage(usage, st);
+    sp__struct_write(out, st, sizeof *st);
+    return rc;
 }
 
 int sp_pool_stats(sp_pool *pool, sp_stats *out)
 {
-    sp__cuda_error_clear();
     sp_stats st;
-    if (!pool)
-        return SP_ERR_INVALID;
-    int rc = begin("sp_pool_stats", out, &st);
-    if (rc != SP_OK)
-        return rc;
-    rc = add_pool(pool, &st);
-    fill_usage(&pool->usage, &st);
-    finish(&st, out);
-    return rc;
+    int rc = begin("sp_pool_stats", pool, out, &st);
+    return rc == SP_OK ? finish(&pool->usage, &st, out, add_pool(pool, &st)) : rc;
 }
 
 int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
 {
-    sp__cuda_error_clear();
     sp_stats st;
-    if (!rt)
-        return SP_ERR_INVALID;
-    int rc = begin("sp_runtime_stats", out, &st);
+    int rc = begin("sp_runtime_stats", rt, out, &st);
     if (rc != SP_OK)
         return rc;
     sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
@@ -152,9 +145,7 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
             rc = prc;
     }
     sp_mutex_unlock(&rt->lock);
-    fill_usage(&rt->usage, &st);
-    finish(&st, out);
-    return rc;
+    return finish(&rt->usage, &st, out, rc);
 }
 
 size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)

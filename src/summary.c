@@ -10,6 +10,7 @@
 #include "runtime.h"
 #include "status.h"
 #include "format.h"
+#include "versioned.h"
 
 typedef struct {
     char *buf;
@@ -84,7 +85,7 @@ size_t sp_stats_summary(const sp_stats *st, char *buf, size_t len)
          * does not have reads as 0, never as the bytes past its end */
         sp_stats full;
         memset(&full, 0, sizeof full);
-        memcpy(&full, st, st->size < sizeof full ? st->size : sizeof full);
+        sp__struct_read(&full, sizeof full, st);
         stats_block(&t, &full);
     }
     return t.used;

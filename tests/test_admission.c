@@ -10,18 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = (size_t)1 << 20;
-
-static sp_pool *limited_pool(sp_runtime *rt, const char *name, uint64_t limit)
-{
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = limit;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
-}
 
 static int admit(sp_pool *pool, cudaStream_t s, uint64_t bytes, sp_request *out)
 {
@@ -35,10 +26,8 @@ static int admit(sp_pool *pool, cudaStream_t s, uint64_t bytes, sp_request *out)
 static void codes_say_now_or_never(void **state)
 {
     (void)state;
-    assert_int_equal(SP_ERR_NEVER_FITS, -19);
-    assert_string_equal(sp_status_name(SP_ERR_NEVER_FITS), "SP_ERR_NEVER_FITS");
-    assert_string_equal(sp_strerror(SP_ERR_NEVER_FITS),
-                        "larger than the pool's limit can ever hold");
+    status_is(SP_ERR_NEVER_FITS, -19, "SP_ERR_NEVER_FITS",
+              "larger than the pool's limit can ever hold");
     assert_string_equal(sp_strerror(SP_ERR_LIMIT),
                         "the pool's limit would be exceeded now (retry after frees)");
 }
@@ -48,16 +37,14 @@ static void codes_say_now_or_never(void **state)
 static void refusal_makes_no_cuda_call(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool = limited_pool(rt, "tenant", 16 * MiB);
-    cudaStream_t s = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "tenant", 16 * MiB, 0, UINT64_MAX);
     void *live;
-    SP(sp_alloc(pool, &live, 12 * MiB, s)); /* 12 MiB live: 4 MiB of room */
+    SP(sp_alloc(pool, &live, 12 * MiB, fx.a)); /* 12 MiB live: 4 MiB of room */
     sp_stats before = stats_of(pool);
     cudasimResetCallCounts();
     sp_request req = 7;
-    assert_int_equal(admit(pool, s, 6 * MiB, &req), SP_ERR_LIMIT);
-    assert_int_equal(admit(pool, s, 16 * MiB + 1, &req), SP_ERR_NEVER_FITS);
+    assert_int_equal(admit(pool, fx.a, 6 * MiB, &req), SP_ERR_LIMIT);
+    assert_int_equal(admit(pool, fx.a, 16 * MiB + 1, &req), SP_ERR_NEVER_FITS);
     assert_int_equal(cudasimCallCount(NULL), 0);
     assert_int_equal(req, 7); /* untouched */
     sp_stats st = stats_of(pool);
@@ -67,11 +54,10 @@ static void refusal_makes_no_cuda_call(void **state)
     assert_int_equal(st.limit_rejections, before.limit_rejections); /* no allocation failed */
     assert_int_equal(st.held.current, before.held.current);
     cudasimResetCallCounts();
-    SP(admit(pool, s, 4 * MiB, &req)); /* exactly the room left */
+    SP(admit(pool, fx.a, 4 * MiB, &req)); /* exactly the room left */
     assert_int_equal(cudasimCallCount(NULL), 0);
     SP(sp_request_end(pool, req, 0, NULL));
-    SP(sp_free(pool, live, s));
-    drop_stream(rt, s);
+    SP(sp_free(pool, live, fx.a));
 }
 
 /* The claim is what a fresh allocation takes (whole 2 MiB driver pages; a 2 MiB slab for a
@@ -80,14 +66,12 @@ static void refusal_makes_no_cuda_call(void **state)
 static void claim_released_exactly_at_end(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool = limited_pool(rt, "tenant", 16 * MiB);
-    cudaStream_t s = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "tenant", 16 * MiB, 0, UINT64_MAX);
     sp_request a, b, c;
-    SP(admit(pool, s, 9 * MiB + 1, &a)); /* claims 10 MiB */
-    assert_int_equal(admit(pool, s, 6 * MiB + 1, &b), SP_ERR_LIMIT); /* would be 8: 18 > 16 */
-    SP(admit(pool, s, 1000, &b));                                      /* a slab: 2 MiB */
-    SP(admit(pool, s, 4 * MiB, &c));                                   /* 10 + 2 + 4 = 16 */
+    SP(admit(pool, fx.a, 9 * MiB + 1, &a)); /* claims 10 MiB */
+    assert_int_equal(admit(pool, fx.a, 6 * MiB + 1, &b), SP_ERR_LIMIT); /* would be 8: 18 > 16 */
+    SP(admit(pool, fx.a, 1000, &b));                                      /* a slab: 2 MiB */
+    SP(admit(pool, fx.a, 4 * MiB, &c));                                   /* 10 + 2 + 4 = 16 */
     sp_stats st = stats_of(pool);
     assert_int_equal(st.admitted_bytes, 16 * MiB);
     assert_int_equal(st.admissions, 3);
@@ -95,7 +79,7 @@ static void claim_released_exactly_at_end(void **state)
     SP(sp_request_end(pool, a, 0, NULL));
     SP(sp_request_end(pool, b, 0, NULL));
     SP(sp_request_end(pool, c, 0, NULL));
-    SP(admit(pool, s, 16 * MiB, &a)); /* the whole limit is free again */
+    SP(admit(pool, fx.a, 16 * MiB, &a)); /* the whole limit is free again */
     /* the request's allocation draws its claim: held, not counted twice */
     void *p;
     SP(sp_request_alloc(pool, a, &p, 8 * MiB));
@@ -107,51 +91,46 @@ static void claim_released_exactly_at_end(void **state)
     assert_int_equal(st.active.current, 0);
     /* 8 MiB held and cached: an admission of the other 8 needs no give-back */
     cudasimResetCallCounts();
-    SP(admit(pool, s, 8 * MiB, &b));
+    SP(admit(pool, fx.a, 8 * MiB, &b));
     assert_int_equal(cudasimCallCount(NULL), 0);
     SP(sp_request_end(pool, b, 0, NULL));
     /* the whole limit again: the cached 8 MiB goes back to make the room */
-    SP(admit(pool, s, 16 * MiB, &c));
+    SP(admit(pool, fx.a, 16 * MiB, &c));
     assert_int_equal(stats_of(pool).held.current, 0);
     SP(sp_request_end(pool, c, 0, NULL));
-    drop_stream(rt, s);
 }
 
 /* Plain sp_alloc tells the two cases apart too, and the OOM report says which in words. */
 static void alloc_larger_than_limit_never_fits(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool = limited_pool(rt, "tenant", 16 * MiB);
-    cudaStream_t s = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "tenant", 16 * MiB, 0, UINT64_MAX);
     void *p, *q = NULL;
-    assert_int_equal(sp_alloc(pool, &q, 16 * MiB + 1, s), SP_ERR_NEVER_FITS);
+    assert_int_equal(sp_alloc(pool, &q, 16 * MiB + 1, fx.a), SP_ERR_NEVER_FITS);
     sp_oom_report r = {.size = sizeof r};
     char json[8192];
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.status, SP_ERR_NEVER_FITS);
     assert_true(sp_oom_report_json(&r, json, sizeof json) < sizeof json);
     assert_non_null(strstr(json, "\"status\":\"SP_ERR_NEVER_FITS\",\"reason\":\"larger than the "
                                  "pool's limit can ever hold\""));
-    SP(sp_alloc(pool, &p, 10 * MiB, s));
-    assert_int_equal(sp_alloc(pool, &q, 8 * MiB, s), SP_ERR_LIMIT);
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_alloc(pool, &p, 10 * MiB, fx.a));
+    assert_int_equal(sp_alloc(pool, &q, 8 * MiB, fx.a), SP_ERR_LIMIT);
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.status, SP_ERR_LIMIT);
     assert_true(sp_oom_report_json(&r, json, sizeof json) < sizeof json);
     assert_non_null(strstr(json, "\"status\":\"SP_ERR_LIMIT\",\"reason\":\"the pool's limit would "
                                  "be exceeded now (retry after frees)\""));
     assert_null(q);
     assert_int_equal(stats_of(pool).limit_rejections, 2);
-    SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
+    SP(sp_free(pool, p, fx.a));
 }
 
 /* Bad input: a missing config or one without its size, and a footprint past SP_MAX_ALLOC. */
 static void bad_configs_are_refused(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool = limited_pool(rt, "tenant", 16 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "tenant", 16 * MiB, 0, UINT64_MAX);
     sp_request req;
     assert_int_equal(sp_request_begin_with(pool, NULL, NULL, &req), SP_ERR_INVALID);
     sp_request_config cfg = {0};
@@ -224,8 +203,7 @@ static void wait_step(filler *f)
 static void admitted_request_never_meets_the_limit(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool = limited_pool(rt, "tenant", 64 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "tenant", 64 * MiB, 0, UINT64_MAX);
     filler f = {.pool = pool, .stream = new_stream()};
     atomic_init(&f.order, IDLE);
     atomic_init(&f.done, IDLE);
@@ -266,19 +244,19 @@ static void admitted_request_never_meets_the_limit(void **state)
     assert_int_equal(st.admissions, rounds);
     assert_int_equal(st.admission_refusals, rounds);
     assert_int_equal(st.admitted_bytes, rounds * 12 * MiB);
-    drop_stream(rt, s);
-    drop_stream(rt, f.stream);
+    drop_stream(fx.rt, s);
+    drop_stream(fx.rt, f.stream);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(codes_say_now_or_never),
-        cmocka_unit_test_teardown(refusal_makes_no_cuda_call, teardown_runtimes),
-        cmocka_unit_test_teardown(claim_released_exactly_at_end, teardown_runtimes),
-        cmocka_unit_test_teardown(alloc_larger_than_limit_never_fits, teardown_runtimes),
-        cmocka_unit_test_teardown(bad_configs_are_refused, teardown_runtimes),
-        cmocka_unit_test_teardown(admitted_request_never_meets_the_limit, teardown_runtimes),
+        FX(refusal_makes_no_cuda_call),
+        FX(claim_released_exactly_at_end),
+        FX(alloc_larger_than_limit_never_fits),
+        FX(bad_configs_are_refused),
+        FX(admitted_request_never_meets_the_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

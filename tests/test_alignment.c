@@ -5,35 +5,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 #define ALIGNMENT 256u
 
-typedef struct {
-    sp_runtime *rt;
-    sp_pool *pool;
-} fixture;
+typedef sp_fixture fixture; /* fixtures.h, with a pool of its own */
 
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    if (!f || sp_runtime_create(0, NULL, &f->rt) != SP_OK ||
-        sp_pool_create(f->rt, "alignment", &cfg, &f->pool) != SP_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    /* The runtime goes first, while its streams and pools still exist: resetting the device
-     * first would leave it only invalid handles to give back. */
-    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
-    reset_device(NULL);
-    free(f);
-    return rc == SP_OK ? 0 : -1;
+    return fx_setup(state) || sp_pool_create(fx.rt, "alignment", NULL, &fx.pool) ? -1 : 0;
 }
 
 static void assert_aligned(const void *p, size_t bytes)
@@ -117,8 +97,8 @@ static void odd_sizes_are_256_byte_aligned(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(every_size_class_is_256_byte_aligned, setup, teardown),
-        cmocka_unit_test_setup_teardown(odd_sizes_are_256_byte_aligned, setup, teardown),
+        cmocka_unit_test_setup_teardown(every_size_class_is_256_byte_aligned, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(odd_sizes_are_256_byte_aligned, setup, fx_teardown),
     };
     return cmocka_run_group_tests_name("alignment", tests, NULL, NULL);
 }

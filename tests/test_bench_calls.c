@@ -127,13 +127,11 @@ static void call_api_names_are_the_json_keys(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(benchmark_work_is_not_counted),
-        T(allocator_sync_and_mem_info_are_counted),
-        T(streampool_out_of_memory_counts_every_call),
-        T(calls_by_api_groups_add_up),
-        T(call_api_names_are_the_json_keys),
-#undef T
+        RESET(benchmark_work_is_not_counted),
+        RESET(allocator_sync_and_mem_info_are_counted),
+        RESET(streampool_out_of_memory_counts_every_call),
+        RESET(calls_by_api_groups_add_up),
+        RESET(call_api_names_are_the_json_keys),
     };
     return cmocka_run_group_tests_name("bench_calls", tests, NULL, NULL);
 }

@@ -3,7 +3,7 @@
  * GPU as well as on cudasim; each test cites the CUDA Programming Guide section ("CUDA Graphs")
  * or the Runtime API entry it checks. Asynchrony is held by gates this thread opens; data is
  * checked through copies into pinned host buffers, so a replay that did not write shows. */
-#include "support/test_support.h"
+#include "support/cuda_fixture.h"
 
 static const size_t KiB = (size_t)1 << 10;
 
@@ -13,13 +13,6 @@ static bool host_bytes_are(const unsigned char *h, size_t n, unsigned char byte)
         if (h[i] != byte)
             return false;
     return true;
-}
-
-static cudaStream_t new_stream(unsigned flags)
-{
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, flags));
-    return s;
 }
 
 /* Ends a capture that must have been invalidated: no graph, cudaErrorStreamCaptureInvalidated
@@ -39,7 +32,7 @@ static void end_invalidated(cudaStream_t s)
 static void captured_work_runs_only_when_launched(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     atomic_int runs = 0;
     unsigned char *dev, *host;
     CK(cudaMalloc((void **)&dev, 4 * KiB));
@@ -72,7 +65,6 @@ static void captured_work_runs_only_when_launched(void **state)
     CK(cudaGraphDestroy(g));
     CK(cudaFreeHost(host));
     CK(cudaFree(dev));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Programming Guide, "Stream Capture": each launch replays the captured copies, reading the
@@ -81,7 +73,7 @@ static void captured_work_runs_only_when_launched(void **state)
 static void graph_replay_copies_current_data(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     unsigned char *dev, *src, *dst;
     CK(cudaMalloc((void **)&dev, 8 * KiB));
     CK(cudaMallocHost((void **)&src, 8 * KiB));
@@ -119,7 +111,6 @@ static void graph_replay_copies_current_data(void **state)
     CK(cudaFreeHost(src));
     CK(cudaFreeHost(dst));
     CK(cudaFree(dev));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Runtime API cudaStreamGetCaptureInfo: status, a per-sequence id unique in the process, the
@@ -127,7 +118,7 @@ static void graph_replay_copies_current_data(void **state)
 static void capture_info_reports_sequence_and_dependencies(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     atomic_int runs = 0;
     enum cudaStreamCaptureStatus st;
     unsigned long long id1 = 0, id2 = 0;
@@ -167,7 +158,6 @@ static void capture_info_reports_sequence_and_dependencies(void **state)
 
     CK(cudaGraphDestroy(empty));
     CK(cudaGraphDestroy(g));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Programming Guide, "Cross-stream Dependencies and Events": a stream that waits on an event
@@ -176,7 +166,7 @@ static void capture_info_reports_sequence_and_dependencies(void **state)
 static void fork_and_join_through_events(void **state)
 {
     (void)state;
-    cudaStream_t s1 = new_stream(cudaStreamNonBlocking), s2 = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s1 = cfx.a, s2 = cfx.b;
     cudaEvent_t fork, join;
     CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
@@ -217,8 +207,6 @@ static void fork_and_join_through_events(void **state)
     CK(cudaEventDestroy(join));
     CK(cudaFreeHost(host));
     CK(cudaFree(dev));
-    CK(cudaStreamDestroy(s1));
-    CK(cudaStreamDestroy(s2));
 }
 
 /* Runtime API cudaStreamEndCapture / error cudaErrorStreamCaptureUnjoined: a fork whose work is
@@ -226,7 +214,7 @@ static void fork_and_join_through_events(void **state)
 static void unjoined_fork_fails_end_capture(void **state)
 {
     (void)state;
-    cudaStream_t s1 = new_stream(cudaStreamNonBlocking), s2 = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s1 = cfx.a, s2 = cfx.b;
     cudaEvent_t fork;
     atomic_int runs = 0;
     CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
@@ -243,8 +231,6 @@ static void unjoined_fork_fails_end_capture(void **state)
     assert_int_equal(atomic_load(&runs), 0);
     (void)cudaGetLastError();
     CK(cudaEventDestroy(fork));
-    CK(cudaStreamDestroy(s1));
-    CK(cudaStreamDestroy(s2));
 }
 
 /* Programming Guide, "Graph Memory Nodes": cudaMallocAsync/cudaFreeAsync in a capture become
@@ -253,7 +239,7 @@ static void unjoined_fork_fails_end_capture(void **state)
 static void allocation_nodes_give_graph_memory_each_launch(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     cudaMemPool_t pool;
     CK(cudaDeviceGetDefaultMemPool(&pool, 0));
     unsigned char *host;
@@ -291,7 +277,6 @@ static void allocation_nodes_give_graph_memory_each_launch(void **state)
     CK(cudaGraphExecDestroy(x));
     CK(cudaGraphDestroy(g));
     CK(cudaFreeHost(host));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Runtime API cudaGraphLaunch: relaunching while a previous launch's allocations are unfreed
@@ -301,7 +286,7 @@ static void allocation_nodes_give_graph_memory_each_launch(void **state)
 static void relaunch_needs_allocations_freed(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     unsigned char *host;
     CK(cudaMallocHost((void **)&host, 4 * KiB));
     void *p = NULL;
@@ -335,7 +320,6 @@ static void relaunch_needs_allocations_freed(void **state)
     CK(cudaGraphExecDestroy(x));
     CK(cudaGraphDestroy(g));
     CK(cudaFreeHost(host));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Runtime API cudaGraphAddMemFreeNode ("an address that was not returned by an allocation
@@ -344,7 +328,7 @@ static void relaunch_needs_allocations_freed(void **state)
 static void freeing_non_graph_memory_in_capture_invalidates(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     void *p;
     CK(cudaMallocAsync(&p, 4 * KiB, s));
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -357,7 +341,6 @@ static void freeing_non_graph_memory_in_capture_invalidates(void **state)
     assert_true(device_bytes_are(p, 4 * KiB, 0x17, s));
     CK(cudaFreeAsync(p, s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Programming Guide, "Prohibited and Unhandled Operations": synchronizing or querying a
@@ -365,7 +348,7 @@ static void freeing_non_graph_memory_in_capture_invalidates(void **state)
 static void sync_and_query_of_capture_fail(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     assert_int_equal(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
     assert_int_equal(status_of(s), cudaStreamCaptureStatusInvalidated);
@@ -381,7 +364,6 @@ static void sync_and_query_of_capture_fail(void **state)
 
     CK(cudaStreamQuery(s)); /* out of capture, the stream is ordinary again */
     CK(cudaDeviceSynchronize());
-    CK(cudaStreamDestroy(s));
 }
 
 /* Programming Guide, "Prohibited and Unhandled Operations": while a blocking stream captures,
@@ -393,7 +375,7 @@ static void legacy_stream_during_blocking_capture(void **state)
 {
     (void)state;
     atomic_int runs = 0;
-    cudaStream_t s = new_stream(cudaStreamDefault);
+    cudaStream_t s = cuda_stream(cudaStreamDefault);
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     enum cudaStreamCaptureStatus st;
     assert_int_equal(cudaStreamIsCapturing(cudaStreamLegacy, &st),
@@ -404,7 +386,7 @@ static void legacy_stream_during_blocking_capture(void **state)
     assert_int_equal(status_of(s), cudaStreamCaptureStatusInvalidated);
     end_invalidated(s);
 
-    cudaStream_t nb = new_stream(cudaStreamNonBlocking);
+    cudaStream_t nb = cuda_stream(cudaStreamNonBlocking);
     CK(cudaStreamBeginCapture(nb, cudaStreamCaptureModeGlobal));
     CK(cudaLaunchHostFunc(cudaStreamLegacy, count_fn, &runs));
     CK(cudaStreamSynchronize(cudaStreamLegacy));
@@ -451,7 +433,7 @@ static cudaError_t run_other_thread(other_thread *t, void *(*fn)(void *))
 static void capture_modes_govern_unsafe_calls(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     void *p = NULL;
 
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -491,7 +473,6 @@ static void capture_modes_govern_unsafe_calls(void **state)
     CK(cudaStreamEndCapture(s, &g2));
     CK(cudaGraphDestroy(g2));
     CK(cudaGraphDestroy(g));
-    CK(cudaStreamDestroy(s));
 }
 
 static void *end_capture_from_other_thread(void *arg)
@@ -510,7 +491,7 @@ static void *end_capture_from_other_thread(void *arg)
 static void end_capture_thread_rules(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     other_thread t = {.stream = s};
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     CK(run_other_thread(&t, end_capture_from_other_thread));
@@ -527,7 +508,6 @@ static void end_capture_thread_rules(void **state)
         assert_int_equal(err, cudaErrorStreamCaptureInvalidated);
     assert_int_equal(status_of(s), cudaStreamCaptureStatusNone);
     (void)cudaGetLastError();
-    CK(cudaStreamDestroy(s));
 }
 
 /* Programming Guide, "Prohibited and Unhandled Operations": an event recorded in a capture
@@ -536,7 +516,7 @@ static void end_capture_thread_rules(void **state)
 static void captured_event_cannot_be_queried(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(cudaStreamNonBlocking);
+    cudaStream_t s = cfx.a;
     cudaEvent_t e;
     CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -547,27 +527,24 @@ static void captured_event_cannot_be_queried(void **state)
     CK(cudaEventSynchronize(e));
     CK(cudaEventQuery(e));
     CK(cudaEventDestroy(e));
-    CK(cudaStreamDestroy(s));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(captured_work_runs_only_when_launched),
-        T(graph_replay_copies_current_data),
-        T(capture_info_reports_sequence_and_dependencies),
-        T(fork_and_join_through_events),
-        T(unjoined_fork_fails_end_capture),
-        T(allocation_nodes_give_graph_memory_each_launch),
-        T(relaunch_needs_allocations_freed),
-        T(freeing_non_graph_memory_in_capture_invalidates),
-        T(sync_and_query_of_capture_fail),
-        T(legacy_stream_during_blocking_capture),
-        T(capture_modes_govern_unsafe_calls),
-        T(end_capture_thread_rules),
-        T(captured_event_cannot_be_queried),
-#undef T
+        CFX(captured_work_runs_only_when_launched),
+        CFX(graph_replay_copies_current_data),
+        CFX(capture_info_reports_sequence_and_dependencies),
+        CFX(fork_and_join_through_events),
+        CFX(unjoined_fork_fails_end_capture),
+        CFX(allocation_nodes_give_graph_memory_each_launch),
+        CFX(relaunch_needs_allocations_freed),
+        CFX(freeing_non_graph_memory_in_capture_invalidates),
+        CFX(sync_and_query_of_capture_fail),
+        RESET(legacy_stream_during_blocking_capture),
+        CFX(capture_modes_govern_unsafe_calls),
+        CFX(end_capture_thread_rules),
+        CFX(captured_event_cannot_be_queried),
     };
     return cmocka_run_group_tests_name("capture", tests, NULL, NULL);
 }

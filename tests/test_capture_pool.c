@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "support/cuda_fixture.h"
 #include "support/sp_test_support.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
@@ -138,6 +139,7 @@ typedef struct {
     cudaStream_t capturing; /* a stream whose capture a failed test may have left open */
     cudaStream_t declared;  /* a stream declared capturing a failed test may have left */
     bool is_declared;
+    cudaStream_t a, b, c;   /* non-blocking streams, released and destroyed by the teardown */
 } fixture;
 
 static int setup_with(void **state, sp_capture_check check)
@@ -150,7 +152,7 @@ static int setup_with(void **state, sp_capture_check check)
         sp_runtime_default_pool(f->rt, &f->pool) != SP_OK)
         return -1;
     *state = f;
-    return 0;
+    return streams_create((cudaStream_t *[]){&f->a, &f->b, &f->c}, 3);
 }
 
 static int setup_declared(void **state)
@@ -176,8 +178,13 @@ static int teardown(void **state)
     }
     if (f->is_declared)
         (void)sp_stream_capture_end(f->rt, f->declared);
+    cudaStream_t streams[] = {f->a, f->b, f->c};
+    int failed = 0;
+    for (int i = 0; f->rt && i < 3; i++)
+        failed += sp_stream_release(f->rt, streams[i]) != SP_OK;
+    failed += streams_destroy(streams, 3);
     (void)cudaDeviceSynchronize();
-    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
+    int rc = failed ? SP_ERR_CUDA : f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
     reset_device(NULL);
     free(f);
     return rc == SP_OK ? 0 : -1;
@@ -282,7 +289,7 @@ static void undeclared_capture_is_never_probed(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t s = new_stream(), t = new_stream();
+    cudaStream_t s = f->a, t = f->b;
     void *p, *q, *kept;
     SP(sp_alloc(pool, &p, 64 * KiB, s));
     SP(sp_alloc(pool, &q, 4 * MiB, s));
@@ -311,8 +318,6 @@ static void undeclared_capture_is_never_probed(void **state)
     SP(sp_alloc(pool, &back, 128 * KiB, s)); /* sees the capture over: the kept block returns */
     SP(sp_free(pool, back, s));
     assert_exact(pool);
-    drop_stream(f->rt, s);
-    drop_stream(f->rt, t);
 }
 
 /* While a capture is declared, another stream's allocations and frees served by its cache take
@@ -321,7 +326,7 @@ static void declared_capture_keeps_hot_path_lock_free(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t s = new_stream(), t = new_stream();
+    cudaStream_t s = f->a, t = f->b;
     void *p;
     SP(sp_alloc(pool, &p, 4 * KiB, t)); /* warm: t's cache and this thread's memo */
     SP(sp_free(pool, p, t));
@@ -344,8 +349,6 @@ static void declared_capture_keeps_hot_path_lock_free(void **state)
     SP(sp_stream_capture_end(f->rt, s));
     f->is_declared = false;
     SP(sp_pool_destroy(other));
-    drop_stream(f->rt, s);
-    drop_stream(f->rt, t);
 }
 
 /* ---- holding one thread while this one declares a capture ---- */
@@ -406,18 +409,11 @@ static void end_declared_capture(fixture *f, cudaStream_t s)
  * query to finish, so that no query reaches the stream once its capture has begun (rule 25: it
  * would invalidate the capture). The miss is held inside its query (an interposed
  * cudaStreamQuery) until the declaring thread began the capture or blocked on a lock. */
-typedef struct {
-    sp_pool *pool;
-    cudaStream_t stream;
-    size_t n;
-    void *ptr;
-    int rc;
-} miss_arg;
 
 static void *miss_thread(void *arg)
 {
-    miss_arg *m = arg;
-    m->rc = sp_alloc(m->pool, &m->ptr, m->n, m->stream);
+    thread_call *m = arg;
+    m->rc = sp_alloc(m->pool, &m->ptr, m->bytes, m->stream);
     return NULL;
 }
 
@@ -425,14 +421,14 @@ static void capture_declared_during_a_query_waits_for_it(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t a = new_stream(), b = new_stream();
+    cudaStream_t a = f->a, b = f->b;
     gate *g = gate_new();
     void *x;
     SP(sp_alloc(pool, &x, 4 * MiB, a));
     gate_hold(g, a);
     SP(sp_free(pool, x, a)); /* pending behind the gate: b's miss asks about a */
     hold_arm(a);
-    miss_arg m = {pool, b, 4 * MiB, NULL, -1};
+    thread_call m = {.pool = pool, .stream = b, .bytes = 4 * MiB, .rc = -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread, &m), 0);
     hold_wait_arrival();
@@ -445,22 +441,16 @@ static void capture_declared_during_a_query_waits_for_it(void **state)
     gate_open(g);
     SP(sp_free(pool, m.ptr, b));
     assert_exact(pool);
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
 }
 
 /* A capture declared while a trim on another thread has decided that a device synchronize must
  * settle what it could not (here a released stream's fence whose synchronize failed), before it
  * synchronizes: the trim must see the capture and leave the device alone (rule 25), as it does
  * for a capture declared before it decided. The trim is held at its next lock. */
-typedef struct {
-    sp_pool *pool;
-    int rc;
-} trim_arg;
 
 static void *trim_thread(void *arg)
 {
-    trim_arg *t = arg;
+    thread_call *t = arg;
     fail_event_sync = true;
     t->rc = sp_pool_trim(t->pool, 0);
     fail_event_sync = failed_event_sync = false;
@@ -480,7 +470,7 @@ static void capture_declared_before_a_trims_device_sync_stops_it(void **state)
     SP(sp_free(pool, x, s));
     SP(sp_stream_release(f->rt, s)); /* a final fence, pending behind the gate */
     hold_arm(NULL);
-    trim_arg t = {pool, -1};
+    thread_call t = {.pool = pool, .rc = -1};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, trim_thread, &t), 0);
     hold_wait_arrival();
@@ -592,7 +582,7 @@ static void declared_capture_survives_always_checks_before_it_begins(void **stat
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t a = new_stream(), b = new_stream();
+    cudaStream_t a = f->a, b = f->b;
     gate *g = gate_new();
     void *x, *small;
     SP(sp_alloc(pool, &x, 4 * MiB, a));
@@ -603,7 +593,7 @@ static void declared_capture_survives_always_checks_before_it_begins(void **stat
     f->declared = a, f->is_declared = true;
     SP(sp_free(pool, small, a)); /* asks cudaStreamIsCapturing: not yet */
     hold_arm(a);
-    miss_arg m = {pool, b, 4 * MiB, NULL, -1};
+    thread_call m = {.pool = pool, .stream = b, .bytes = 4 * MiB, .rc = -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread_reporting, &m), 0);
     pthread_mutex_lock(&held_query.mu); /* held in a query of a, or done without one */
@@ -622,8 +612,6 @@ static void declared_capture_survives_always_checks_before_it_begins(void **stat
     gate_open(g);
     SP(sp_free(pool, m.ptr, b));
     assert_exact(pool);
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
 }
 
 /* The same for the legacy stream: a capture of a blocking stream forbids any use of it (rule 25),
@@ -645,7 +633,7 @@ static void declared_blocking_capture_keeps_always_checks_off_the_legacy_stream(
     f->declared = blocking, f->is_declared = true;
     hold_arm(NULL);
     held_query.query_armed = true; /* the legacy stream's query */
-    miss_arg m = {pool, b, 4 * MiB, NULL, -1};
+    thread_call m = {.pool = pool, .stream = b, .bytes = 4 * MiB, .rc = -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, miss_thread_reporting, &m), 0);
     pthread_mutex_lock(&held_query.mu); /* held in a query of it, or done without one */
@@ -679,7 +667,7 @@ static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t s = new_stream(), t = new_stream(), u = new_stream();
+    cudaStream_t s = f->a, t = f->b, u = f->c;
     const size_t n = 16 * MiB; /* huge: whole segments, no shared rest to take instead */
     gate *g = gate_new();
     gate_hold(g, u);
@@ -697,7 +685,7 @@ static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     f->capturing = s;
     CK(cudaLaunchHostFunc(s, count_fn, &runs));
-    miss_arg m = {pool, t, n, NULL, -1};
+    thread_call m = {.pool = pool, .stream = t, .bytes = n, .rc = -1};
     pthread_t h;
     assert_int_equal(pthread_create(&h, NULL, miss_thread, &m), 0);
     assert_int_equal(pthread_join(h, NULL), 0);
@@ -709,9 +697,6 @@ static void fence_query_during_a_global_capture_leaves_it_valid(void **state)
     SP(sp_free(pool, m.ptr, t));
     SP(sp_free(pool, pt, t));
     assert_exact(pool);
-    drop_stream(f->rt, s);
-    drop_stream(f->rt, t);
-    drop_stream(f->rt, u);
 }
 
 /* A metrics or housekeeping thread reads a pool's figures and trims it while the serving thread
@@ -738,7 +723,7 @@ static void pool_reads_and_trims_during_a_global_capture_leave_it_valid(void **s
 {
     fixture *f = *state;
     sp_pool *pool = f->pool;
-    cudaStream_t s = new_stream(), t = new_stream();
+    cudaStream_t s = f->a, t = f->b;
     void *p;
     SP(sp_alloc(pool, &p, 4 * MiB, t));
     SP(sp_free(pool, p, t));
@@ -765,8 +750,6 @@ static void pool_reads_and_trims_during_a_global_capture_leave_it_valid(void **s
     SP(sp_stream_capture_end(f->rt, s));
     f->is_declared = false;
     assert_exact(pool);
-    drop_stream(f->rt, s);
-    drop_stream(f->rt, t);
 }
 
 /* SP_CAPTURE_ALWAYS: a huge segment goes back to the driver (cudaFreeAsync on its stream) while
@@ -776,16 +759,10 @@ static void pool_reads_and_trims_during_a_global_capture_leave_it_valid(void **s
  * the device (a capture may be under way). The give-back must leave a fence behind itself on the
  * released stream, for a trim to synchronize. The freeing thread is held inside its
  * cudaFreeAsync until the release has returned. */
-typedef struct {
-    sp_pool *pool;
-    void *ptr;
-    cudaStream_t stream;
-    int rc;
-} free_arg;
 
 static void *free_thread(void *arg)
 {
-    free_arg *a = arg;
+    thread_call *a = arg;
     a->rc = sp_free(a->pool, a->ptr, a->stream);
     return NULL;
 }
@@ -803,7 +780,7 @@ static void give_back_racing_a_release_is_trimmed(void **state)
     pthread_mutex_lock(&held_query.mu);
     held_query.free_stream = s;
     pthread_mutex_unlock(&held_query.mu);
-    free_arg a = {pool, big, s, -1};
+    thread_call a = {.pool = pool, .stream = s, .ptr = big, .rc = -1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, free_thread, &a), 0);
     hold_wait_arrival(); /* inside cudaFreeAsync of big's segment on s */

@@ -1,16 +1,9 @@
 /* Emulator-only capture tests: graph memory against cudasim's device capacity, and the choices
  * cudasim makes where CUDA's documentation gives no error code or leaves the behaviour open
  * (each is listed in tools/cudasim/cudasim.h). */
-#include "support/test_support.h"
+#include "support/cuda_fixture.h"
 
 static const size_t MiB = (size_t)1 << 20;
-
-static cudaStream_t new_stream(void)
-{
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-}
 
 static void end_invalidated(cudaStream_t s)
 {
@@ -34,7 +27,7 @@ static void graph_memory_counts_against_capacity(void **state)
 {
     (void)state;
     CK(cudasimSetDeviceMemory(0, 16 * MiB));
-    cudaStream_t s = new_stream();
+    cudaStream_t s = cfx.a;
     void *p = NULL, *q = NULL, *big;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CK(cudaMallocAsync(&p, 5 * MiB, s));
@@ -74,7 +67,6 @@ static void graph_memory_counts_against_capacity(void **state)
     CK(cudaStreamSynchronize(s));
     CK(cudaGraphExecDestroy(x));
     CK(cudaGraphDestroy(g));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Graph memory outlives its executable graph and graph until freed (Programming Guide, "Graph
@@ -84,7 +76,7 @@ static void graph_memory_outlives_graph_until_freed(void **state)
 {
     (void)state;
     CK(cudasimSetDeviceMemory(0, 16 * MiB));
-    cudaStream_t s = new_stream();
+    cudaStream_t s = cfx.a;
     void *p = NULL;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CK(cudaMallocAsync(&p, MiB, s));
@@ -103,7 +95,6 @@ static void graph_memory_outlives_graph_until_freed(void **state)
     assert_int_equal(cudaFree(p), cudaErrorInvalidValue);
     assert_int_equal(cudaFreeAsync(p, s), cudaErrorInvalidValue);
     (void)cudaGetLastError();
-    CK(cudaStreamDestroy(s));
 }
 
 /* cudasim's error codes where the Runtime API lists none: capture on the legacy stream is
@@ -113,7 +104,7 @@ static void graph_memory_outlives_graph_until_freed(void **state)
 static void begin_and_end_misuse(void **state)
 {
     (void)state;
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
+    cudaStream_t s1 = cfx.a, s2 = cfx.b;
     cudaGraph_t g;
     assert_int_equal(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal),
                      cudaErrorStreamCaptureUnsupported);
@@ -139,8 +130,6 @@ static void begin_and_end_misuse(void **state)
     CK(cudaEventSynchronize(e));
     (void)cudaGetLastError();
     CK(cudaEventDestroy(e));
-    CK(cudaStreamDestroy(s1));
-    CK(cudaStreamDestroy(s2));
 }
 
 /* Programming Guide, "Prohibited and Unhandled Operations": waiting on an event not recorded in
@@ -151,7 +140,7 @@ static void begin_and_end_misuse(void **state)
 static void event_waits_across_the_capture_boundary(void **state)
 {
     (void)state;
-    cudaStream_t s1 = new_stream(), s2 = new_stream(), other = new_stream();
+    cudaStream_t s1 = cfx.a, s2 = cfx.b, other = cfx.c;
     cudaEvent_t outside, inside;
     CK(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&inside, cudaEventDisableTiming));
@@ -192,9 +181,6 @@ static void event_waits_across_the_capture_boundary(void **state)
     CK(cudaGraphDestroy(g));
     CK(cudaEventDestroy(outside));
     CK(cudaEventDestroy(inside));
-    CK(cudaStreamDestroy(s1));
-    CK(cudaStreamDestroy(s2));
-    CK(cudaStreamDestroy(other));
 }
 
 /* cudasim's stricter readings: launching a graph into a capturing stream (a child graph) is not
@@ -211,7 +197,7 @@ static void *end_from_thread(void *arg)
 static void stricter_choices(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(), t = new_stream();
+    cudaStream_t s = cuda_stream(cudaStreamNonBlocking), t = cuda_stream(cudaStreamNonBlocking);
     atomic_int runs = 0;
     CK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal));
     CK(cudaLaunchHostFunc(t, count_fn, &runs));
@@ -262,7 +248,7 @@ static void stricter_choices(void **state)
 static void free_node_of_freed_allocation_faults(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(), c = new_stream();
+    cudaStream_t s = cuda_stream(cudaStreamNonBlocking), c = cuda_stream(cudaStreamNonBlocking);
     void *p = NULL;
     CK(cudaStreamBeginCapture(c, cudaStreamCaptureModeGlobal));
     CK(cudaMallocAsync(&p, 4096, c));
@@ -296,7 +282,7 @@ static void open_gate_fn(void *arg)
 static void forked_branches_run_concurrently(void **state)
 {
     (void)state;
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
+    cudaStream_t s1 = cfx.a, s2 = cfx.b;
     cudaEvent_t fork, join;
     CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
@@ -327,8 +313,6 @@ static void forked_branches_run_concurrently(void **state)
     CK(cudaGraphDestroy(g));
     CK(cudaEventDestroy(fork));
     CK(cudaEventDestroy(join));
-    CK(cudaStreamDestroy(s1));
-    CK(cudaStreamDestroy(s2));
 }
 
 /* cudasim's reading of "unfreed" (Runtime API cudaGraphLaunch): a graph allocation freed with
@@ -338,7 +322,7 @@ static void forked_branches_run_concurrently(void **state)
 static void relaunch_must_follow_outside_free(void **state)
 {
     (void)state;
-    cudaStream_t s = new_stream(), other = new_stream();
+    cudaStream_t s = cfx.a, other = cfx.b;
     cudaEvent_t freed;
     CK(cudaEventCreateWithFlags(&freed, cudaEventDisableTiming));
     void *p = NULL;
@@ -370,8 +354,6 @@ static void relaunch_must_follow_outside_free(void **state)
     CK(cudaGraphExecDestroy(x));
     CK(cudaGraphDestroy(g));
     CK(cudaEventDestroy(freed));
-    CK(cudaStreamDestroy(s));
-    CK(cudaStreamDestroy(other));
 }
 
 /* Issue 22 item 19: the graph allocator's figures (cudaDeviceGetGraphMemAttribute), their high
@@ -411,7 +393,7 @@ static void graph_memory_attributes_and_trim(void **state)
 {
     (void)state;
     CK(cudasimSetDeviceMemory(0, 64 * MiB));
-    cudaStream_t s = new_stream();
+    cudaStream_t s = cfx.a;
     graph_figures_are(0, 0);
     cudaGraph_t g;
     cudaGraphExec_t x = alloc_graph(s, 5 * MiB + 512 * 1024, true, &g);
@@ -481,23 +463,20 @@ static void graph_memory_attributes_and_trim(void **state)
     /* x2's allocation outlives its graph until freed */
     assert_int_equal(graph_attr(cudaGraphMemAttrUsedMemCurrent), 4 * MiB);
     assert_int_equal(graph_attr(cudaGraphMemAttrReservedMemHigh), 4 * MiB);
-    CK(cudaStreamDestroy(s));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(graph_memory_counts_against_capacity),
-        T(graph_memory_outlives_graph_until_freed),
-        T(begin_and_end_misuse),
-        T(event_waits_across_the_capture_boundary),
-        T(stricter_choices),
-        T(free_node_of_freed_allocation_faults),
-        T(forked_branches_run_concurrently),
-        T(relaunch_must_follow_outside_free),
-        T(graph_memory_attributes_and_trim),
-#undef T
+        CFX(graph_memory_counts_against_capacity),
+        CFX(graph_memory_outlives_graph_until_freed),
+        CFX(begin_and_end_misuse),
+        CFX(event_waits_across_the_capture_boundary),
+        RESET(stricter_choices),
+        RESET(free_node_of_freed_allocation_faults),
+        CFX(forked_branches_run_concurrently),
+        CFX(relaunch_must_follow_outside_free),
+        CFX(graph_memory_attributes_and_trim),
     };
     return cmocka_run_group_tests_name("capture_sim", tests, NULL, NULL);
 }

@@ -114,11 +114,9 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-        T(quiet_means_what_it_says),
-        T(a_pool_that_failed_for_memory_is_no_typo),
-        T(the_case_hint_outlives_the_pool),
-#undef T
+        TRACKED(quiet_means_what_it_says),
+        TRACKED(a_pool_that_failed_for_memory_is_no_typo),
+        TRACKED(the_case_hint_outlives_the_pool),
     };
     return cmocka_run_group_tests_name("conf_messages", tests, NULL, NULL);
 }

@@ -275,16 +275,14 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(every_key),
-        T(size_forms),
-        T(per_pool_overrides_win),
-        T(malformed_forms),
-        T(environment_and_code_reach_pools),
-        T(release_threshold_stays_within_reserve_and_limit),
-        T(cache_limit_gives_blocks_back),
-        T(a_mebibyte_of_pool_keys_applies),
-#undef T
+        RESET(every_key),
+        RESET(size_forms),
+        RESET(per_pool_overrides_win),
+        RESET(malformed_forms),
+        RESET(environment_and_code_reach_pools),
+        RESET(release_threshold_stays_within_reserve_and_limit),
+        RESET(cache_limit_gives_blocks_back),
+        RESET(a_mebibyte_of_pool_keys_applies),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -78,16 +78,6 @@ static sp_runtime *exact_runtime(void)
     return track_runtime(0, &cfg);
 }
 
-static sp_pool *tenant_pool(sp_runtime *rt, const char *name, uint64_t limit, uint64_t cache_limit)
-{
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = limit;
-    cfg.cache_limit = cache_limit;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
-}
-
 /* Caches `n` small blocks of 1 MiB (two to a 2 MiB slab) on stream s, settled. */
 static void cache_small(sp_pool *pool, cudaStream_t s, int n)
 {
@@ -103,32 +93,28 @@ static void cache_small(sp_pool *pool, cudaStream_t s, int n)
 static void calls_move_their_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, UINT64_MAX);
     void *p, *q;
     counters c = read_counters(pool);
-    SP(sp_alloc(pool, &p, 1000, s1)); /* a fresh slab */
+    SP(sp_alloc(pool, &p, 1000, fx.a)); /* a fresh slab */
     moved(pool, &c, "allocs=1,driver_allocs=1");
     c = read_counters(pool);
-    SP(sp_free(pool, p, s1));
+    SP(sp_free(pool, p, fx.a));
     moved(pool, &c, "frees=1");
     c = read_counters(pool);
-    SP(sp_alloc(pool, &p, 1000, s1));
+    SP(sp_alloc(pool, &p, 1000, fx.a));
     moved(pool, &c, "allocs=1,same_stream_hits=1");
-    SP(sp_free(pool, p, s1));
-    CK(cudaStreamSynchronize(s1));
+    SP(sp_free(pool, p, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
     c = read_counters(pool);
-    SP(sp_alloc(pool, &q, 1000, s2)); /* s1's block, its free known complete */
+    SP(sp_alloc(pool, &q, 1000, fx.b)); /* s1's block, its free known complete */
     moved(pool, &c, "allocs=1,cross_stream_reuses=1");
-    SP(sp_free(pool, q, s2));
+    SP(sp_free(pool, q, fx.b));
     c = read_counters(pool);
     int local;
-    assert_int_equal(sp_free(pool, &local, s2), SP_ERR_BAD_POINTER);
-    assert_int_equal(sp_free(pool, q, s2), SP_ERR_DOUBLE_FREE);
+    assert_int_equal(sp_free(pool, &local, fx.b), SP_ERR_BAD_POINTER);
+    assert_int_equal(sp_free(pool, q, fx.b), SP_ERR_DOUBLE_FREE);
     moved(pool, &c, "bad_frees=2");
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
 }
 
 /* sp_pool_trim: trims and the bytes it gave back; the driver frees that did it. Nothing that
@@ -136,31 +122,25 @@ static void calls_move_their_counters(void **state)
 static void trim_moves_trims(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cudaStream_t s = new_stream();
-    cache_small(pool, s, 4); /* two slabs cached */
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, UINT64_MAX);
+    cache_small(pool, fx.a, 4); /* two slabs cached */
     counters c = read_counters(pool);
     SP(sp_pool_trim(pool, 0));
     moved(pool, &c, "trims=1,trimmed_bytes=4194304,driver_frees=2");
-    drop_stream(rt, s);
 }
 
 /* A free over the cache limit: its own counters, not trims. */
 static void cache_limit_release_moves_its_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool = tenant_pool(rt, "p", 0, 2 * MiB);
-    cudaStream_t s = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, 2 * MiB);
     void *p[4];
     for (int i = 0; i < 4; i++)
-        SP(sp_alloc(pool, &p[i], MiB, s));
+        SP(sp_alloc(pool, &p[i], MiB, fx.a));
     counters c = read_counters(pool);
     for (int i = 0; i < 4; i++) /* the third free passes the cap: the first slab goes back */
-        SP(sp_free(pool, p[i], s));
+        SP(sp_free(pool, p[i], fx.a));
     moved(pool, &c, "frees=4,cache_limit_releases=1,cache_released_bytes=2097152,driver_frees=1");
-    drop_stream(rt, s);
 }
 
 /* The driver out of memory, the pool's own cache back, a retry that succeeds: oom_retries only
@@ -169,7 +149,7 @@ static void oom_retry_moves_oom_retries(void **state)
 {
     (void)state;
     sp_runtime *rt = exact_runtime();
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
+    sp_pool *pool = pool_of(rt, "p", 0, 0, UINT64_MAX);
     cudaStream_t s = new_stream();
     cache_small(pool, s, 16); /* 8 slabs: 16 MiB cached */
     CK(cudasimSetDeviceMemory(0, 32 * MiB));
@@ -191,8 +171,8 @@ static void reclaim_moves_the_victims_counters(void **state)
 {
     (void)state;
     sp_runtime *rt = exact_runtime();
-    sp_pool *victim = tenant_pool(rt, "victim", 0, UINT64_MAX);
-    sp_pool *needy = tenant_pool(rt, "needy", 0, UINT64_MAX);
+    sp_pool *victim = pool_of(rt, "victim", 0, 0, UINT64_MAX);
+    sp_pool *needy = pool_of(rt, "needy", 0, 0, UINT64_MAX);
     cudaStream_t s = new_stream();
     cache_small(victim, s, 16); /* 16 MiB cached in the victim */
     CK(cudasimSetDeviceMemory(0, 32 * MiB));
@@ -209,92 +189,90 @@ static void reclaim_moves_the_victims_counters(void **state)
 static void limit_moves_limit_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool = tenant_pool(rt, "p", 8 * MiB, UINT64_MAX);
-    cudaStream_t s = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "p", 8 * MiB, 0, UINT64_MAX);
     void *p, *q;
-    SP(sp_alloc(pool, &p, 6 * MiB, s));
+    SP(sp_alloc(pool, &p, 6 * MiB, fx.a));
     counters c = read_counters(pool);
-    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, s), SP_ERR_LIMIT);
+    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, fx.a), SP_ERR_LIMIT);
     moved(pool, &c, "limit_rejections=1,limit_retries=2"); /* two rungs gave its cache back */
     c = read_counters(pool);
-    assert_int_equal(sp_alloc(pool, &q, 8 * MiB + 1, s), SP_ERR_NEVER_FITS);
+    assert_int_equal(sp_alloc(pool, &q, 8 * MiB + 1, fx.a), SP_ERR_NEVER_FITS);
     moved(pool, &c, "limit_rejections=1"); /* at once: nothing could help */
-    SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
+    SP(sp_free(pool, p, fx.a));
 }
 
 /* Admission: admitted (its bytes), refused; a request end that records its fence. */
 static void requests_move_admission_and_fence_counters(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool = tenant_pool(rt, "p", 8 * MiB, UINT64_MAX);
-    cudaStream_t s = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "p", 8 * MiB, 0, UINT64_MAX);
     sp_request_config cfg = SP_REQUEST_CONFIG_INIT;
     cfg.expected_bytes = 6 * MiB;
     sp_request r1, r2;
     counters c = read_counters(pool);
-    SP(sp_request_begin_with(pool, s, &cfg, &r1));
+    SP(sp_request_begin_with(pool, fx.a, &cfg, &r1));
     moved(pool, &c, "admissions=1,admitted_bytes=6291456");
     c = read_counters(pool);
-    assert_int_equal(sp_request_begin_with(pool, s, &cfg, &r2), SP_ERR_LIMIT);
+    assert_int_equal(sp_request_begin_with(pool, fx.a, &cfg, &r2), SP_ERR_LIMIT);
     moved(pool, &c, "admission_refusals=1");
     void *p;
     SP(sp_request_alloc(pool, r1, &p, 6 * MiB));
     c = read_counters(pool);
-    SP(sp_request_end(pool, r1, 0, NULL)); /* frees p, one fence behind the free */
-    moved(pool, &c, "frees=1,fences_recorded=1");
-    drop_stream(rt, s);
+    gate *g = gate_new();
+    gate_hold(g, fx.a); /* p's free stays pending */
+    SP(sp_request_end(pool, r1, 0, NULL)); /* frees p; nobody wanted a's memory: no fence */
+    moved(pool, &c, "frees=1");
+    void *q;
+    SP(sp_alloc(pool, &q, 2 * MiB, fx.b)); /* asks a (busy), marks it, grows */
+    SP(sp_request_begin(pool, fx.a, NULL, &r2));
+    c = read_counters(pool);
+    SP(sp_request_end(pool, r2, 0, NULL)); /* a was wanted: one fence behind its frees */
+    moved(pool, &c, "fences_recorded=1");
+    gate_open(g);
+    SP(sp_free(pool, q, fx.b));
 }
 
 /* A declared capture: the allocation bypasses the caches; its free goes straight back. */
 static void capture_moves_capture_bypasses(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cudaStream_t s = new_stream();
-    SP(sp_stream_capture_begin(rt, s));
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, UINT64_MAX);
+    SP(sp_stream_capture_begin(fx.rt, fx.a));
     counters c = read_counters(pool);
     void *p;
-    SP(sp_alloc(pool, &p, 1000, s));
+    SP(sp_alloc(pool, &p, 1000, fx.a));
     moved(pool, &c, "allocs=1,driver_allocs=1,capture_bypasses=1");
     c = read_counters(pool);
-    SP(sp_free(pool, p, s));
+    SP(sp_free(pool, p, fx.a));
     moved(pool, &c, "frees=1,driver_frees=1");
-    SP(sp_stream_capture_end(rt, s));
-    drop_stream(rt, s);
+    SP(sp_stream_capture_end(fx.rt, fx.a));
 }
 
 /* The driver refuses a segment back at a trim: kept, counted as a refusal; no bytes trimmed. */
 static void refused_give_back_moves_give_back_failures(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool = tenant_pool(rt, "p", 0, UINT64_MAX);
-    cudaStream_t s = new_stream();
-    cache_small(pool, s, 2); /* one slab */
+    sp_pool *pool = pool_of(fx.rt, "p", 0, 0, UINT64_MAX);
+    cache_small(pool, fx.a, 2); /* one slab */
     CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorInvalidValue, 0));
     counters c = read_counters(pool);
     assert_int_equal(sp_pool_trim(pool, 0), SP_ERR_CUDA);
     moved(pool, &c, "trims=1,give_back_failures=1");
     cudasimClearFaults();
-    drop_stream(rt, s);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(calls_move_their_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(trim_moves_trims, teardown_runtimes),
-        cmocka_unit_test_teardown(cache_limit_release_moves_its_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(oom_retry_moves_oom_retries, teardown_runtimes),
-        cmocka_unit_test_teardown(reclaim_moves_the_victims_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(limit_moves_limit_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(requests_move_admission_and_fence_counters, teardown_runtimes),
-        cmocka_unit_test_teardown(capture_moves_capture_bypasses, teardown_runtimes),
-        cmocka_unit_test_teardown(refused_give_back_moves_give_back_failures, teardown_runtimes),
+        FX_EXACT(calls_move_their_counters),
+        FX_EXACT(trim_moves_trims),
+        FX_EXACT(cache_limit_release_moves_its_counters),
+        TRACKED(oom_retry_moves_oom_retries),
+        TRACKED(reclaim_moves_the_victims_counters),
+        FX_EXACT(limit_moves_limit_counters),
+        FX_EXACT(requests_move_admission_and_fence_counters),
+        FX_EXACT(capture_moves_capture_bypasses),
+        FX_EXACT(refused_give_back_moves_give_back_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
-#include "support/test_support.h"
+#include "support/cuda_fixture.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -15,9 +15,8 @@ static const size_t MiB = (size_t)1 << 20;
 static void rule01_malloc_async_returns_before_stream_runs(void **state)
 {
     (void)state;
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     gate_hold(g, s);
     void *p = NULL;
     CK(cudaMallocAsync(&p, 4096, s));
@@ -28,18 +27,15 @@ static void rule01_malloc_async_returns_before_stream_runs(void **state)
     assert_true(device_bytes_are(p, 4096, 0x5a, s));
     CK(cudaFreeAsync(p, s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Rule 2: another stream may use the allocation after an event wait. */
 static void rule02_use_from_other_stream_after_event_wait(void **state)
 {
     (void)state;
-    cudaStream_t a, b;
+    cudaStream_t a = cfx.a, b = cfx.b;
     cudaEvent_t e;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     gate_hold(g, a);
     void *p;
@@ -55,19 +51,15 @@ static void rule02_use_from_other_stream_after_event_wait(void **state)
     CK(cudaFreeAsync(p, b));
     CK(cudaStreamSynchronize(b));
     CK(cudaEventDestroy(e));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
 }
 
 /* Rule 3: the free may be on another stream ordered after every use. */
 static void rule03_free_on_other_stream_after_use(void **state)
 {
     (void)state;
-    cudaStream_t a, b;
+    cudaStream_t a = cfx.a, b = cfx.b;
     cudaEvent_t e;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     void *p;
     CK(cudaMallocAsync(&p, 8192, a));
@@ -80,8 +72,6 @@ static void rule03_free_on_other_stream_after_use(void **state)
     gate_open(g);
     CK(cudaStreamSynchronize(b));
     CK(cudaEventDestroy(e));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
 }
 
 /* Rule 4: cudaMalloc of 0 gives NULL; cudaFree(NULL) is a no-op; cudaFree of a stream-ordered
@@ -93,9 +83,8 @@ static void rule04_zero_sizes_and_cudafree_of_async_memory(void **state)
     CK(cudaMalloc(&p, 0));
     assert_null(p);
     CK(cudaFree(NULL));
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void *q;
     CK(cudaMallocAsync(&q, 4096, s));
     CK(cudaStreamSynchronize(s));
@@ -104,7 +93,6 @@ static void rule04_zero_sizes_and_cudafree_of_async_memory(void **state)
     assert_int_equal(cudaStreamQuery(s), cudaErrorNotReady);
     gate_open(g);
     CK(cudaStreamSynchronize(s));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Rule 5: out of memory is cudaErrorMemoryAllocation, the output is untouched, not sticky. */
@@ -202,9 +190,8 @@ static void rule09_10_same_stream_reuse_before_new_memory(void **state)
 {
     (void)state;
     cudaMemPool_t pool = new_pool(UINT64_MAX);
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void *p, *q;
     CK(cudaMallocFromPoolAsync(&p, 4 * MiB, pool, s));
     uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
@@ -218,7 +205,6 @@ static void rule09_10_same_stream_reuse_before_new_memory(void **state)
     gate_open(g);
     CK(cudaFreeAsync(q, s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaStreamDestroy(s));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -238,10 +224,8 @@ static void rule11_pending_free_not_reused_without_ordering(void **state)
 {
     (void)state;
     cudaMemPool_t pool = pool_with_policies(1, 1, 1);
-    cudaStream_t a, b;
+    cudaStream_t a = cfx.a, b = cfx.b;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     unsigned char *host;
     CK(cudaMallocHost((void **)&host, 4096));
     void *p, *q;
@@ -260,8 +244,6 @@ static void rule11_pending_free_not_reused_without_ordering(void **state)
     CK(cudaFreeAsync(q, b));
     CK(cudaStreamSynchronize(b));
     CK(cudaFreeHost(host));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -269,11 +251,9 @@ static void rule11a_reuse_follows_event_dependency(void **state)
 {
     (void)state;
     cudaMemPool_t pool = pool_with_policies(1, 0, 0);
-    cudaStream_t a, b;
+    cudaStream_t a = cfx.a, b = cfx.b;
     cudaEvent_t e;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     void *p, *q;
     CK(cudaMallocFromPoolAsync(&p, 4096, pool, a));
@@ -292,8 +272,6 @@ static void rule11a_reuse_follows_event_dependency(void **state)
     CK(cudaFreeAsync(q, b));
     CK(cudaStreamSynchronize(b));
     CK(cudaEventDestroy(e));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -339,9 +317,7 @@ static void rule11c_reuse_after_host_synchronize(void **state)
 {
     (void)state;
     cudaMemPool_t pool = pool_with_policies(0, 0, 0);
-    cudaStream_t a, b;
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    cudaStream_t a = cfx.a, b = cfx.b;
     void *p, *q;
     CK(cudaMallocFromPoolAsync(&p, 4096, pool, a));
     uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
@@ -354,8 +330,6 @@ static void rule11c_reuse_after_host_synchronize(void **state)
 #endif
     CK(cudaFreeAsync(q, b));
     CK(cudaStreamSynchronize(b));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -384,9 +358,8 @@ static void rule13_trim_needs_observed_frees(void **state)
 {
     (void)state;
     cudaMemPool_t pool = new_pool(UINT64_MAX);
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void *p;
     CK(cudaMallocFromPoolAsync(&p, 16 * MiB, pool, s));
     uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
@@ -395,11 +368,7 @@ static void rule13_trim_needs_observed_frees(void **state)
     CK(cudaMemPoolTrimTo(pool, 0));
     assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), reserved);
     gate_open(g);
-    CK(cudaStreamSynchronize(s));
-    CK(cudaMemPoolTrimTo(pool, 0));
-    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
-    CK(cudaStreamDestroy(s));
-    CK(cudaMemPoolDestroy(pool));
+    trim_leaves_nothing_then_destroy(pool, s);
 }
 
 /* 11(c), Programming Guide "Stream Ordered Memory Allocator", reuse policies: a synchronize
@@ -463,10 +432,7 @@ static void rule11c_observed_frees_of_two_streams_merge(void **state)
 {
     (void)state;
     cudaMemPool_t pool = pool_with_policies(0, 0, 0);
-    cudaStream_t a, b, c;
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    cudaStream_t a = cfx.a, b = cfx.b, c = cfx.c;
     void *p, *q, *r;
     two_neighbours(pool, a, &p, &q);
     uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
@@ -480,9 +446,6 @@ static void rule11c_observed_frees_of_two_streams_merge(void **state)
 #endif
     CK(cudaFreeAsync(r, c));
     CK(cudaStreamSynchronize(c));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
-    CK(cudaStreamDestroy(c));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -493,11 +456,8 @@ static void rule11c_pending_free_does_not_taint_observed_neighbour(void **state)
 {
     (void)state;
     cudaMemPool_t pool = pool_with_policies(0, 0, 0);
-    cudaStream_t a, b, c;
+    cudaStream_t a = cfx.a, b = cfx.b, c = cfx.c;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
     void *p, *q, *r, *t;
     two_neighbours(pool, a, &p, &q);
     uint64_t reserved = pool_attr(pool, cudaMemPoolAttrReservedMemCurrent);
@@ -517,9 +477,6 @@ static void rule11c_pending_free_does_not_taint_observed_neighbour(void **state)
     CK(cudaFreeAsync(r, c));
     CK(cudaFreeAsync(t, c));
     CK(cudaDeviceSynchronize());
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
-    CK(cudaStreamDestroy(c));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -531,8 +488,7 @@ static void rule13a_fragmented_free_memory_is_remapped(void **state)
 {
     (void)state;
     cudaMemPool_t pool = new_pool(UINT64_MAX);
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = cfx.a;
     void *p[3], *r;
     for (int i = 0; i < 3; i++)
         CK(cudaMallocFromPoolAsync(&p[i], 2 * MiB, pool, s));
@@ -549,7 +505,6 @@ static void rule13a_fragmented_free_memory_is_remapped(void **state)
     CK(cudaFreeAsync(r, s));
     CK(cudaFreeAsync(p[1], s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaStreamDestroy(s));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -562,9 +517,8 @@ static void rule09_13a_remap_of_pending_free_keeps_earlier_work_data(void **stat
 {
     (void)state;
     cudaMemPool_t pool = new_pool(UINT64_MAX);
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     unsigned char *host;
     CK(cudaMallocHost((void **)&host, 4 * MiB));
     memset(host, 0, 4 * MiB);
@@ -591,7 +545,6 @@ static void rule09_13a_remap_of_pending_free_keeps_earlier_work_data(void **stat
     CK(cudaFreeAsync(y, s));
     CK(cudaStreamSynchronize(s));
     CK(cudaFreeHost(host));
-    CK(cudaStreamDestroy(s));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -629,8 +582,7 @@ static void rule13_trim_and_threshold_keep_at_least_the_minimum(void **state)
 static void rule13b_cudafreeasync_accepts_cudamalloc_memory(void **state)
 {
     (void)state;
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = cfx.a;
     void *p;
     CK(cudaMalloc(&p, 3 * MiB));
     CK(cudaMemsetAsync(p, 0x3c, 3 * MiB, s));
@@ -639,7 +591,6 @@ static void rule13b_cudafreeasync_accepts_cudamalloc_memory(void **state)
     CK(cudaStreamSynchronize(s));
     assert_int_equal(cudaFreeAsync(p, s), cudaErrorInvalidValue); /* freed already */
     (void)cudaGetLastError();
-    CK(cudaStreamDestroy(s));
 }
 
 /* Rule 13b: cudaFree of stream-ordered memory frees it at once, in no stream's order (Runtime
@@ -650,10 +601,8 @@ static void rule13b_cudafree_of_stream_ordered_memory_is_unordered(void **state)
     (void)state;
     cudaMemPool_t pool = pool_with_policies(0, 0, 0);
     CK(cudaDeviceSetMemPool(0, pool));
-    cudaStream_t a, b;
+    cudaStream_t a = cfx.a, b = cfx.b;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     void *p, *q;
     CK(cudaMallocAsync(&p, 4096, a));
     CK(cudaStreamSynchronize(a));
@@ -671,8 +620,6 @@ static void rule13b_cudafree_of_stream_ordered_memory_is_unordered(void **state)
     cudaMemPool_t def;
     CK(cudaDeviceGetDefaultMemPool(&def, 0));
     CK(cudaDeviceSetMemPool(0, def));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -840,9 +787,8 @@ static void rule16_destroy_with_pending_work(void **state)
 static void rule17_stream_query(void **state)
 {
     (void)state;
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaStreamQuery(s));
     gate_hold(g, s);
     assert_int_equal(cudaStreamQuery(s), cudaErrorNotReady);
@@ -850,7 +796,6 @@ static void rule17_stream_query(void **state)
     gate_open(g);
     CK(cudaStreamSynchronize(s));
     CK(cudaStreamQuery(s));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Rule 18: a stream waits for the event's record as of the wait call; a later record of the
@@ -858,14 +803,11 @@ static void rule17_stream_query(void **state)
 static void rule18_wait_event_captures_record_at_call_time(void **state)
 {
     (void)state;
-    cudaStream_t a, b, c;
+    cudaStream_t a = cfx.a, b = cfx.b, c = cfx.c;
     cudaEvent_t e;
     gate *g = gate_new();
     order_log log = {0};
     order_mark ma = {&log, 1}, mb = {&log, 2};
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     gate_hold(g, a);
     mark(a, &ma);
@@ -881,17 +823,13 @@ static void rule18_wait_event_captures_record_at_call_time(void **state)
     assert_int_equal(log.order[0], 1);
     assert_int_equal(log.order[1], 2);
     CK(cudaEventDestroy(e));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
-    CK(cudaStreamDestroy(c));
 }
 
 /* Rule 19: a host function runs after all earlier work on its stream and before later work. */
 static void rule19_host_function_in_stream_order(void **state)
 {
     (void)state;
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = cfx.a;
     void *d;
     unsigned char *host;
     CK(cudaMallocAsync(&d, 256, s));
@@ -913,7 +851,6 @@ static void rule19_host_function_in_stream_order(void **state)
     CK(cudaFreeAsync(d, s));
     CK(cudaStreamSynchronize(s));
     CK(cudaFreeHost(host));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Rule 20: a record captures the work enqueued before it, not after; a never-recorded event is
@@ -921,10 +858,9 @@ static void rule19_host_function_in_stream_order(void **state)
 static void rule20_event_record_captures_work_at_call_time(void **state)
 {
     (void)state;
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     cudaEvent_t e, never;
     gate *g1 = gate_new(), *g2 = gate_new();
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaEventCreate(&e));
     CK(cudaEventCreate(&never));
     CK(cudaEventQuery(never));
@@ -940,18 +876,16 @@ static void rule20_event_record_captures_work_at_call_time(void **state)
     CK(cudaStreamSynchronize(s));
     CK(cudaEventDestroy(e));
     CK(cudaEventDestroy(never));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Rule 21: elapsed time and its errors. */
 static void rule21_event_elapsed_time(void **state)
 {
     (void)state;
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     cudaEvent_t a, b, notiming;
     gate *g = gate_new();
     float ms = -1;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
     CK(cudaEventCreateWithFlags(&notiming, cudaEventDisableTiming));
@@ -971,7 +905,6 @@ static void rule21_event_elapsed_time(void **state)
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     CK(cudaEventDestroy(notiming));
-    CK(cudaStreamDestroy(s));
 }
 
 /* Rule 22: cudaMalloc and cudaFree synchronize the device. A helper thread opens the gate;
@@ -985,11 +918,10 @@ static void *open_gate_thread(void *arg)
 static void rule22_cudamalloc_synchronizes_device(void **state)
 {
     (void)state;
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     gate *g = gate_new();
     order_log log = {0};
     order_mark m = {&log, 1};
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     gate_hold(g, s);
     mark(s, &m);
     pthread_t opener;
@@ -1006,7 +938,6 @@ static void rule22_cudamalloc_synchronizes_device(void **state)
     CK(cudaFree(p));
     assert_int_equal(atomic_load(&log.len), 2);
     pthread_join(opener, NULL);
-    CK(cudaStreamDestroy(s));
 }
 
 /* cudaMemcpy (the Runtime API's synchronous behaviour): it runs on the legacy stream, so it is
@@ -1173,44 +1104,42 @@ static void bad_handles_are_rejected(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(rule01_malloc_async_returns_before_stream_runs),
-        T(rule02_use_from_other_stream_after_event_wait),
-        T(rule03_free_on_other_stream_after_use),
-        T(rule04_zero_sizes_and_cudafree_of_async_memory),
-        T(rule05_out_of_memory_leaves_output_and_is_not_sticky),
-        T(rule07_default_and_explicit_pools),
-        T(rule08_pool_attributes),
-        T(rule09_10_same_stream_reuse_before_new_memory),
-        T(rule11_pending_free_not_reused_without_ordering),
-        T(rule11a_reuse_follows_event_dependency),
-        T(rule11b_opportunistic_reuse),
-        T(rule11c_reuse_after_host_synchronize),
-        T(rule12_release_threshold_at_synchronize),
-        T(rule13_trim_needs_observed_frees),
-        T(rule11c_synchronize_observes_frees_waited_on_through_events),
-        T(rule11c_observed_frees_of_two_streams_merge),
-        T(rule11c_pending_free_does_not_taint_observed_neighbour),
-        T(rule13a_fragmented_free_memory_is_remapped),
-        T(rule09_13a_remap_of_pending_free_keeps_earlier_work_data),
-        T(rule13_trim_and_threshold_keep_at_least_the_minimum),
-        T(rule13b_cudafreeasync_accepts_cudamalloc_memory),
-        T(rule13b_cudafree_of_stream_ordered_memory_is_unordered),
-        T(stream_ids_peer_access_and_ipc),
-        T(rule14_legacy_stream_synchronizes_with_blocking_streams),
-        T(rule15_nonblocking_and_per_thread_streams),
-        T(rule16_destroy_with_pending_work),
-        T(rule17_stream_query),
-        T(rule18_wait_event_captures_record_at_call_time),
-        T(rule19_host_function_in_stream_order),
-        T(rule20_event_record_captures_work_at_call_time),
-        T(rule21_event_elapsed_time),
-        T(rule22_cudamalloc_synchronizes_device),
-        T(rule23_last_error),
-        T(bad_handles_are_rejected),
-        T(managed_memory_contract),
-        T(memcpy_sync_kinds_order_and_errors),
-#undef T
+        CFX(rule01_malloc_async_returns_before_stream_runs),
+        CFX(rule02_use_from_other_stream_after_event_wait),
+        CFX(rule03_free_on_other_stream_after_use),
+        CFX(rule04_zero_sizes_and_cudafree_of_async_memory),
+        RESET(rule05_out_of_memory_leaves_output_and_is_not_sticky),
+        RESET(rule07_default_and_explicit_pools),
+        RESET(rule08_pool_attributes),
+        CFX(rule09_10_same_stream_reuse_before_new_memory),
+        CFX(rule11_pending_free_not_reused_without_ordering),
+        CFX(rule11a_reuse_follows_event_dependency),
+        RESET(rule11b_opportunistic_reuse),
+        CFX(rule11c_reuse_after_host_synchronize),
+        RESET(rule12_release_threshold_at_synchronize),
+        CFX(rule13_trim_needs_observed_frees),
+        RESET(rule11c_synchronize_observes_frees_waited_on_through_events),
+        CFX(rule11c_observed_frees_of_two_streams_merge),
+        CFX(rule11c_pending_free_does_not_taint_observed_neighbour),
+        CFX(rule13a_fragmented_free_memory_is_remapped),
+        CFX(rule09_13a_remap_of_pending_free_keeps_earlier_work_data),
+        RESET(rule13_trim_and_threshold_keep_at_least_the_minimum),
+        CFX(rule13b_cudafreeasync_accepts_cudamalloc_memory),
+        CFX(rule13b_cudafree_of_stream_ordered_memory_is_unordered),
+        RESET(stream_ids_peer_access_and_ipc),
+        RESET(rule14_legacy_stream_synchronizes_with_blocking_streams),
+        RESET(rule15_nonblocking_and_per_thread_streams),
+        RESET(rule16_destroy_with_pending_work),
+        CFX(rule17_stream_query),
+        CFX(rule18_wait_event_captures_record_at_call_time),
+        CFX(rule19_host_function_in_stream_order),
+        CFX(rule20_event_record_captures_work_at_call_time),
+        CFX(rule21_event_elapsed_time),
+        CFX(rule22_cudamalloc_synchronizes_device),
+        RESET(rule23_last_error),
+        RESET(bad_handles_are_rejected),
+        RESET(managed_memory_contract),
+        RESET(memcpy_sync_kinds_order_and_errors),
     };
     return cmocka_run_group_tests_name("cuda_conformance", tests, NULL, NULL);
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "support/test_support.h"
+#include "support/cuda_fixture.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -162,10 +162,8 @@ static void frees_on_two_streams_do_not_merge(void **state)
     cudaMemPool_t pool = new_pool(UINT64_MAX);
     pool_flag(pool, cudaMemPoolReuseAllowOpportunistic, 0);
     pool_flag(pool, cudaMemPoolReuseAllowInternalDependencies, 0);
-    cudaStream_t a, b;
+    cudaStream_t a = cfx.a, b = cfx.b;
     gate *ga = gate_new(), *gb = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     void *p, *q, *r;
     CK(cudaMallocFromPoolAsync(&p, 1 * MiB, pool, a));
     CK(cudaMallocFromPoolAsync(&q, 1 * MiB, pool, a));
@@ -181,8 +179,6 @@ static void frees_on_two_streams_do_not_merge(void **state)
     gate_open(gb);
     CK(cudaFreeAsync(r, a));
     CK(cudaDeviceSynchronize());
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
     CK(cudaMemPoolDestroy(pool));
 }
 
@@ -192,8 +188,7 @@ static void remap_grows_only_by_the_shortfall(void **state)
 {
     (void)state;
     cudaMemPool_t pool = new_pool(UINT64_MAX);
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = cfx.a;
     void *p[3], *r1, *r2, *r3;
     for (int i = 0; i < 3; i++)
         CK(cudaMallocFromPoolAsync(&p[i], 2 * MiB, pool, s));
@@ -217,11 +212,7 @@ static void remap_grows_only_by_the_shortfall(void **state)
     CK(cudaFreeAsync(r1, s));
     CK(cudaFreeAsync(r2, s));
     CK(cudaFreeAsync(r3, s));
-    CK(cudaStreamSynchronize(s));
-    CK(cudaMemPoolTrimTo(pool, 0));
-    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
-    CK(cudaStreamDestroy(s));
-    CK(cudaMemPoolDestroy(pool));
+    trim_leaves_nothing_then_destroy(pool, s);
 }
 
 /* Rules 9 and 13a in stream order, in exact figures: a same-stream allocation remaps the pages
@@ -233,10 +224,8 @@ static void remap_of_pending_free_counts_pages_once_and_keeps_old_data(void **st
     (void)state;
     CK(cudasimSetDeviceMemory(0, 16 * MiB));
     cudaMemPool_t pool = new_pool(UINT64_MAX), other = new_pool(UINT64_MAX);
-    cudaStream_t s, t;
+    cudaStream_t s = cfx.a, t = cfx.b;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
     unsigned char *host;
     CK(cudaMallocHost((void **)&host, 4 * MiB));
     memset(host, 0, 4 * MiB);
@@ -280,8 +269,6 @@ static void remap_of_pending_free_counts_pages_once_and_keeps_old_data(void **st
     CK(cudaMemGetInfo(&free_b, &total));
     assert_int_equal(free_b, 16 * MiB);
     CK(cudaFreeHost(host));
-    CK(cudaStreamDestroy(s));
-    CK(cudaStreamDestroy(t));
     CK(cudaMemPoolDestroy(pool));
     CK(cudaMemPoolDestroy(other));
 }
@@ -329,8 +316,7 @@ static void trim_releases_whole_free_pages(void **state)
 {
     (void)state;
     cudaMemPool_t pool = new_pool(UINT64_MAX);
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = cfx.a;
     void *p, *r;
     CK(cudaMallocFromPoolAsync(&p, 7 * MiB, pool, s));
     CK(cudaFreeAsync(p, s));
@@ -342,11 +328,7 @@ static void trim_releases_whole_free_pages(void **state)
     CK(cudaMemPoolTrimTo(pool, 0));
     assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 2 * MiB);
     CK(cudaFreeAsync(r, s));
-    CK(cudaStreamSynchronize(s));
-    CK(cudaMemPoolTrimTo(pool, 0));
-    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
-    CK(cudaStreamDestroy(s));
-    CK(cudaMemPoolDestroy(pool));
+    trim_leaves_nothing_then_destroy(pool, s);
 }
 
 /* Rule 13b in exact figures: cudaMalloc memory freed by cudaFreeAsync returns to the device
@@ -354,8 +336,7 @@ static void trim_releases_whole_free_pages(void **state)
 static void cudafreeasync_of_cudamalloc_memory_returns_it(void **state)
 {
     (void)state;
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = cfx.a;
     size_t free0, free1, total;
     CK(cudaMemGetInfo(&free0, &total));
     void *p;
@@ -366,7 +347,6 @@ static void cudafreeasync_of_cudamalloc_memory_returns_it(void **state)
     CK(cudaStreamSynchronize(s));
     CK(cudaMemGetInfo(&free1, &total));
     assert_int_equal(free1, free0);
-    CK(cudaStreamDestroy(s));
 }
 
 /* Issue 8 item 3 with two devices: no emulated device is peer-capable, and every call says so
@@ -1179,32 +1159,30 @@ static void pools_under_threads_keep_canaries_and_exact_counts(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(capacity_limits_allocation_and_mem_get_info),
-        T(managed_memory_is_device_memory),
-        T(pool_accounting_is_exact),
-        T(rule11d_internal_dependency_when_device_full),
-        T(frees_on_two_streams_do_not_merge),
-        T(remap_grows_only_by_the_shortfall),
-        T(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
-        T(remap_follows_opportunistic_reuse),
-        T(trim_releases_whole_free_pages),
-        T(cudafreeasync_of_cudamalloc_memory_returns_it),
-        T(two_devices_are_not_peers),
-        T(memcpy_refusals_and_peer_copies_without_peer_access),
-        T(peer_access_grants_and_enforcement),
-        T(ipc_in_one_process_refusals_sharing_and_accounting),
-        T(ipc_under_threads),
-        T(device_reset_destroys_the_context_state),
-        T(illegal_address_is_sticky_and_reported_at_execution),
-        T(copies_after_a_fault_do_not_run),
-        T(fault_injection_nth_and_persistent),
-        T(call_counters),
-        T(host_function_may_not_call_cuda),
-        T(several_devices_from_environment),
-        T(threads_on_many_streams),
-        T(pools_under_threads_keep_canaries_and_exact_counts),
-#undef T
+        RESET(capacity_limits_allocation_and_mem_get_info),
+        RESET(managed_memory_is_device_memory),
+        RESET(pool_accounting_is_exact),
+        RESET(rule11d_internal_dependency_when_device_full),
+        CFX(frees_on_two_streams_do_not_merge),
+        CFX(remap_grows_only_by_the_shortfall),
+        CFX(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
+        RESET(remap_follows_opportunistic_reuse),
+        CFX(trim_releases_whole_free_pages),
+        CFX(cudafreeasync_of_cudamalloc_memory_returns_it),
+        RESET(two_devices_are_not_peers),
+        RESET(memcpy_refusals_and_peer_copies_without_peer_access),
+        RESET(peer_access_grants_and_enforcement),
+        RESET(ipc_in_one_process_refusals_sharing_and_accounting),
+        RESET(ipc_under_threads),
+        RESET(device_reset_destroys_the_context_state),
+        RESET(illegal_address_is_sticky_and_reported_at_execution),
+        RESET(copies_after_a_fault_do_not_run),
+        RESET(fault_injection_nth_and_persistent),
+        RESET(call_counters),
+        RESET(host_function_may_not_call_cuda),
+        RESET(several_devices_from_environment),
+        RESET(threads_on_many_streams),
+        RESET(pools_under_threads_keep_canaries_and_exact_counts),
     };
     return cmocka_run_group_tests_name("cudasim", tests, NULL, NULL);
 }

@@ -17,15 +17,6 @@
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024;
 
-static int teardown_faults(void **state)
-{
-    (void)state;
-    cudasimClearFaults(); /* so that the runtime of a failed test can still be destroyed */
-    int busy = destroy_tracked_runtimes();
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
 static uint64_t device_free(void)
 {
     size_t free_bytes = 0, total = 0;
@@ -36,13 +27,6 @@ static uint64_t device_free(void)
 static uint64_t reserved_of(sp_pool *pool)
 {
     return pool_attr(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent);
-}
-
-static sp_pool *default_pool_of(sp_runtime *rt)
-{
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    return pool;
 }
 
 /* Allocates and frees a mix of small, medium and huge blocks on s, so that the pool caches a
@@ -148,7 +132,7 @@ static void a_lost_context_is_destroyed_all_the_same(void **state)
     SP(sp_pool_create(rt, "tenant", NULL, &pool));
     cudaStream_t s = new_stream();
     fill_cache(pool, s);
-    fill_cache(default_pool_of(rt), s);
+    fill_cache(default_pool(rt), s);
     SP(sp_stream_release(rt, s));
     /* a memset of an address nothing allocated: a device fault when it runs */
     CK(cudaMemsetAsync((void *)(uintptr_t)0x1000, 0, 256, s));

@@ -13,22 +13,6 @@
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024;
 
-static int teardown_faults(void **state)
-{
-    (void)state;
-    cudasimClearFaults(); /* so that the runtime of a failed test can still be destroyed */
-    int busy = destroy_tracked_runtimes();
-    reset_device(NULL);
-    return busy ? -1 : 0;
-}
-
-static sp_pool *default_pool(sp_runtime *rt)
-{
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    return pool;
-}
-
 static bool overlap(const void *a, size_t na, const void *b, size_t nb)
 {
     uintptr_t la = (uintptr_t)a, lb = (uintptr_t)b;
@@ -168,10 +152,13 @@ static void reuse_after_failed_record_and_sync(void **state)
 
 /* ---- 2. failing fence calls on another stream's cache ---- */
 
-/* Stream a, held by a gate, frees blocks of n bytes; then `api` fails persistently and b misses
- * on the same size: b gets fresh memory (the device has room), the failed step is counted as
- * skipped, and nothing counts as out of memory. cudaEventQuery needs a fence to query: one miss
- * of b's before the fault records it. */
+/* Stream a, held by a gate, frees blocks of n bytes; then `api` fails persistently where the
+ * contract calls it, and b misses on the same size: b gets fresh memory (the device has room),
+ * the failed step is counted as skipped, and nothing counts as out of memory. A miss only asks
+ * (cudaStreamQuery; cudaEventQuery of a fence recorded already); fences are created and
+ * recorded by a's own thread at its next step (here a free, e's) after a miss of b's marked a.
+ * So for every api but cudaStreamQuery, b first misses once (and uses up the slab that a small
+ * miss takes) to mark a; for cudaEventQuery, a's step records the fence before the fault. */
 static void fresh_memory_despite(const char *api, size_t n)
 {
     sp_runtime *rt = exact_runtime_on_device_of(256 * MiB);
@@ -179,24 +166,30 @@ static void fresh_memory_despite(const char *api, size_t n)
     cudaStream_t a = new_stream(), b = new_stream();
     gate *g = gate_new();
     enum { N = 4 };
-    void *pa[N];
+    void *pa[N], *e;
     for (int i = 0; i < N; i++)
         SP(sp_alloc(pool, &pa[i], n, a));
+    SP(sp_alloc(pool, &e, n, a)); /* freed at a's step */
     gate_hold(g, a);
     for (int i = 0; i < N; i++)
         SP(sp_free(pool, pa[i], a));
-    /* for cudaEventQuery, b's first miss records the fence; a small one takes a whole slab,
-     * so b uses it up before the miss under test */
+    bool by_miss = strcmp(api, "cudaStreamQuery") == 0;
+    bool fenced_first = strcmp(api, "cudaEventQuery") == 0;
     void *warm[2 * MiB / (64 * KiB)];
-    size_t warms = strcmp(api, "cudaEventQuery") ? 0 : n < MiB ? 2 * MiB / n : 1;
+    size_t warms = by_miss ? 0 : n < MiB ? 2 * MiB / n : 1;
     assert_true(warms <= sizeof warm / sizeof warm[0]);
-    for (size_t i = 0; i < warms; i++)
+    for (size_t i = 0; i < warms; i++) /* the first asks a (busy) and marks it */
         SP(sp_alloc(pool, &warm[i], n, b));
-    if (warms)
-        assert_true(stats_of(pool).fences_recorded >= 1);
+    if (fenced_first) {
+        SP(sp_free(pool, e, a)); /* a's step: a fence behind its frees */
+        assert_int_equal(stats_of(pool).fences_recorded, 1);
+    }
     sp_stats before = stats_of(pool);
     cudasimResetCallCounts();
     CK(cudasimInjectFault(api, 1, cudaErrorLaunchFailure, 1));
+    if (!by_miss && !fenced_first)
+        SP(sp_free(pool, e, a)); /* a's step: its fence fails */
+    sp_stats after_step = stats_of(pool);
     void *pb;
     int rc = sp_alloc(pool, &pb, n, b);
     unsigned long long failed_calls = cudasimCallCount(api);
@@ -205,17 +198,20 @@ static void fresh_memory_despite(const char *api, size_t n)
         fail_msg("%s failing, %zu bytes: sp_alloc gave %d", api, n, rc);
     sp_stats st = stats_of(pool);
     if (failed_calls == 0)
-        fail_msg("%s failing, %zu bytes: the miss never called it", api, n);
+        fail_msg("%s failing, %zu bytes: neither a's step nor b's miss called it", api, n);
     assert_true(st.skipped_steps > before.skipped_steps);
+    assert_int_equal(st.fences_recorded, before.fences_recorded);
     assert_int_equal(st.ooms, 0);
     for (int i = 0; i < N; i++)
         assert_false(overlap(pb, n, pa[i], n)); /* a's memory stays a's until its fence */
-    assert_int_equal(st.requested.current, before.requested.current + n);
-    if (st.driver_allocs != before.driver_allocs + 1)
+    assert_int_equal(st.requested.current, after_step.requested.current + n);
+    if (st.driver_allocs != after_step.driver_allocs + 1)
         fail_msg("%s failing, %zu bytes: %llu driver allocations, not 1", api, n,
-                 (unsigned long long)(st.driver_allocs - before.driver_allocs));
+                 (unsigned long long)(st.driver_allocs - after_step.driver_allocs));
     gate_open(g);
     SP(sp_free(pool, pb, b));
+    if (by_miss)
+        SP(sp_free(pool, e, a));
     for (size_t i = 0; i < warms; i++)
         SP(sp_free(pool, warm[i], b));
     drop_stream(rt, a);

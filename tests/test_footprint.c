@@ -124,10 +124,8 @@ static void footprint_admitted_requests_never_fail(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-        T(footprint_rounds_as_the_pool_does),
-        T(footprint_admitted_requests_never_fail),
-#undef T
+        TRACKED(footprint_rounds_as_the_pool_does),
+        TRACKED(footprint_admitted_requests_never_fail),
     };
     return cmocka_run_group_tests_name("footprint", tests, NULL, NULL);
 }

@@ -21,13 +21,6 @@ static sp_runtime *runtime_with(const char *alloc_conf)
     return track_runtime(0, &cfg);
 }
 
-static sp_pool *default_pool(sp_runtime *rt)
-{
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    return pool;
-}
-
 static sp_pointer_state state_of(sp_runtime *rt, void *p)
 {
     sp_ptr_info info = {.size = sizeof info};
@@ -145,10 +138,8 @@ static void missing_order_is_an_error(void **state)
 static void status_and_config(void **state)
 {
     (void)state;
-    assert_int_equal(SP_ERR_UNORDERED_FREE, -30);
-    assert_string_equal(sp_status_name(SP_ERR_UNORDERED_FREE), "SP_ERR_UNORDERED_FREE");
-    assert_string_equal(sp_strerror(SP_ERR_UNORDERED_FREE),
-                        "free on another stream not ordered after the allocating stream");
+    status_is(SP_ERR_UNORDERED_FREE, -30, "SP_ERR_UNORDERED_FREE",
+              "free on another stream not ordered after the allocating stream");
     sp_runtime *rt = NULL;
     sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
     cfg.alloc_conf = "check_free_order:yes";
@@ -321,17 +312,15 @@ static void synchronized_end_after_a_completed_free_passes(void **state)
     destroy_runtime(rt);
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(event_between_streams_keeps_the_data),
-        T(missing_order_is_an_error),
-        T(status_and_config),
-        T(off_the_hot_path_makes_no_call),
-        T(synchronized_end_after_a_pending_free_is_caught),
-        T(synchronized_end_after_a_completed_free_passes),
+        TRACKED(event_between_streams_keeps_the_data),
+        TRACKED(missing_order_is_an_error),
+        TRACKED(status_and_config),
+        TRACKED(off_the_hot_path_makes_no_call),
+        TRACKED(synchronized_end_after_a_pending_free_is_caught),
+        TRACKED(synchronized_end_after_a_completed_free_passes),
     };
     return cmocka_run_group_tests_name("free_order", tests, NULL, NULL);
 }

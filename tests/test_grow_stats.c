@@ -35,19 +35,12 @@ static int teardown(void **state)
     return destroy_tracked_runtimes() ? -1 : 0;
 }
 
-typedef struct {
-    sp_pool *pool;
-    cudaStream_t s;
-    size_t bytes;
-    void *p;
-    int rc;
-} grow_arg;
 
 static void *alloc_held_after_grow(void *arg)
 {
-    grow_arg *a = arg;
+    thread_call *a = arg;
     watch_malloc = true;
-    a->rc = sp_alloc(a->pool, &a->p, a->bytes, a->s);
+    a->rc = sp_alloc(a->pool, &a->ptr, a->bytes, a->stream);
     watch_malloc = false;
     unlock_hold_arm(0);
     return NULL;
@@ -89,7 +82,7 @@ static void read_while_growing(size_t bytes, uint64_t active, uint64_t held)
     SP(sp_pool_create(rt, "growing", NULL, &pool));
     cudaStream_t s = new_stream();
 
-    grow_arg a = {pool, s, bytes, NULL, -1};
+    thread_call a = {.pool = pool, .stream = s, .bytes = bytes, .rc = -1};
     unlock_hold_reset();
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, alloc_held_after_grow, &a), 0);
@@ -113,7 +106,7 @@ static void read_while_growing(size_t bytes, uint64_t active, uint64_t held)
     assert_true(after.cached.peak >= during.cached.peak); /* a peak never goes down */
     assert_true(rt_after.cached.peak >= rt_during.cached.peak);
 
-    SP(sp_free(pool, a.p, s));
+    SP(sp_free(pool, a.ptr, s));
     drop_stream(rt, s);
     SP(sp_pool_destroy(pool));
     destroy_runtime(rt);

@@ -190,28 +190,17 @@ static void grow_with_host_failure(size_t bytes, bool refuse)
         assert_true(refused > 0);
 }
 
-static void fresh_segment_survives_host_failure(void **state)
-{
-    (void)state;
-    grow_with_host_failure(3 * MiB, false);
-}
+/* One case of the fresh-growth tests: the request's size (a segment's or a slab's), and whether
+ * the driver also refuses the undo. Each is registered under the behaviour it states (main). */
+typedef struct {
+    size_t bytes;
+    bool refuse;
+} growth_case;
 
-static void fresh_slab_survives_host_failure(void **state)
+static void growth_survives_host_failure(void **state)
 {
-    (void)state;
-    grow_with_host_failure(64 * 1024, false);
-}
-
-static void refused_undo_of_fresh_segment_stays_tracked(void **state)
-{
-    (void)state;
-    grow_with_host_failure(3 * MiB, true);
-}
-
-static void refused_undo_of_fresh_slab_stays_tracked(void **state)
-{
-    (void)state;
-    grow_with_host_failure(64 * 1024, true);
+    const growth_case *c = *state;
+    grow_with_host_failure(c->bytes, c->refuse);
 }
 
 /* ---- giving memory back ---- */
@@ -250,30 +239,30 @@ static void refused_give_back_with_host_failure(size_t bytes)
     assert_true(refused > 0); /* some N failed after the driver refused */
 }
 
-static void refused_segment_give_back_stays_in_heap(void **state)
+/* The give-back tests: the size of what is given back (a segment, a slab). */
+static void give_back_refused_with_host_failure(void **state)
 {
-    (void)state;
-    refused_give_back_with_host_failure(3 * MiB);
-}
-
-static void refused_slab_give_back_stays_in_heap(void **state)
-{
-    (void)state;
-    refused_give_back_with_host_failure(64 * 1024);
+    refused_give_back_with_host_failure(*(const size_t *)*state);
 }
 
 int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown)
-        T(fresh_segment_survives_host_failure),
-        T(fresh_slab_survives_host_failure),
-        T(refused_undo_of_fresh_segment_stays_tracked),
-        T(refused_undo_of_fresh_slab_stays_tracked),
-        T(refused_segment_give_back_stays_in_heap),
-        T(refused_slab_give_back_stays_in_heap),
-#undef T
+#define CASE(name, fn, ...) {#name, fn, NULL, teardown, __VA_ARGS__}
+        CASE(fresh_segment_survives_host_failure, growth_survives_host_failure,
+             &(growth_case){3 * MiB, false}),
+        CASE(fresh_slab_survives_host_failure, growth_survives_host_failure,
+             &(growth_case){64 * 1024, false}),
+        CASE(refused_undo_of_fresh_segment_stays_tracked, growth_survives_host_failure,
+             &(growth_case){3 * MiB, true}),
+        CASE(refused_undo_of_fresh_slab_stays_tracked, growth_survives_host_failure,
+             &(growth_case){64 * 1024, true}),
+        CASE(refused_segment_give_back_stays_in_heap, give_back_refused_with_host_failure,
+             &(size_t){3 * MiB}),
+        CASE(refused_slab_give_back_stays_in_heap, give_back_refused_with_host_failure,
+             &(size_t){64 * 1024}),
+#undef CASE
     };
     return cmocka_run_group_tests_name("host_faults", tests, NULL, NULL);
 }

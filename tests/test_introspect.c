@@ -9,19 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = 1024 * 1024;
-
-/* Peaks and stream figures exact: every change reaches the shared figures at once. */
-static sp_runtime *exact_runtime(void)
-{
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0;
-    sp_runtime *rt;
-    SP(sp_runtime_create(0, &cfg, &rt));
-    return rt;
-}
 
 static sp_stream_usage usage_of(sp_pool *pool, cudaStream_t s)
 {
@@ -35,11 +25,10 @@ static sp_stream_usage usage_of(sp_pool *pool, cudaStream_t s)
 static void stream_stats_follow_each_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
     sp_pool *pool;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     cudaStream_t s1 = new_stream(), s2 = new_stream();
-    SP(sp_stream_set_name(rt, s1, "prefill"));
+    SP(sp_stream_set_name(fx.rt, s1, "prefill"));
     sp_stream_usage none = {.size = sizeof none};
     assert_int_equal(sp_stream_stats(pool, s1, &none), SP_ERR_NOT_FOUND); /* not seen yet */
 
@@ -94,11 +83,10 @@ static void stream_stats_follow_each_stream(void **state)
     assert_int_equal(sp_stream_stats(pool, s2, &tiny), SP_ERR_INVALID);
 
     SP(sp_free(pool, d, s2));
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
+    drop_stream(fx.rt, s1);
+    drop_stream(fx.rt, s2);
     assert_int_equal(sp_stream_stats(pool, s1, &none), SP_ERR_NOT_FOUND); /* released */
     SP(sp_pool_destroy(pool));
-    SP(sp_runtime_destroy(rt));
 }
 
 /* A steal is a steal for the streams as for the pool (cross_stream_reuses) when the memory
@@ -107,42 +95,35 @@ static void stream_stats_follow_each_stream(void **state)
 static void stream_stats_count_steals_of_a_split_range(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
     sp_pool *pool;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     void *a, *b, *c;
-    SP(sp_alloc(pool, &a, 3 * MiB, s1));      /* a segment of 4 MiB */
-    SP(sp_free(pool, a, s1));
-    SP(sp_alloc(pool, &b, 3 * MiB / 2, s1));  /* the front of s1's free range */
+    SP(sp_alloc(pool, &a, 3 * MiB, fx.a));      /* a segment of 4 MiB */
+    SP(sp_free(pool, a, fx.a));
+    SP(sp_alloc(pool, &b, 3 * MiB / 2, fx.a));  /* the front of s1's free range */
     assert_ptr_equal(b, a);
-    CK(cudaStreamSynchronize(s1));
-    SP(sp_alloc(pool, &c, 2 * MiB, s2));      /* the rest, behind s1's completed fence */
+    CK(cudaStreamSynchronize(fx.a));
+    SP(sp_alloc(pool, &c, 2 * MiB, fx.b));      /* the rest, behind s1's completed fence */
     assert_ptr_equal(c, (char *)a + 3 * MiB / 2);
     assert_int_equal(stats_of(pool).cross_stream_reuses, 1);
-    sp_stream_usage u1 = usage_of(pool, s1), u2 = usage_of(pool, s2);
+    sp_stream_usage u1 = usage_of(pool, fx.a), u2 = usage_of(pool, fx.b);
     assert_int_equal(u2.steals_taken, 1);
     assert_int_equal(u1.steals_given, 1);
     assert_int_equal(u2.hits + u2.steals_taken, 1);
-    SP(sp_free(pool, b, s1));
-    SP(sp_free(pool, c, s2));
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
+    SP(sp_free(pool, b, fx.a));
+    SP(sp_free(pool, c, fx.b));
     SP(sp_pool_destroy(pool));
-    SP(sp_runtime_destroy(rt));
 }
 
 static void reset_peaks_moves_peaks_to_current(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
     sp_pool *pool;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
-    cudaStream_t s = new_stream();
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
     void *big, *small;
-    SP(sp_alloc(pool, &big, 3 * MiB, s));
-    SP(sp_alloc(pool, &small, 1000, s));
-    SP(sp_free(pool, big, s));
+    SP(sp_alloc(pool, &big, 3 * MiB, fx.a));
+    SP(sp_alloc(pool, &small, 1000, fx.a));
+    SP(sp_free(pool, big, fx.a));
     sp_stats st = stats_of(pool);
     assert_int_equal(st.requested.peak, 3 * MiB + 1000);
     assert_int_equal(st.requested.current, 1000);
@@ -155,33 +136,31 @@ static void reset_peaks_moves_peaks_to_current(void **state)
     assert_int_equal(st.held.peak, 6 * MiB);
     assert_int_equal(st.cached.peak, 6 * MiB - 1024);
     assert_int_equal(st.requested.total, 3 * MiB + 1000); /* totals stay */
-    sp_stream_usage u = usage_of(pool, s);
+    sp_stream_usage u = usage_of(pool, fx.a);
     assert_int_equal(u.requested_peak, 1000);
     assert_int_equal(u.active_peak, 1024);
 
     /* the next peak is what follows the reset */
     void *mid;
-    SP(sp_alloc(pool, &mid, 2 * MiB, s)); /* from the cached 4 MiB segment */
-    SP(sp_free(pool, mid, s));
+    SP(sp_alloc(pool, &mid, 2 * MiB, fx.a)); /* from the cached 4 MiB segment */
+    SP(sp_free(pool, mid, fx.a));
     st = stats_of(pool);
     assert_int_equal(st.requested.peak, 2 * MiB + 1000);
-    assert_int_equal(usage_of(pool, s).requested_peak, 2 * MiB + 1000);
+    assert_int_equal(usage_of(pool, fx.a).requested_peak, 2 * MiB + 1000);
 
     sp_stats rts = {.size = sizeof rts};
-    SP(sp_runtime_stats(rt, &rts));
+    SP(sp_runtime_stats(fx.rt, &rts));
     assert_int_equal(rts.requested.peak, 3 * MiB + 1000); /* the runtime's was not reset */
-    SP(sp_runtime_reset_peaks(rt));
-    SP(sp_runtime_stats(rt, &rts));
+    SP(sp_runtime_reset_peaks(fx.rt));
+    SP(sp_runtime_stats(fx.rt, &rts));
     assert_int_equal(rts.requested.peak, 1000);
     assert_int_equal(rts.held.peak, rts.held.current);
     assert_int_equal(stats_of(pool).requested.peak, 1000);
     assert_int_equal(sp_pool_reset_peaks(NULL), SP_ERR_INVALID);
     assert_int_equal(sp_runtime_reset_peaks(NULL), SP_ERR_INVALID);
 
-    SP(sp_free(pool, small, s));
-    drop_stream(rt, s);
+    SP(sp_free(pool, small, fx.a));
     SP(sp_pool_destroy(pool));
-    SP(sp_runtime_destroy(rt));
 }
 
 static sp_ptr_info info_of(sp_runtime *rt, const void *p)
@@ -194,57 +173,55 @@ static sp_ptr_info info_of(sp_runtime *rt, const void *p)
 static void pointer_info_and_free_any(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
     sp_pool *pool, *other;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
-    SP(sp_pool_create(rt, "q", NULL, &other));
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "q", NULL, &other));
     void *p, *big, *q;
-    SP(sp_alloc(pool, &p, 1000, s1));
-    SP(sp_alloc(pool, &big, 5 * MiB + 1, s2));
-    SP(sp_alloc(other, &q, 300, s1));
+    SP(sp_alloc(pool, &p, 1000, fx.a));
+    SP(sp_alloc(pool, &big, 5 * MiB + 1, fx.b));
+    SP(sp_alloc(other, &q, 300, fx.a));
 
-    sp_ptr_info i = info_of(rt, p);
+    sp_ptr_info i = info_of(fx.rt, p);
     assert_int_equal(i.state, SP_POINTER_LIVE);
     assert_ptr_equal(i.pool, pool);
     assert_int_equal(i.requested, 1000);
     assert_int_equal(i.usable, 1024);
-    assert_ptr_equal(i.stream, s1);
-    i = info_of(rt, big);
+    assert_ptr_equal(i.stream, fx.a);
+    i = info_of(fx.rt, big);
     assert_int_equal(i.state, SP_POINTER_LIVE);
     assert_int_equal(i.requested, 5 * MiB + 1);
     assert_int_equal(i.usable, 5 * MiB + 512);
-    assert_ptr_equal(i.stream, s2);
-    i = info_of(rt, (char *)p + 256); /* inside a block: not a pointer streampool handed out */
+    assert_ptr_equal(i.stream, fx.b);
+    i = info_of(fx.rt, (char *)p + 256); /* inside a block: not a pointer streampool handed out */
     assert_int_equal(i.state, SP_POINTER_UNKNOWN);
     assert_null(i.pool);
     sp_ptr_info bad = {.size = 2};
-    assert_int_equal(sp_pointer_info(rt, p, &bad), SP_ERR_INVALID);
+    assert_int_equal(sp_pointer_info(fx.rt, p, &bad), SP_ERR_INVALID);
 
     /* sp_free_any frees on the allocation stream: held behind a gate, s1 reuses the block at
      * once (its own free) while s2 cannot (the free there has not completed) */
     gate *g = gate_new();
-    gate_hold(g, s1);
+    gate_hold(g, fx.a);
     SP(sp_free_any(pool, p));
-    i = info_of(rt, p);
+    i = info_of(fx.rt, p);
     assert_int_equal(i.state, SP_POINTER_CACHED);
     assert_ptr_equal(i.pool, pool);
     assert_int_equal(i.requested, 0);
     void *on_s2, *on_s1;
-    SP(sp_alloc(pool, &on_s2, 1000, s2));
+    SP(sp_alloc(pool, &on_s2, 1000, fx.b));
     assert_ptr_not_equal(on_s2, p);
-    SP(sp_alloc(pool, &on_s1, 1000, s1));
+    SP(sp_alloc(pool, &on_s1, 1000, fx.a));
     assert_ptr_equal(on_s1, p);
-    assert_int_equal(usage_of(pool, s1).frees, 1);
-    assert_int_equal(usage_of(pool, s2).frees, 0);
+    assert_int_equal(usage_of(pool, fx.a).frees, 1);
+    assert_int_equal(usage_of(pool, fx.b).frees, 0);
     gate_open(g);
-    CK(cudaStreamSynchronize(s1));
+    CK(cudaStreamSynchronize(fx.a));
 
     SP(sp_free_any(pool, on_s1));
     uint64_t bad_before = stats_of(pool).bad_frees;
     assert_int_equal(sp_free_any(pool, on_s1), SP_ERR_DOUBLE_FREE);
     assert_int_equal(sp_free_any(pool, q), SP_ERR_WRONG_POOL);
-    assert_int_equal(info_of(rt, q).state, SP_POINTER_LIVE); /* untouched */
+    assert_int_equal(info_of(fx.rt, q).state, SP_POINTER_LIVE); /* untouched */
     assert_int_equal(sp_free_any(pool, (char *)q + 256), SP_ERR_BAD_POINTER);
     assert_int_equal(stats_of(pool).bad_frees, bad_before + 3);
     SP(sp_free_any(pool, NULL));
@@ -253,11 +230,8 @@ static void pointer_info_and_free_any(void **state)
     SP(sp_free_any(pool, on_s2));
     SP(sp_free_any(pool, big));
     SP(sp_free_any(other, q));
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
     SP(sp_pool_destroy(pool));
     SP(sp_pool_destroy(other));
-    SP(sp_runtime_destroy(rt));
 }
 
 /* A block allocated on another thread's cudaStreamPerThread cannot be freed from here: this
@@ -285,24 +259,20 @@ static void *per_thread_owner(void *arg)
 static void free_any_refuses_another_threads_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    per_thread_ctx x = {.pool = pool};
+    per_thread_ctx x = {.pool = fx.pool};
     pthread_barrier_init(&x.step, NULL, 2);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, per_thread_owner, &x), 0);
     pthread_barrier_wait(&x.step);
     SP(x.rc);
-    assert_int_equal(sp_free_any(pool, x.p), SP_ERR_NOT_SUPPORTED);
-    assert_int_equal(info_of(rt, x.p).state, SP_POINTER_LIVE);
-    assert_ptr_equal(info_of(rt, x.p).stream, cudaStreamPerThread);
+    assert_int_equal(sp_free_any(fx.pool, x.p), SP_ERR_NOT_SUPPORTED);
+    assert_int_equal(info_of(fx.rt, x.p).state, SP_POINTER_LIVE);
+    assert_ptr_equal(info_of(fx.rt, x.p).stream, cudaStreamPerThread);
     pthread_barrier_wait(&x.step);
     pthread_join(t, NULL);
     SP(x.rc);
-    assert_int_equal(info_of(rt, x.p).state, SP_POINTER_CACHED);
+    assert_int_equal(info_of(fx.rt, x.p).state, SP_POINTER_CACHED);
     pthread_barrier_destroy(&x.step);
-    SP(sp_runtime_destroy(rt));
 }
 
 static char *slurp(const char *path)
@@ -320,34 +290,31 @@ static char *slurp(const char *path)
 static void stream_labels_in_reports(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
     cudaStream_t s = new_stream(), other = new_stream();
     char name[80];
-    assert_int_equal(sp_stream_name(rt, s, name, sizeof name), 0);
+    assert_int_equal(sp_stream_name(fx.rt, s, name, sizeof name), 0);
     assert_string_equal(name, "");
-    assert_int_equal(sp_stream_set_name(rt, s, "bad\nlabel"), SP_ERR_INVALID);
-    assert_int_equal(sp_stream_set_name(rt, s, ""), SP_ERR_INVALID);
+    assert_int_equal(sp_stream_set_name(fx.rt, s, "bad\nlabel"), SP_ERR_INVALID);
+    assert_int_equal(sp_stream_set_name(fx.rt, s, ""), SP_ERR_INVALID);
     char long_name[SP_STREAM_NAME_MAX + 2];
     memset(long_name, 'x', sizeof long_name - 1);
     long_name[sizeof long_name - 1] = '\0';
-    assert_int_equal(sp_stream_set_name(rt, s, long_name), SP_ERR_INVALID);
+    assert_int_equal(sp_stream_set_name(fx.rt, s, long_name), SP_ERR_INVALID);
     long_name[SP_STREAM_NAME_MAX] = '\0';
-    SP(sp_stream_set_name(rt, s, long_name)); /* exactly the maximum */
-    assert_int_equal(sp_stream_name(rt, s, name, sizeof name), SP_STREAM_NAME_MAX);
-    SP(sp_stream_set_name(rt, s, "decode \"7\" \xe6\xa8\xa1"));
-    assert_int_equal(sp_stream_name(rt, s, name, 7), strlen("decode \"7\" \xe6\xa8\xa1"));
+    SP(sp_stream_set_name(fx.rt, s, long_name)); /* exactly the maximum */
+    assert_int_equal(sp_stream_name(fx.rt, s, name, sizeof name), SP_STREAM_NAME_MAX);
+    SP(sp_stream_set_name(fx.rt, s, "decode \"7\" \xe6\xa8\xa1"));
+    assert_int_equal(sp_stream_name(fx.rt, s, name, 7), strlen("decode \"7\" \xe6\xa8\xa1"));
     assert_string_equal(name, "decode");    /* truncated, NUL-terminated */
-    SP(sp_stream_set_name(rt, other, "other"));
-    SP(sp_stream_set_name(rt, other, NULL)); /* removed */
-    assert_int_equal(sp_stream_name(rt, other, name, sizeof name), 0);
+    SP(sp_stream_set_name(fx.rt, other, "other"));
+    SP(sp_stream_set_name(fx.rt, other, NULL)); /* removed */
+    assert_int_equal(sp_stream_name(fx.rt, other, name, sizeof name), 0);
 
     /* the OOM report: larger than any device, so it fails at once, on a GPU too */
     void *p = (void *)0x1;
-    assert_int_equal(sp_alloc(pool, &p, (size_t)1 << 45, s), SP_ERR_OUT_OF_MEMORY);
+    assert_int_equal(sp_alloc(fx.pool, &p, (size_t)1 << 45, s), SP_ERR_OUT_OF_MEMORY);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_ptr_equal(r.stream, s);
     assert_string_equal(r.stream_name, "decode \"7\" \xe6\xa8\xa1");
     char json[4096];
@@ -357,13 +324,13 @@ static void stream_labels_in_reports(void **state)
     /* the trace: the StreamName column, quoted as CSV, and the JSON argument */
     char path[64];
     snprintf(path, sizeof path, "/tmp/sp-introspect-%d.csv", (int)getpid());
-    SP(sp_runtime_trace_start(rt, path));
+    SP(sp_runtime_trace_start(fx.rt, path));
     void *a, *b;
-    SP(sp_alloc(pool, &a, 1000, s));
-    SP(sp_alloc(pool, &b, 1000, other));
-    SP(sp_free(pool, a, s));
-    SP(sp_free(pool, b, other));
-    SP(sp_runtime_trace_stop(rt));
+    SP(sp_alloc(fx.pool, &a, 1000, s));
+    SP(sp_alloc(fx.pool, &b, 1000, other));
+    SP(sp_free(fx.pool, a, s));
+    SP(sp_free(fx.pool, b, other));
+    SP(sp_runtime_trace_stop(fx.rt));
     char *csv = slurp(path);
     char expect[512];
     snprintf(expect, sizeof expect, ",allocate,%p,1000,%p,\"default\",1024,fresh,"
@@ -382,10 +349,9 @@ static void stream_labels_in_reports(void **state)
     remove(jpath);
 
     /* a released stream's label goes with it: a new stream may reuse the handle value */
-    drop_stream(rt, s);
-    assert_int_equal(sp_stream_name(rt, s, name, sizeof name), 0);
-    drop_stream(rt, other);
-    SP(sp_runtime_destroy(rt));
+    drop_stream(fx.rt, s);
+    assert_int_equal(sp_stream_name(fx.rt, s, name, sizeof name), 0);
+    drop_stream(fx.rt, other);
 }
 
 typedef struct {
@@ -406,19 +372,17 @@ static int keep_row(const sp_live_alloc *a, void *user)
 static void dump_live_lists_outstanding_allocations(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
     sp_pool *pool, *other;
-    SP(sp_pool_create(rt, "p", NULL, &pool));
-    SP(sp_pool_create(rt, "q", NULL, &other));
-    cudaStream_t s1 = new_stream(), s2 = new_stream();
-    SP(sp_stream_set_name(rt, s1, "prefill"));
+    SP(sp_pool_create(fx.rt, "p", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "q", NULL, &other));
+    SP(sp_stream_set_name(fx.rt, fx.a, "prefill"));
     void *x, *y, *z, *w, *q;
-    SP(sp_alloc(pool, &x, 1000, s1));
-    SP(sp_alloc(pool, &y, 5000, s1));
-    SP(sp_alloc(pool, &z, 3 * MiB, s2));
-    SP(sp_alloc(pool, &w, 100, s1));
-    SP(sp_free(pool, w, s1));          /* freed: not listed */
-    SP(sp_alloc(other, &q, 100, s1));  /* another pool: not listed */
+    SP(sp_alloc(pool, &x, 1000, fx.a));
+    SP(sp_alloc(pool, &y, 5000, fx.a));
+    SP(sp_alloc(pool, &z, 3 * MiB, fx.b));
+    SP(sp_alloc(pool, &w, 100, fx.a));
+    SP(sp_free(pool, w, fx.a));          /* freed: not listed */
+    SP(sp_alloc(other, &q, 100, fx.a));  /* another pool: not listed */
 
     live_rows l = {.stop_after = 0};
     assert_int_equal(sp_pool_dump_live(pool, keep_row, &l), 3);
@@ -427,7 +391,7 @@ static void dump_live_lists_outstanding_allocations(void **state)
     assert_ptr_equal(l.rows[0].ptr, x);
     assert_int_equal(l.rows[0].requested, 1000);
     assert_int_equal(l.rows[0].usable, 1024);
-    assert_ptr_equal(l.rows[0].stream, s1);
+    assert_ptr_equal(l.rows[0].stream, fx.a);
     assert_string_equal(l.names[0], "prefill");
     assert_int_equal(l.rows[0].age_allocs, 2);
     assert_ptr_equal(l.rows[1].ptr, y);
@@ -437,7 +401,7 @@ static void dump_live_lists_outstanding_allocations(void **state)
     assert_ptr_equal(l.rows[2].ptr, z);
     assert_int_equal(l.rows[2].requested, 3 * MiB);
     assert_int_equal(l.rows[2].usable, 3 * MiB);
-    assert_ptr_equal(l.rows[2].stream, s2);
+    assert_ptr_equal(l.rows[2].stream, fx.b);
     assert_string_equal(l.names[2], "");
     assert_int_equal(l.rows[2].age_allocs, 0);
 
@@ -446,17 +410,14 @@ static void dump_live_lists_outstanding_allocations(void **state)
     assert_ptr_equal(first.rows[0].ptr, x);
     assert_int_equal(sp_pool_dump_live(pool, NULL, NULL), SP_ERR_INVALID);
 
-    SP(sp_free(pool, x, s1));
-    SP(sp_free(pool, y, s1));
-    SP(sp_free(pool, z, s2));
-    SP(sp_free(other, q, s1));
+    SP(sp_free(pool, x, fx.a));
+    SP(sp_free(pool, y, fx.a));
+    SP(sp_free(pool, z, fx.b));
+    SP(sp_free(other, q, fx.a));
     live_rows empty = {.stop_after = 0};
     assert_int_equal(sp_pool_dump_live(pool, keep_row, &empty), 0);
-    drop_stream(rt, s1);
-    drop_stream(rt, s2);
     SP(sp_pool_destroy(pool));
     SP(sp_pool_destroy(other));
-    SP(sp_runtime_destroy(rt));
 }
 
 /* Threads allocate on their own streams and free each other's blocks: every stream's figures
@@ -557,14 +518,14 @@ static void stream_figures_balance_across_threads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(stream_stats_follow_each_stream, reset_device),
-        cmocka_unit_test_teardown(stream_stats_count_steals_of_a_split_range, reset_device),
-        cmocka_unit_test_teardown(reset_peaks_moves_peaks_to_current, reset_device),
-        cmocka_unit_test_teardown(pointer_info_and_free_any, reset_device),
-        cmocka_unit_test_teardown(free_any_refuses_another_threads_stream, reset_device),
-        cmocka_unit_test_teardown(stream_labels_in_reports, reset_device),
-        cmocka_unit_test_teardown(dump_live_lists_outstanding_allocations, reset_device),
-        cmocka_unit_test_teardown(stream_figures_balance_across_threads, reset_device),
+        FX_EXACT(stream_stats_follow_each_stream),
+        FX_EXACT(stream_stats_count_steals_of_a_split_range),
+        FX_EXACT(reset_peaks_moves_peaks_to_current),
+        FX_EXACT(pointer_info_and_free_any),
+        FX_EXACT(free_any_refuses_another_threads_stream),
+        FX_EXACT(stream_labels_in_reports),
+        FX_EXACT(dump_live_lists_outstanding_allocations),
+        RESET(stream_figures_balance_across_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

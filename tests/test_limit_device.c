@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
@@ -223,12 +223,11 @@ static void threads_never_pass_a_96_mib_limit(void **state)
 static void a_refusal_at_the_cap_is_the_limit(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime_on_device_of(4 * GiB);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 96 * MiB;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "capped", &cfg, &pool));
-    cudaStream_t s = new_stream();
+    SP(sp_pool_create(fx.rt, "capped", &cfg, &pool));
+    cudaStream_t s = fx.a;
     void *p = NULL;
     SP(sp_alloc(pool, &p, 8 * MiB, s));
     CK(cudasimInjectFault("cudaMallocFromPoolAsync", 1, cudaErrorMemoryAllocation, 1));
@@ -242,9 +241,7 @@ static void a_refusal_at_the_cap_is_the_limit(void **state)
     assert_int_equal(st.ooms, 0);
     assert_true(st.limit_rejections >= 1);
     SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
     SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
 }
 
 /* ---- limits that are not whole pages ---- */
@@ -288,11 +285,10 @@ static void limit_below_a_page_is_refused(void **state)
 static void limit_between_pages_rounds_down(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime_on_device_of(1 * GiB);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT, got = {.size = sizeof got};
     cfg.limit = 3 * MiB;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "three", &cfg, &pool));
+    SP(sp_pool_create(fx.rt, "three", &cfg, &pool));
     SP(sp_pool_get_config(pool, &got));
     assert_int_equal(got.limit, 2 * MiB); /* the limit in force, in whole pages */
     cudaStream_t s = new_stream();
@@ -314,21 +310,18 @@ static void limit_between_pages_rounds_down(void **state)
     CK(cudaDeviceSynchronize());
     assert_true(reserved_of(pool, cudaMemPoolAttrReservedMemCurrent) <= 2 * MiB);
     assert_true(reserved_of(pool, cudaMemPoolAttrReservedMemHigh) <= 2 * MiB);
-    drop_stream(rt, s);
+    drop_stream(fx.rt, s);
     SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
 }
-
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(threads_never_pass_a_256_mib_limit),
-        T(threads_never_pass_a_96_mib_limit),
-        T(a_refusal_at_the_cap_is_the_limit),
-        T(limit_below_a_page_is_refused),
-        T(limit_between_pages_rounds_down),
+        TRACKED(threads_never_pass_a_256_mib_limit),
+        TRACKED(threads_never_pass_a_96_mib_limit),
+        FX_DEVICE(a_refusal_at_the_cap_is_the_limit, 4 * GiB),
+        TRACKED(limit_below_a_page_is_refused),
+        FX_DEVICE(limit_between_pages_rounds_down, 1 * GiB),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

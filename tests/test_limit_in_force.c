@@ -192,11 +192,9 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-        T(a_3_mib_limit_shows_2_mib_everywhere),
-        T(limits_above_the_device_are_clamped_alike),
-        T(fractional_suffixes_are_accepted),
-#undef T
+        TRACKED(a_3_mib_limit_shows_2_mib_everywhere),
+        TRACKED(limits_above_the_device_are_clamped_alike),
+        TRACKED(fractional_suffixes_are_accepted),
     };
     return cmocka_run_group_tests_name("limit_in_force", tests, NULL, NULL);
 }

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
@@ -51,18 +51,17 @@ static const char *capture_end(char *buf, size_t len)
 static void zero_size_structs_name_the_missing_size(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
     sp_pool *pool;
     sp_pool_config c = {0};
-    assert_int_equal(sp_pool_create(rt, "chat", &c, &pool), SP_ERR_INVALID);
+    assert_int_equal(sp_pool_create(fx.rt, "chat", &c, &pool), SP_ERR_INVALID);
     contains(sp_config_error(), "sp_pool_create: the sp_pool_config's .size is 0");
     contains(sp_config_error(), "sizeof(sp_pool_config)");
-    SP(sp_pool_create(rt, "chat", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "chat", NULL, &pool));
 
     sp_stats st = {0};
     assert_int_equal(sp_pool_stats(pool, &st), SP_ERR_INVALID);
     contains(sp_config_error(), "sp_pool_stats: the sp_stats's .size is 0, not set");
-    assert_int_equal(sp_runtime_stats(rt, &st), SP_ERR_INVALID);
+    assert_int_equal(sp_runtime_stats(fx.rt, &st), SP_ERR_INVALID);
     contains(sp_config_error(), "sp_runtime_stats: the sp_stats's .size");
     assert_int_equal(sp_pool_get_config(pool, &c), SP_ERR_INVALID);
     contains(sp_config_error(), "sp_pool_get_config: the sp_pool_config's .size");
@@ -72,10 +71,10 @@ static void zero_size_structs_name_the_missing_size(void **state)
     assert_int_equal(sp_stream_stats(pool, cudaStreamPerThread, &u), SP_ERR_INVALID);
     contains(sp_config_error(), "sp_stream_stats: the sp_stream_usage's .size");
     sp_ptr_info info = {0};
-    assert_int_equal(sp_pointer_info(rt, &info, &info), SP_ERR_INVALID);
+    assert_int_equal(sp_pointer_info(fx.rt, &info, &info), SP_ERR_INVALID);
     contains(sp_config_error(), "sp_pointer_info: the sp_ptr_info's .size");
     sp_oom_report r = {0};
-    assert_int_equal(sp_runtime_last_oom(rt, &r), SP_ERR_INVALID);
+    assert_int_equal(sp_runtime_last_oom(fx.rt, &r), SP_ERR_INVALID);
     contains(sp_config_error(), "sp_runtime_last_oom: the sp_oom_report's .size");
     sp_runtime_config rc = {0};
     sp_runtime *other = NULL;
@@ -85,7 +84,6 @@ static void zero_size_structs_name_the_missing_size(void **state)
     sp_stats short_one = {.size = 4};
     assert_int_equal(sp_pool_stats(pool, &short_one), SP_ERR_INVALID);
     contains(sp_config_error(), ".size is 4, smaller than any version of it");
-    destroy_runtime(rt);
 }
 
 /* ---- item 8: one call per text ---- */
@@ -93,17 +91,16 @@ static void zero_size_structs_name_the_missing_size(void **state)
 static void one_call_text_equals_the_two_call_form(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
     sp_pool *pool;
-    SP(sp_pool_create(rt, "chat", NULL, &pool));
+    SP(sp_pool_create(fx.rt, "chat", NULL, &pool));
     void *p;
     SP(sp_alloc(pool, &p, 3000, cudaStreamPerThread));
     char two[16384];
     char *one = NULL;
     size_t needed = 0;
 
-    SP(sp_runtime_summary(rt, two, sizeof two, &needed));
-    SP(sp_runtime_summary_alloc(rt, &one));
+    SP(sp_runtime_summary(fx.rt, two, sizeof two, &needed));
+    SP(sp_runtime_summary_alloc(fx.rt, &one));
     assert_string_equal(one, two);
     assert_int_equal(strlen(one), needed);
     sp_text_free(one);
@@ -111,8 +108,8 @@ static void one_call_text_equals_the_two_call_form(void **state)
     SP(sp_pool_summary_alloc(pool, &one));
     assert_string_equal(one, two);
     sp_text_free(one);
-    SP(sp_runtime_metrics_prometheus(rt, two, sizeof two, &needed));
-    SP(sp_runtime_metrics_prometheus_alloc(rt, &one));
+    SP(sp_runtime_metrics_prometheus(fx.rt, two, sizeof two, &needed));
+    SP(sp_runtime_metrics_prometheus_alloc(fx.rt, &one));
     assert_string_equal(one, two);
     sp_text_free(one);
     sp_stats st = stats_of(pool);
@@ -125,7 +122,7 @@ static void one_call_text_equals_the_two_call_form(void **state)
     assert_string_equal(one, two);
     sp_text_free(one);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     sp_oom_report_json(&r, two, sizeof two);
     SP(sp_oom_report_json_alloc(&r, &one));
     assert_string_equal(one, two);
@@ -136,8 +133,7 @@ static void one_call_text_equals_the_two_call_form(void **state)
     assert_int_equal(sp_stats_json_alloc(&st, NULL), SP_ERR_INVALID);
     sp_text_free(NULL);
     SP(sp_free(pool, p, cudaStreamPerThread));
-    SP(sp_stream_release(rt, cudaStreamPerThread));
-    destroy_runtime(rt);
+    SP(sp_stream_release(fx.rt, cudaStreamPerThread));
 }
 
 /* ---- item 9: runtime-wide trim, the pools of a runtime, the default pool in reports ---- */
@@ -157,18 +153,17 @@ static int list_pool(sp_pool *pool, void *user)
 static void runtime_trim_lists_and_reports_only_used_pools(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
     sp_pool *a, *b, *def;
-    SP(sp_pool_create(rt, "a", NULL, &a));
-    SP(sp_pool_create(rt, "b", NULL, &b));
+    SP(sp_pool_create(fx.rt, "a", NULL, &a));
+    SP(sp_pool_create(fx.rt, "b", NULL, &b));
     pool_list l = {.n = 0};
-    assert_int_equal(sp_runtime_pools(rt, list_pool, &l), 3);
+    assert_int_equal(sp_runtime_pools(fx.rt, list_pool, &l), 3);
     assert_string_equal(l.names[0], "default"); /* oldest first */
     assert_string_equal(l.names[1], "a");
     assert_string_equal(l.names[2], "b");
     l = (pool_list){.n = 0, .stop_after = 2};
-    assert_int_equal(sp_runtime_pools(rt, list_pool, &l), 2);
-    assert_int_equal(sp_runtime_pools(rt, NULL, NULL), SP_ERR_INVALID);
+    assert_int_equal(sp_runtime_pools(fx.rt, list_pool, &l), 2);
+    assert_int_equal(sp_runtime_pools(fx.rt, NULL, NULL), SP_ERR_INVALID);
 
     cudaStream_t s = new_stream();
     void *p, *q;
@@ -181,36 +176,35 @@ static void runtime_trim_lists_and_reports_only_used_pools(void **state)
 
     /* the default pool was never used: two pools, as the program made */
     sp_stats rst = {.size = sizeof rst};
-    SP(sp_runtime_stats(rt, &rst));
+    SP(sp_runtime_stats(fx.rt, &rst));
     assert_int_equal(rst.pools, 2);
     char *text;
-    SP(sp_runtime_summary_alloc(rt, &text));
+    SP(sp_runtime_summary_alloc(fx.rt, &text));
     contains(text, "used by 2 pools");
     assert_null(strstr(text, "\ndefault "));
     sp_text_free(text);
-    SP(sp_runtime_metrics_prometheus_alloc(rt, &text));
+    SP(sp_runtime_metrics_prometheus_alloc(fx.rt, &text));
     contains(text, "streampool_pools{device=\"0\"} 2");
     assert_null(strstr(text, "pool=\"default\""));
     sp_text_free(text);
 
-    SP(sp_runtime_trim(rt));
+    SP(sp_runtime_trim(fx.rt));
     assert_int_equal(stats_of(a).held.current, 0);
     assert_int_equal(stats_of(b).held.current, 0);
     assert_int_equal(stats_of(a).trims, 1);
     assert_int_equal(sp_runtime_trim(NULL), SP_ERR_INVALID);
 
     /* once used, the default pool is reported like any other */
-    SP(sp_runtime_default_pool(rt, &def));
+    SP(sp_runtime_default_pool(fx.rt, &def));
     SP(sp_alloc(def, &p, 512, s));
     SP(sp_free(def, p, s));
-    SP(sp_runtime_stats(rt, &rst));
+    SP(sp_runtime_stats(fx.rt, &rst));
     assert_int_equal(rst.pools, 3);
-    SP(sp_runtime_summary_alloc(rt, &text));
+    SP(sp_runtime_summary_alloc(fx.rt, &text));
     contains(text, "used by 3 pools");
     contains(text, "\ndefault ");
     sp_text_free(text);
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, s);
 }
 
 /* ---- item 10: a limit as a share of the device ---- */
@@ -349,29 +343,23 @@ static void conf_case_hint_reserve_and_default_pool_keys(void **state)
 static void double_free_after_the_driver_took_it_back(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.cache_limit = 0; /* every free gives its slab or segment back */
-    sp_pool *pool;
-    SP(sp_pool_create(rt, "nocache", &cfg, &pool));
-    cudaStream_t s = new_stream();
+    /* every free gives its slab or segment back */
+    sp_pool *pool = pool_of(fx.rt, "nocache", 0, 0, 0);
     for (size_t size = 4 * KiB; size <= 16 * MiB; size *= 2) {
         void *p;
-        SP(sp_alloc(pool, &p, size, s));
-        SP(sp_free(pool, p, s));
-        CK(cudaStreamSynchronize(s));
+        SP(sp_alloc(pool, &p, size, fx.a));
+        SP(sp_free(pool, p, fx.a));
+        CK(cudaStreamSynchronize(fx.a));
         SP(sp_pool_trim(pool, 0)); /* whatever the cache limit left, the driver has it now */
         sp_ptr_info info = {.size = sizeof info};
-        SP(sp_pointer_info(rt, p, &info));
+        SP(sp_pointer_info(fx.rt, p, &info));
         assert_int_equal(info.state, SP_POINTER_UNKNOWN);
-        if (sp_free(pool, p, s) != SP_ERR_DOUBLE_FREE)
+        if (sp_free(pool, p, fx.a) != SP_ERR_DOUBLE_FREE)
             fail_msg("a second free of %zu bytes is not SP_ERR_DOUBLE_FREE", size);
     }
     assert_int_equal(stats_of(pool).bad_frees, 13);
     int never;
-    assert_int_equal(sp_free(pool, &never, s), SP_ERR_BAD_POINTER); /* never allocated */
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    assert_int_equal(sp_free(pool, &never, fx.a), SP_ERR_BAD_POINTER); /* never allocated */
 }
 
 /* ---- item 13: a busy runtime says which pool holds what ---- */
@@ -436,13 +424,13 @@ int main(void)
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_teardown(fn, teardown)
-        T(zero_size_structs_name_the_missing_size),
-        T(one_call_text_equals_the_two_call_form),
-        T(runtime_trim_lists_and_reports_only_used_pools),
+        FX(zero_size_structs_name_the_missing_size),
+        FX(one_call_text_equals_the_two_call_form),
+        FX(runtime_trim_lists_and_reports_only_used_pools),
         T(limit_as_a_share_of_the_device),
         T(conf_keywords_spaces_duplicates_and_prefixes),
         T(conf_case_hint_reserve_and_default_pool_keys),
-        T(double_free_after_the_driver_took_it_back),
+        FX(double_free_after_the_driver_took_it_back),
         T(busy_runtime_names_the_pool),
         T(trace_name_too_long_for_json_is_refused_at_start),
 #undef T

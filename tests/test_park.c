@@ -14,16 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = (size_t)1 << 20;
-
-static sp_runtime *exact_runtime(void)
-{
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0; /* exact peaks */
-    return track_runtime(0, &cfg);
-}
 
 static sp_stream_usage stream_stats_of(sp_pool *pool, cudaStream_t s)
 {
@@ -66,19 +59,17 @@ static void *pairs(void *arg)
 static void two_streams_reuse_their_parks_without_cuda(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    pair_worker w[2] = {{.pool = pool, .stream = new_stream()}, {.pool = pool, .stream = new_stream()}};
+    pair_worker w[2] = {{.pool = fx.pool, .stream = new_stream()},
+                        {.pool = fx.pool, .stream = new_stream()}};
     for (int i = 0; i < 2; i++) { /* warm up: a huge segment and a medium one per stream */
-        SP(sp_alloc(pool, &w[i].huge, 16 * MiB, w[i].stream));
-        SP(sp_alloc(pool, &w[i].medium, 2 * MiB, w[i].stream));
+        SP(sp_alloc(fx.pool, &w[i].huge, 16 * MiB, w[i].stream));
+        SP(sp_alloc(fx.pool, &w[i].medium, 2 * MiB, w[i].stream));
     }
     for (int i = 0; i < 2; i++) {
-        SP(sp_free(pool, w[i].medium, w[i].stream));
-        SP(sp_free(pool, w[i].huge, w[i].stream));
+        SP(sp_free(fx.pool, w[i].medium, w[i].stream));
+        SP(sp_free(fx.pool, w[i].huge, w[i].stream));
     }
-    sp_stats st = stats_of(pool);
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 4);
     assert_int_equal(st.segments, 4);
     assert_int_equal(st.segment_bytes, 36 * MiB);
@@ -92,7 +83,7 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
     assert_int_equal(w[1].rc, SP_OK);
     assert_int_equal(cudasimCallCount(NULL), 0);
 
-    st = stats_of(pool);
+    st = stats_of(fx.pool);
     assert_int_equal(st.same_stream_hits, 4 * PAIRS);
     assert_int_equal(st.allocs, 4 + 4 * PAIRS);
     assert_int_equal(st.frees, 4 + 4 * PAIRS);
@@ -108,7 +99,7 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
     assert_int_equal(st.largest_free, 16 * MiB); /* the parked ranges, seen as free */
     assert_int_equal(st.inactive_split, 0);
     for (int i = 0; i < 2; i++) {
-        sp_stream_usage u = stream_stats_of(pool, w[i].stream);
+        sp_stream_usage u = stream_stats_of(fx.pool, w[i].stream);
         assert_int_equal(u.hits, 2 * PAIRS);
         assert_int_equal(u.allocs, 2 + 2 * PAIRS);
         assert_int_equal(u.frees, 2 + 2 * PAIRS);
@@ -119,29 +110,28 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
     /* a live range in one segment of each size: the others' parked ranges count as free */
     void *h, *m;
     cudasimResetCallCounts();
-    SP(sp_alloc(pool, &h, 16 * MiB, w[0].stream));
-    SP(sp_alloc(pool, &m, 2 * MiB, w[0].stream));
+    SP(sp_alloc(fx.pool, &h, 16 * MiB, w[0].stream));
+    SP(sp_alloc(fx.pool, &m, 2 * MiB, w[0].stream));
     assert_ptr_equal(h, w[0].huge);
     assert_ptr_equal(m, w[0].medium);
     assert_int_equal(cudasimCallCount(NULL), 0);
-    st = stats_of(pool);
+    st = stats_of(fx.pool);
     assert_int_equal(st.active.current, 18 * MiB);
     assert_int_equal(st.cached.current, 18 * MiB);
     assert_int_equal(st.largest_free, 16 * MiB);
     assert_int_equal(st.inactive_split, 0);
-    SP(sp_free(pool, m, w[0].stream));
-    SP(sp_free(pool, h, w[0].stream));
+    SP(sp_free(fx.pool, m, w[0].stream));
+    SP(sp_free(fx.pool, h, w[0].stream));
     for (int i = 0; i < 2; i++)
-        drop_stream(rt, w[i].stream);
-    st = stats_of(pool);
+        drop_stream(fx.rt, w[i].stream);
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 36 * MiB);
     assert_int_equal(st.cached.current, 36 * MiB);
-    SP(sp_pool_trim(pool, 0));
-    st = stats_of(pool);
+    SP(sp_pool_trim(fx.pool, 0));
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.segments, 0);
     assert_int_equal(st.driver_frees, 4);
-    destroy_runtime(rt);
 }
 
 /* ---- parks are flushed wherever the heap's whole truth is needed ---- */
@@ -151,37 +141,30 @@ static void two_streams_reuse_their_parks_without_cuda(void **state)
 static void parked_range_serves_another_streams_miss_and_trim(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
     void *pa, *pb;
-    SP(sp_alloc(pool, &pa, 4 * MiB, a));
-    SP(sp_free(pool, pa, a)); /* parked on a */
-    assert_int_equal(stream_stats_of(pool, a).cached, 4 * MiB);
-    CK(cudaStreamSynchronize(a));
-    SP(sp_alloc(pool, &pb, 4 * MiB, b)); /* b's miss flushes a's park and finds it settled */
+    SP(sp_alloc(fx.pool, &pa, 4 * MiB, fx.a));
+    SP(sp_free(fx.pool, pa, fx.a)); /* parked on a */
+    assert_int_equal(stream_stats_of(fx.pool, fx.a).cached, 4 * MiB);
+    CK(cudaStreamSynchronize(fx.a));
+    SP(sp_alloc(fx.pool, &pb, 4 * MiB, fx.b)); /* b's miss flushes a's park and finds it settled */
     assert_ptr_equal(pb, pa);
-    sp_stats st = stats_of(pool);
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.cross_stream_reuses, 1);
     assert_int_equal(st.held.current, 4 * MiB);
     assert_int_equal(st.active.current, 4 * MiB);
     assert_int_equal(st.cached.current, 0);
     assert_int_equal(st.largest_free, 0);
-    SP(sp_free(pool, pb, b)); /* parked on b */
-    assert_int_equal(stream_stats_of(pool, a).cached, 0);
-    SP(sp_pool_trim(pool, 0)); /* the parked range's segment goes back whole */
-    st = stats_of(pool);
+    SP(sp_free(fx.pool, pb, fx.b)); /* parked on b */
+    assert_int_equal(stream_stats_of(fx.pool, fx.a).cached, 0);
+    SP(sp_pool_trim(fx.pool, 0)); /* the parked range's segment goes back whole */
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.cached.current, 0);
     assert_int_equal(st.segments, 0);
     assert_int_equal(st.driver_frees, 1);
     assert_int_equal(st.trimmed_bytes, 4 * MiB); /* a trim's bytes, no reclaim's */
     assert_int_equal(st.reclaimed_bytes, 0);
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
 }
 
 /* A huge range parked by stream a is too large for stream b's request: b's miss flushes it and
@@ -189,16 +172,13 @@ static void parked_range_serves_another_streams_miss_and_trim(void **state)
 static void parked_huge_range_goes_back_for_another_streams_miss(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
     void *pa, *pb;
-    SP(sp_alloc(pool, &pa, 40 * MiB, a));
-    SP(sp_free(pool, pa, a));
-    CK(cudaStreamSynchronize(a));
-    SP(sp_alloc(pool, &pb, 20 * MiB, b)); /* 40 > 20 * 1.25, and a new 20 would pass the mark */
-    sp_stats st = stats_of(pool);
+    SP(sp_alloc(fx.pool, &pa, 40 * MiB, fx.a));
+    SP(sp_free(fx.pool, pa, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
+    /* 40 > 20 * 1.25, and a new 20 would pass the mark */
+    SP(sp_alloc(fx.pool, &pb, 20 * MiB, fx.b));
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 2);
     assert_int_equal(st.driver_frees, 1);
     assert_int_equal(st.reclaimed_bytes, 0); /* a miss's own give-back: no other pool asked */
@@ -206,10 +186,7 @@ static void parked_huge_range_goes_back_for_another_streams_miss(void **state)
     assert_int_equal(st.held.current, 20 * MiB);
     assert_int_equal(st.held.peak, 40 * MiB);
     assert_int_equal(st.active.current, 20 * MiB);
-    SP(sp_free(pool, pb, b));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
+    SP(sp_free(fx.pool, pb, fx.b));
 }
 
 /* A block allocated on one stream and freed on another is parked by the freeing stream (its
@@ -219,55 +196,51 @@ static void parked_huge_range_goes_back_for_another_streams_miss(void **state)
 static void park_follows_the_freeing_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
     cudaStream_t a = new_stream(), b = new_stream();
     void *p, *q;
-    SP(sp_alloc(pool, &p, 16 * MiB, a));
-    SP(sp_free(pool, p, b));
-    assert_int_equal(sp_free(pool, p, b), SP_ERR_DOUBLE_FREE);
+    SP(sp_alloc(fx.pool, &p, 16 * MiB, a));
+    SP(sp_free(fx.pool, p, b));
+    assert_int_equal(sp_free(fx.pool, p, b), SP_ERR_DOUBLE_FREE);
     cudasimResetCallCounts();
-    SP(sp_alloc(pool, &q, 16 * MiB, b));
+    SP(sp_alloc(fx.pool, &q, 16 * MiB, b));
     assert_ptr_equal(q, p);
     assert_int_equal(cudasimCallCount(NULL), 0);
-    SP(sp_free(pool, q, b));
+    SP(sp_free(fx.pool, q, b));
 
     /* five medium ranges of distinct sizes on b: the park keeps four, the heap gets the first */
     enum { N = 5 };
     void *r[N], *again[N];
     for (int i = 0; i < N; i++)
-        SP(sp_alloc(pool, &r[i], (size_t)(2 + i) * MiB, b));
-    sp_stats st = stats_of(pool);
+        SP(sp_alloc(fx.pool, &r[i], (size_t)(2 + i) * MiB, b));
+    sp_stats st = stats_of(fx.pool);
     uint64_t held = st.held.current, allocs = st.driver_allocs;
     for (int i = 0; i < N; i++)
-        SP(sp_free(pool, r[i], b));
+        SP(sp_free(fx.pool, r[i], b));
     cudasimResetCallCounts();
     for (int i = N - 1; i >= 0; i--) /* newest first: the park's, then the heap's */
-        SP(sp_alloc(pool, &again[i], (size_t)(2 + i) * MiB, b));
+        SP(sp_alloc(fx.pool, &again[i], (size_t)(2 + i) * MiB, b));
     assert_int_equal(cudasimCallCount(NULL), 0);
     for (int i = 0; i < N; i++)
         assert_ptr_equal(again[i], r[i]);
-    st = stats_of(pool);
+    st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, allocs);
     assert_int_equal(st.held.current, held);
     assert_int_equal(st.active.current, (2 + 3 + 4 + 5 + 6) * MiB);
     for (int i = 0; i < N; i++)
-        SP(sp_free(pool, again[i], b));
-    st = stats_of(pool);
+        SP(sp_free(fx.pool, again[i], b));
+    st = stats_of(fx.pool);
     assert_int_equal(st.active.current, 0);
     assert_int_equal(st.cached.current, held);
 
-    drop_stream(rt, b); /* its park goes into the heap, behind its final fence */
-    st = stats_of(pool);
+    drop_stream(fx.rt, b); /* its park goes into the heap, behind its final fence */
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, held);
     assert_int_equal(st.released_streams, 1);
-    SP(sp_pool_trim(pool, 0));
-    st = stats_of(pool);
+    SP(sp_pool_trim(fx.pool, 0));
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.segments, 0);
-    drop_stream(rt, a);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, a);
 }
 
 /* ---- a stream released while its own thread allocates on it ---- */
@@ -299,30 +272,24 @@ static void *pairs_on(void *arg)
 static void release_during_large_pairs_counts_every_byte(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL); /* default flush: a cache keeps figures a while */
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t s = new_stream();
-    release_race r = {pool, s, 20000, 0};
+    release_race r = {fx.pool, fx.a, 20000, 0};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, pairs_on, &r), 0);
     for (int i = 0; i < 20000; i++)
-        SP(sp_stream_release(rt, s));
+        SP(sp_stream_release(fx.rt, fx.a));
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(r.failures, 0);
-    CK(cudaStreamSynchronize(s));
-    sp_stats st = stats_of(pool);
+    CK(cudaStreamSynchronize(fx.a));
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.allocs, 20000);
     assert_int_equal(st.frees, 20000);
     assert_int_equal(st.requested.total, st.cached.total); /* every byte asked for came back */
     assert_int_equal(st.requested.current, 0);
     assert_int_equal(st.active.current, 0);
     assert_int_equal(st.cached.current, st.held.current);
-    SP(sp_pool_trim(pool, 0));
-    st = stats_of(pool);
+    SP(sp_pool_trim(fx.pool, 0));
+    st = stats_of(fx.pool);
     assert_int_equal(st.held.current, 0);
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* ---- a stream released while its thread's miss takes a fresh segment ---- */
@@ -354,17 +321,11 @@ cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool,
     return real(ptr, size, pool, stream);
 }
 
-typedef struct {
-    sp_pool *pool;
-    cudaStream_t s;
-    void *p;
-    int rc;
-} miss_on;
 
 static void *alloc_3mib(void *arg)
 {
-    miss_on *m = arg;
-    m->rc = sp_alloc(m->pool, &m->p, 3 * MiB, m->s);
+    thread_call *m = arg;
+    m->rc = sp_alloc(m->pool, &m->ptr, 3 * MiB, m->stream);
     return NULL;
 }
 
@@ -376,12 +337,8 @@ static void *alloc_3mib(void *arg)
 static void segment_taken_as_its_stream_is_released_still_settles(void **state)
 {
     (void)state;
-    sp_runtime *rt = exact_runtime();
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t s = new_stream(), b = new_stream();
-    miss_on m = {pool, s, NULL, -1};
-    held_malloc.stream = s;
+    thread_call m = {.pool = fx.pool, .stream = fx.a, .rc = -1};
+    held_malloc.stream = fx.a;
     held_malloc.inside = held_malloc.released = false;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, alloc_3mib, &m), 0);
@@ -389,7 +346,7 @@ static void segment_taken_as_its_stream_is_released_still_settles(void **state)
     while (!held_malloc.inside)
         pthread_cond_wait(&held_malloc.cv, &held_malloc.mu);
     pthread_mutex_unlock(&held_malloc.mu);
-    int rc = sp_stream_release(rt, s); /* the miss is inside the driver, its cache in hand */
+    int rc = sp_stream_release(fx.rt, fx.a); /* the miss is inside the driver, its cache in hand */
     pthread_mutex_lock(&held_malloc.mu);
     held_malloc.released = true;
     pthread_cond_broadcast(&held_malloc.cv);
@@ -397,23 +354,26 @@ static void segment_taken_as_its_stream_is_released_still_settles(void **state)
     assert_int_equal(pthread_join(t, NULL), 0);
     SP(rc);
     SP(m.rc);
-    sp_stats st = stats_of(pool);
+    sp_stats st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.segment_bytes, 4 * MiB);
-    SP(sp_free(pool, m.p, s));
-    CK(cudaStreamSynchronize(s)); /* everything s did is complete */
+    SP(sp_free(fx.pool, m.ptr, fx.a));
+    CK(cudaStreamSynchronize(fx.a)); /* everything s did is complete */
     void *q;
-    SP(sp_alloc(pool, &q, 4 * MiB, b));
-    assert_ptr_equal(q, m.p);
-    st = stats_of(pool);
+    cudasimResetCallCounts();
+    SP(sp_alloc(fx.pool, &q, 4 * MiB, fx.b));
+    /* at the high-water mark: one ask about a's live cache (a stream query, idle) and one
+     * about its released one (its final fence, complete): each within its own budget */
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount("cudaEventQuery"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 2);
+    assert_ptr_equal(q, m.ptr);
+    st = stats_of(fx.pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.segments, 1);
     assert_int_equal(st.held.current, 4 * MiB);
     assert_int_equal(st.active.current, 4 * MiB);
-    SP(sp_free(pool, q, b));
-    drop_stream(rt, s);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
+    SP(sp_free(fx.pool, q, fx.b));
 }
 
 /* ---- no CUDA call under a stream's spin lock ---- */
@@ -527,15 +487,13 @@ static void huge_give_back_asks_no_cuda_under_the_spin_lock(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-        T(two_streams_reuse_their_parks_without_cuda),
-        T(parked_range_serves_another_streams_miss_and_trim),
-        T(parked_huge_range_goes_back_for_another_streams_miss),
-        T(park_follows_the_freeing_stream),
-        T(release_during_large_pairs_counts_every_byte),
-        T(segment_taken_as_its_stream_is_released_still_settles),
-        T(huge_give_back_asks_no_cuda_under_the_spin_lock),
-#undef T
+        FX_EXACT(two_streams_reuse_their_parks_without_cuda),
+        FX_EXACT(parked_range_serves_another_streams_miss_and_trim),
+        FX_EXACT(parked_huge_range_goes_back_for_another_streams_miss),
+        FX_EXACT(park_follows_the_freeing_stream),
+        FX(release_during_large_pairs_counts_every_byte),
+        FX_EXACT(segment_taken_as_its_stream_is_released_still_settles),
+        TRACKED(huge_give_back_asks_no_cuda_under_the_spin_lock),
     };
     return cmocka_run_group_tests_name("park", tests, NULL, NULL);
 }

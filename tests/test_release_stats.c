@@ -9,17 +9,12 @@
 #include "support/sp_test_support.h"
 #include "support/unlock_hold.h"
 
-typedef struct {
-    sp_runtime *rt;
-    cudaStream_t s;
-    int rc;
-} release_arg;
 
 static void *release_held(void *p)
 {
-    release_arg *a = p;
+    thread_call *a = p;
     unlock_hold_arm(1);
-    a->rc = sp_stream_release(a->rt, a->s);
+    a->rc = sp_stream_release(a->rt, a->stream);
     unlock_hold_arm(0);
     return NULL;
 }
@@ -52,7 +47,7 @@ static void stats_during_release_count_every_pair(void **state)
     assert_int_equal(before.streams, 1);
     assert_int_equal(before.released_streams, 0);
 
-    release_arg a = {rt, s, -1};
+    thread_call a = {.rt = rt, .stream = s, .rc = -1};
     unlock_hold_reset();
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, release_held, &a), 0);

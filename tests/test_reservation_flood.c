@@ -134,12 +134,10 @@ static void reservation_holds_under_a_flood(void **state)
     destroy_runtime(rt);
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(reservation_holds_under_a_flood),
+        TRACKED(reservation_holds_under_a_flood),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

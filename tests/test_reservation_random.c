@@ -141,12 +141,10 @@ static void reservation_holds_under_random_floods(void **state)
         one_run(run);
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(reservation_holds_under_random_floods),
+        TRACKED(reservation_holds_under_random_floods),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,27 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t MiB = (size_t)1 << 20;
-
-static sp_pool *reserving_pool(sp_runtime *rt, const char *name, uint64_t reserve)
-{
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.reserve = reserve;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
-}
 
 /* held + reserve_idle == the cudaMemPool's reserved bytes, whatever part of the reservation is
  * in use; above the reservation the idle part is 0. */
 static void held_and_idle_reservation_add_up(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool = reserving_pool(rt, "kv", 256 * MiB);
-    cudaStream_t s = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "kv", 0, 256 * MiB, UINT64_MAX);
     sp_stats st = stats_of(pool);
     assert_int_equal(st.version, 5);
     assert_int_equal(st.held.current, 0);
@@ -36,32 +25,31 @@ static void held_and_idle_reservation_add_up(void **state)
     assert_int_equal(st.reserve_idle, 256 * MiB);
     assert_int_equal(st.pool_reserved, 256 * MiB);
     void *p;
-    SP(sp_alloc(pool, &p, 100 * MiB, s));
+    SP(sp_alloc(pool, &p, 100 * MiB, fx.a));
     st = stats_of(pool);
     assert_int_equal(st.held.current, 100 * MiB);
     assert_int_equal(st.reserve_idle, 156 * MiB);
     assert_int_equal(st.held.current + st.reserve_idle, st.pool_reserved);
-    SP(sp_free(pool, p, s));
+    SP(sp_free(pool, p, fx.a));
     SP(sp_pool_trim(pool, 0)); /* the case: held 0, the reservation still reserved */
     st = stats_of(pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.reserve_idle, 256 * MiB);
     assert_int_equal(st.pool_reserved, 256 * MiB);
     void *big;
-    SP(sp_alloc(pool, &big, 300 * MiB, s)); /* past the reservation: none of it idle */
+    SP(sp_alloc(pool, &big, 300 * MiB, fx.a)); /* past the reservation: none of it idle */
     st = stats_of(pool);
     assert_int_equal(st.reserve_idle, 0);
     assert_int_equal(st.held.current, 300 * MiB);
     assert_int_equal(st.pool_reserved, 300 * MiB);
     /* the runtime's figures sum the pools' */
-    sp_pool *other = reserving_pool(rt, "other", 64 * MiB);
+    sp_pool *other = pool_of(fx.rt, "other", 0, 64 * MiB, UINT64_MAX);
     (void)other;
     sp_stats rst = {.size = sizeof rst};
-    SP(sp_runtime_stats(rt, &rst));
+    SP(sp_runtime_stats(fx.rt, &rst));
     assert_int_equal(rst.reserve, 320 * MiB);
     assert_int_equal(rst.reserve_idle, 64 * MiB);
-    SP(sp_free(pool, big, s));
-    drop_stream(rt, s);
+    SP(sp_free(pool, big, fx.a));
 }
 
 /* The JSON, the summary and the Prometheus text show both figures; a version-3 struct (without
@@ -69,8 +57,7 @@ static void held_and_idle_reservation_add_up(void **state)
 static void every_output_shows_the_reservation(void **state)
 {
     (void)state;
-    sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool = reserving_pool(rt, "kv", 256 * MiB);
+    sp_pool *pool = pool_of(fx.rt, "kv", 0, 256 * MiB, UINT64_MAX);
     SP(sp_pool_trim(pool, 0));
     sp_stats st = stats_of(pool);
     char buf[16384];
@@ -80,7 +67,7 @@ static void every_output_shows_the_reservation(void **state)
     assert_non_null(strstr(buf, "reservation: 256.0 MiB, 256.0 MiB of it idle (reserved, not "
                                 "held)\n"));
     size_t needed;
-    SP(sp_runtime_metrics_prometheus(rt, buf, sizeof buf, &needed));
+    SP(sp_runtime_metrics_prometheus(fx.rt, buf, sizeof buf, &needed));
     assert_true(needed < sizeof buf);
     assert_non_null(strstr(buf, "# TYPE streampool_reserve_idle_bytes gauge\n"
                                 "streampool_reserve_idle_bytes{device=\"0\",pool=\"kv\"} 268435456\n"));
@@ -101,8 +88,8 @@ static void every_output_shows_the_reservation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(held_and_idle_reservation_add_up, teardown_runtimes),
-        cmocka_unit_test_teardown(every_output_shows_the_reservation, teardown_runtimes),
+        FX(held_and_idle_reservation_add_up),
+        FX(every_output_shows_the_reservation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

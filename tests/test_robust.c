@@ -5,38 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024;
 
-typedef struct {
-    sp_runtime *rt;
-    sp_pool *pool;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0;
-    if (!f || sp_runtime_create(0, &cfg, &f->rt) != SP_OK ||
-        sp_runtime_default_pool(f->rt, &f->pool) != SP_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    for (int i = 0; i < gate_pool_used; i++)
-        gate_open(&gate_pool[i]);
-    (void)cudaDeviceSynchronize();
-    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK;
-    reset_device(NULL);
-    free(f);
-    return rc == SP_OK ? 0 : -1;
-}
+typedef sp_fixture fixture; /* fixtures.h */
 
 static void assert_exact(sp_stats st)
 {
@@ -206,20 +179,19 @@ static void live_threads_cache_is_stolen_behind_its_fence(void **state)
 static void range_settled_by_coalescing_counts_as_reuse(void **state)
 {
     fixture *f = *state;
-    cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
     void *whole, *x, *y, *p;
-    SP(sp_alloc(f->pool, &whole, 4 * MiB, a)); /* one 4 MiB segment */
-    SP(sp_free(f->pool, whole, a));
-    SP(sp_alloc(f->pool, &x, 2 * MiB, a));     /* its two halves */
-    SP(sp_alloc(f->pool, &y, 2 * MiB, a));
+    SP(sp_alloc(f->pool, &whole, 4 * MiB, fx.a)); /* one 4 MiB segment */
+    SP(sp_free(f->pool, whole, fx.a));
+    SP(sp_alloc(f->pool, &x, 2 * MiB, fx.a));     /* its two halves */
+    SP(sp_alloc(f->pool, &y, 2 * MiB, fx.a));
     assert_ptr_equal(x, whole);
     assert_ptr_equal(y, (char *)whole + 2 * MiB);
-    SP(sp_free(f->pool, x, a));
-    CK(cudaStreamSynchronize(a));
-    SP(sp_free(f->pool, y, b));                /* tagged apart: a's and b's */
-    CK(cudaStreamSynchronize(b));
-    sp_request req;                            /* the host's word: b's frees are complete */
-    SP(sp_request_begin(f->pool, b, NULL, &req));
+    SP(sp_free(f->pool, x, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
+    SP(sp_free(f->pool, y, fx.b));                /* tagged apart: a's and b's */
+    CK(cudaStreamSynchronize(fx.b));
+    sp_request req;                               /* the host's word: b's frees are complete */
+    SP(sp_request_begin(f->pool, fx.b, NULL, &req));
     SP(sp_request_end(f->pool, req, SP_REQUEST_SYNCHRONIZED, NULL));
     sp_stats st = stats_of(f->pool);
     uint64_t reuses = st.cross_stream_reuses, allocs = st.driver_allocs;
@@ -227,7 +199,7 @@ static void range_settled_by_coalescing_counts_as_reuse(void **state)
 #ifdef SP_CUDASIM
     cudasimResetCallCounts();
 #endif
-    SP(sp_alloc(f->pool, &p, 4 * MiB, c));     /* only the two halves merged can serve it */
+    SP(sp_alloc(f->pool, &p, 4 * MiB, fx.c));     /* only the two halves merged can serve it */
     assert_ptr_equal(p, whole);
 #ifdef SP_CUDASIM /* the one ask: a's stream, idle; no fence recorded */
     assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
@@ -239,10 +211,7 @@ static void range_settled_by_coalescing_counts_as_reuse(void **state)
     assert_int_equal(st.cross_stream_waits, 0);
     assert_int_equal(st.cross_stream_reuses, reuses + 1);
     assert_exact(st);
-    SP(sp_free(f->pool, p, c));
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
-    drop_stream(f->rt, c);
+    SP(sp_free(f->pool, p, fx.c));
 }
 
 /* ---- the cache limit ---- */
@@ -253,17 +222,15 @@ static void cache_limit_lowers_reserved_memory(void **state)
 {
     fixture *f = *state;
     SP(sp_pool_set_cache_limit(f->pool, 0));
-    cudaStream_t s = new_stream();
     void *p;
-    SP(sp_alloc(f->pool, &p, 64 * MiB, s));
-    CK(cudaStreamSynchronize(s));
+    SP(sp_alloc(f->pool, &p, 64 * MiB, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
     assert_int_equal(stats_of(f->pool).pool_reserved, 64 * MiB);
-    SP(sp_free(f->pool, p, s));
+    SP(sp_free(f->pool, p, fx.a));
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.pool_reserved, 0);
     assert_exact(st);
-    drop_stream(f->rt, s);
 }
 
 /* Frees over the cache limit whose memory cannot go back yet (its stream is held) do not each
@@ -272,22 +239,20 @@ static void cache_limit_does_not_rescan_on_every_free(void **state)
 {
     fixture *f = *state;
     SP(sp_pool_set_cache_limit(f->pool, 0));
-    cudaStream_t s = new_stream();
     enum { N = 96 };
     void *p[N];
     for (int i = 0; i < N; i++)
-        SP(sp_alloc(f->pool, &p[i], 16 * KiB, s));
+        SP(sp_alloc(f->pool, &p[i], 16 * KiB, fx.a));
     gate *g = gate_new();
-    gate_hold(g, s);
+    gate_hold(g, fx.a);
     uint64_t trims = stats_of(f->pool).trims;
     for (int i = 0; i < N; i++)
-        SP(sp_free(f->pool, p[i], s)); /* 1.5 MiB in all, pending behind the gate */
+        SP(sp_free(f->pool, p[i], fx.a)); /* 1.5 MiB in all, pending behind the gate */
     assert_true(stats_of(f->pool).trims - trims <= 2);
     gate_open(g);
-    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamSynchronize(fx.a));
     SP(sp_pool_trim(f->pool, 0));
     assert_int_equal(stats_of(f->pool).held.current, 0);
-    drop_stream(f->rt, s);
 }
 
 /* The cache limit judges the cache by the pool's current figures, which the stream caches feed
@@ -297,11 +262,7 @@ static void cache_limit_does_not_rescan_on_every_free(void **state)
  * settled slab back to the driver. */
 static void cache_limit_counts_unflushed_hits(void **state)
 {
-    fixture *f = *state;
-    sp_runtime *old = f->rt;
-    f->rt = NULL; /* teardown never destroys it twice, even if what follows fails */
-    SP(sp_runtime_destroy(old));
-    SP(sp_runtime_create(0, NULL, &f->rt)); /* the default stats_flush_bytes */
+    fixture *f = *state; /* FX: the default stats_flush_bytes */
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.cache_limit = 4 * MiB;
     sp_pool *pool;
@@ -348,18 +309,16 @@ static void request_of_exactly_the_limit_fits(void **state)
     cfg.limit = 2 * MiB;
     sp_pool *pool;
     SP(sp_pool_create(f->rt, "capped", &cfg, &pool));
-    cudaStream_t s = new_stream();
     void *p, *q = NULL;
-    SP(sp_alloc(pool, &p, 580 * KiB, s));
-    assert_int_equal(sp_alloc(pool, &q, 1536 * KiB, s), SP_ERR_LIMIT);
-    SP(sp_free(pool, p, s));
-    SP(sp_alloc(pool, &q, 2 * MiB, s)); /* exactly the limit */
+    SP(sp_alloc(pool, &p, 580 * KiB, fx.a));
+    assert_int_equal(sp_alloc(pool, &q, 1536 * KiB, fx.a), SP_ERR_LIMIT);
+    SP(sp_free(pool, p, fx.a));
+    SP(sp_alloc(pool, &q, 2 * MiB, fx.a)); /* exactly the limit */
     sp_stats st = stats_of(pool);
     assert_int_equal(st.held.current, 2 * MiB);
     assert_int_equal(st.active.current, 2 * MiB);
     assert_exact(st);
-    SP(sp_free(pool, q, s));
-    drop_stream(f->rt, s);
+    SP(sp_free(pool, q, fx.a));
     SP(sp_pool_destroy(pool));
 }
 
@@ -407,16 +366,14 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
-        T(exited_threads_caches_are_reused_and_trimmed),
-        T(live_threads_cache_is_stolen_behind_its_fence),
-        T(range_settled_by_coalescing_counts_as_reuse),
-        T(cache_limit_lowers_reserved_memory),
-        T(cache_limit_does_not_rescan_on_every_free),
-        T(cache_limit_counts_unflushed_hits),
-        T(request_of_exactly_the_limit_fits),
-        T(released_streams_leave_small_tombstones),
-#undef T
+        FX_EXACT(exited_threads_caches_are_reused_and_trimmed),
+        FX_EXACT(live_threads_cache_is_stolen_behind_its_fence),
+        FX_EXACT(range_settled_by_coalescing_counts_as_reuse),
+        FX_EXACT(cache_limit_lowers_reserved_memory),
+        FX_EXACT(cache_limit_does_not_rescan_on_every_free),
+        FX(cache_limit_counts_unflushed_hits),
+        FX_EXACT(request_of_exactly_the_limit_fits),
+        FX_EXACT(released_streams_leave_small_tombstones),
     };
     return cmocka_run_group_tests_name("robust", tests, NULL, NULL);
 }

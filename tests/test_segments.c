@@ -6,36 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
-typedef struct {
-    sp_runtime *rt;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    sp_runtime_config cfg = SP_RUNTIME_CONFIG_INIT;
-    cfg.stats_flush_bytes = 0; /* exact peaks */
-    if (!f || sp_runtime_create(0, &cfg, &f->rt) != SP_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    for (int i = 0; i < gate_pool_used; i++) /* gates a failed test left closed */
-        gate_open(&gate_pool[i]);
-    (void)cudaDeviceSynchronize();
-    int rc = sp_runtime_destroy(f->rt);
-    reset_device(NULL);
-    free(f);
-    return rc == SP_OK ? 0 : -1;
-}
+typedef sp_fixture fixture; /* fixtures.h */
 
 static sp_pool *pool_with(fixture *f, const char *name, sp_cross_stream_policy policy)
 {
@@ -52,13 +27,12 @@ static void split_and_merge_bytes_are_exact(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = pool_with(f, "split", SP_CROSS_STREAM_BALANCED);
-    cudaStream_t s = new_stream();
     const size_t piece = MiB + 512; /* 1 MiB + 1 rounded to 512 bytes */
     void *whole, *a, *b;
-    SP(sp_alloc(pool, &whole, 4 * MiB, s));
-    SP(sp_free(pool, whole, s));
-    SP(sp_alloc(pool, &a, MiB + 1, s));
-    SP(sp_alloc(pool, &b, MiB + 1, s));
+    SP(sp_alloc(pool, &whole, 4 * MiB, fx.a));
+    SP(sp_free(pool, whole, fx.a));
+    SP(sp_alloc(pool, &a, MiB + 1, fx.a));
+    SP(sp_alloc(pool, &b, MiB + 1, fx.a));
     assert_ptr_equal(a, whole);
     assert_ptr_equal(b, (char *)whole + piece);
     sp_stats st = stats_of(pool);
@@ -72,33 +46,32 @@ static void split_and_merge_bytes_are_exact(void **state)
     assert_int_equal(st.inactive_split, 4 * MiB - 2 * piece);
     assert_int_equal(st.largest_free, 4 * MiB - 2 * piece);
 
-    SP(sp_free(pool, a, s)); /* a free range between the segment's start and live b */
+    SP(sp_free(pool, a, fx.a)); /* a free range between the segment's start and live b */
     st = stats_of(pool);
     assert_int_equal(st.active.current, piece);
     assert_int_equal(st.inactive_split, 4 * MiB - piece);
     /* a's range is not adjacent to the rest, which stays the largest */
     assert_int_equal(st.largest_free, 4 * MiB - 2 * piece);
-    SP(sp_free(pool, b, s)); /* merges with both neighbours */
+    SP(sp_free(pool, b, fx.a)); /* merges with both neighbours */
     st = stats_of(pool);
     assert_int_equal(st.active.current, 0);
     assert_int_equal(st.cached.current, 4 * MiB);
     assert_int_equal(st.inactive_split, 0); /* nothing live in the segment */
     assert_int_equal(st.largest_free, 4 * MiB);
 
-    SP(sp_alloc(pool, &whole, 4 * MiB, s));
+    SP(sp_alloc(pool, &whole, 4 * MiB, fx.a));
     assert_ptr_equal(whole, a);
     st = stats_of(pool);
     assert_int_equal(st.driver_allocs, 1);
     assert_int_equal(st.held.peak, 4 * MiB);
     assert_int_equal(st.active.peak, 4 * MiB);
     assert_int_equal(st.largest_free, 0);
-    SP(sp_free(pool, whole, s));
+    SP(sp_free(pool, whole, fx.a));
     SP(sp_pool_trim(pool, 0));
     st = stats_of(pool);
     assert_int_equal(st.held.current, 0);
     assert_int_equal(st.segments, 0);
     assert_int_equal(st.driver_frees, 1);
-    drop_stream(f->rt, s);
     SP(sp_pool_destroy(pool));
 }
 
@@ -209,11 +182,10 @@ static void huge_segments_stay_whole(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = pool_with(f, "huge", SP_CROSS_STREAM_BALANCED);
-    cudaStream_t s = new_stream();
     void *a, *b;
-    SP(sp_alloc(pool, &a, 40 * MiB, s));
-    SP(sp_free(pool, a, s));
-    SP(sp_alloc(pool, &b, 36 * MiB, s)); /* 40 <= 36 * 1.125: the whole segment */
+    SP(sp_alloc(pool, &a, 40 * MiB, fx.a));
+    SP(sp_free(pool, a, fx.a));
+    SP(sp_alloc(pool, &b, 36 * MiB, fx.a)); /* 40 <= 36 * 1.125: the whole segment */
     assert_ptr_equal(b, a);
     sp_stats st = stats_of(pool);
     assert_int_equal(st.driver_allocs, 1);
@@ -222,8 +194,8 @@ static void huge_segments_stay_whole(void **state)
     assert_int_equal(st.held.current, 40 * MiB);
     assert_int_equal(st.largest_free, 0);
     assert_int_equal(st.inactive_split, 0);
-    SP(sp_free(pool, b, s));
-    SP(sp_alloc(pool, &b, 20 * MiB, s)); /* 40 > 20 * 1.125: back to the driver, a new 20 */
+    SP(sp_free(pool, b, fx.a));
+    SP(sp_alloc(pool, &b, 20 * MiB, fx.a)); /* 40 > 20 * 1.125: back to the driver, a new 20 */
     st = stats_of(pool);
     assert_int_equal(st.driver_allocs, 2);
     assert_int_equal(st.driver_frees, 1);
@@ -233,8 +205,7 @@ static void huge_segments_stay_whole(void **state)
     assert_int_equal(st.held.current, 20 * MiB);
     assert_int_equal(st.active.current, 20 * MiB);
     assert_int_equal(st.held.peak, 40 * MiB);
-    SP(sp_free(pool, b, s));
-    drop_stream(f->rt, s);
+    SP(sp_free(pool, b, fx.a));
     SP(sp_pool_destroy(pool));
 }
 
@@ -247,42 +218,40 @@ static void huge_segments_go_back_unless_one_size(void **state)
 {
     fixture *f = *state;
     sp_pool *pool = pool_with(f, "huge-miss", SP_CROSS_STREAM_BALANCED);
-    cudaStream_t s = new_stream();
     void *a, *b, *c, *d;
-    SP(sp_alloc(pool, &a, 60 * MiB, s));
-    SP(sp_alloc(pool, &b, 30 * MiB, s));
-    SP(sp_free(pool, a, s)); /* the stream's first huge free: kept */
-    SP(sp_free(pool, b, s)); /* 30 after 60: back to the driver at once */
+    SP(sp_alloc(pool, &a, 60 * MiB, fx.a));
+    SP(sp_alloc(pool, &b, 30 * MiB, fx.a));
+    SP(sp_free(pool, a, fx.a)); /* the stream's first huge free: kept */
+    SP(sp_free(pool, b, fx.a)); /* 30 after 60: back to the driver at once */
     sp_stats st = stats_of(pool);
     assert_int_equal(st.driver_frees, 1);
     assert_int_equal(st.segments, 1);
     assert_int_equal(st.held.current, 60 * MiB);
     /* 60 > 12 + 12 / 8: the free 60 goes back (it covers 12 alone), a new 12 is taken */
-    SP(sp_alloc(pool, &c, 12 * MiB, s));
+    SP(sp_alloc(pool, &c, 12 * MiB, fx.a));
     st = stats_of(pool);
     assert_int_equal(st.driver_allocs, 3);
     assert_int_equal(st.driver_frees, 2);
     assert_int_equal(st.reclaimed_bytes, 0);
     assert_int_equal(st.held.current, 12 * MiB);
     assert_int_equal(st.held.peak, 90 * MiB);
-    SP(sp_free(pool, c, s)); /* 12 after 30: back at once */
+    SP(sp_free(pool, c, fx.a)); /* 12 after 30: back at once */
     st = stats_of(pool);
     assert_int_equal(st.driver_frees, 3);
     assert_int_equal(st.segments, 0);
     assert_int_equal(st.held.current, 0);
-    SP(sp_alloc(pool, &d, 20 * MiB, s));
-    SP(sp_free(pool, d, s)); /* 20 after 12: back at once */
-    SP(sp_alloc(pool, &d, 20 * MiB, s));
-    SP(sp_free(pool, d, s)); /* 20 after 20: one size, kept */
-    SP(sp_alloc(pool, &d, 20 * MiB, s)); /* and reused with no driver call */
+    SP(sp_alloc(pool, &d, 20 * MiB, fx.a));
+    SP(sp_free(pool, d, fx.a)); /* 20 after 12: back at once */
+    SP(sp_alloc(pool, &d, 20 * MiB, fx.a));
+    SP(sp_free(pool, d, fx.a)); /* 20 after 20: one size, kept */
+    SP(sp_alloc(pool, &d, 20 * MiB, fx.a)); /* and reused with no driver call */
     st = stats_of(pool);
     assert_int_equal(st.driver_allocs, 5);
     assert_int_equal(st.driver_frees, 4);
     assert_int_equal(st.segments, 1);
     assert_int_equal(st.held.current, 20 * MiB);
     assert_int_equal(st.active.current, 20 * MiB);
-    SP(sp_free(pool, d, s));
-    drop_stream(f->rt, s);
+    SP(sp_free(pool, d, fx.a));
     SP(sp_pool_destroy(pool));
 }
 
@@ -400,15 +369,13 @@ static void canary_stress_wait(void **state) { canary_stress(*state, SP_CROSS_ST
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
-        T(split_and_merge_bytes_are_exact),
-        T(gated_range_stays_with_its_stream),
-        T(best_fit_waits_only_on_the_range_it_takes),
-        T(huge_segments_stay_whole),
-        T(huge_segments_go_back_unless_one_size),
-        T(canary_stress_balanced),
-        T(canary_stress_wait),
-#undef T
+        FX_EXACT(split_and_merge_bytes_are_exact),
+        FX_EXACT(gated_range_stays_with_its_stream),
+        FX_EXACT(best_fit_waits_only_on_the_range_it_takes),
+        FX_EXACT(huge_segments_stay_whole),
+        FX_EXACT(huge_segments_go_back_unless_one_size),
+        FX_EXACT(canary_stress_balanced),
+        FX_EXACT(canary_stress_wait),
     };
     return cmocka_run_group_tests_name("segments", tests, NULL, NULL);
 }

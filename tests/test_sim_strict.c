@@ -3,7 +3,7 @@
  * (several devices from the environment, device faults). */
 #include <stdlib.h>
 
-#include "support/test_support.h"
+#include "support/cuda_fixture.h"
 
 static const size_t MiB = (size_t)1 << 20;
 
@@ -65,10 +65,8 @@ static void free_unordered_with_pending_use_is_a_fault(void **state)
 static void free_after_completed_or_same_stream_use_is_legal(void **state)
 {
     (void)state;
-    cudaStream_t a, b;
+    cudaStream_t a = cfx.a, b = cfx.b;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     void *p, *q, *r;
     CK(cudaMallocAsync(&p, MiB, a));
     CK(cudaMallocAsync(&q, MiB, b));
@@ -85,8 +83,6 @@ static void free_after_completed_or_same_stream_use_is_legal(void **state)
     gate_open(g);
     CK(cudaStreamSynchronize(a));
     CK(cudaStreamSynchronize(b));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
 }
 
 /* cudaFree of stream-ordered memory: "callers must ensure that all accesses to these pointers
@@ -201,9 +197,8 @@ static cudaError_t sync_event(void *e) { return cudaEventSynchronize(e); }
 static void event_query_and_sync_during_another_threads_global_capture(void **state)
 {
     (void)state;
-    cudaStream_t s;
+    cudaStream_t s = cfx.a;
     cudaEvent_t e;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CK(cudaEventRecord(e, s));
     CK(cudaStreamSynchronize(s));
@@ -219,7 +214,6 @@ static void event_query_and_sync_during_another_threads_global_capture(void **st
     CK(during_global_capture(sync_event, e, cudaStreamCaptureModeRelaxed, &end_err));
     CK(end_err);
     CK(cudaEventDestroy(e));
-    CK(cudaStreamDestroy(s));
 }
 
 static cudaError_t get_pool_attr(void *pool)
@@ -346,11 +340,9 @@ static void conflicting_uses_on_two_streams_are_a_fault(void **state)
 static void disjoint_reads_and_ordered_uses_on_two_streams_are_legal(void **state)
 {
     (void)state;
-    cudaStream_t a, b;
+    cudaStream_t a = cfx.a, b = cfx.b;
     cudaEvent_t e;
     gate *g = gate_new();
-    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     char *p;
     static char host_a[4096], host_b[4096];
@@ -375,25 +367,21 @@ static void disjoint_reads_and_ordered_uses_on_two_streams_are_legal(void **stat
     CK(cudaFreeAsync(p, b));
     CK(cudaStreamSynchronize(b));
     CK(cudaEventDestroy(e));
-    CK(cudaStreamDestroy(a));
-    CK(cudaStreamDestroy(b));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(event_record_on_another_devices_stream_is_rejected),
-        T(free_unordered_with_pending_use_is_a_fault),
-        T(free_after_completed_or_same_stream_use_is_legal),
-        T(cudafree_with_pending_use_is_a_fault),
-        T(use_on_other_stream_before_allocation_is_a_fault),
-        T(event_query_and_sync_during_another_threads_global_capture),
-        T(pool_attributes_and_trim_during_another_threads_global_capture),
-        T(sticky_fault_fails_every_context_call),
-        T(conflicting_uses_on_two_streams_are_a_fault),
-        T(disjoint_reads_and_ordered_uses_on_two_streams_are_legal),
-#undef T
+        RESET(event_record_on_another_devices_stream_is_rejected),
+        RESET(free_unordered_with_pending_use_is_a_fault),
+        CFX(free_after_completed_or_same_stream_use_is_legal),
+        RESET(cudafree_with_pending_use_is_a_fault),
+        RESET(use_on_other_stream_before_allocation_is_a_fault),
+        CFX(event_query_and_sync_during_another_threads_global_capture),
+        RESET(pool_attributes_and_trim_during_another_threads_global_capture),
+        RESET(sticky_fault_fails_every_context_call),
+        RESET(conflicting_uses_on_two_streams_are_a_fault),
+        CFX(disjoint_reads_and_ordered_uses_on_two_streams_are_legal),
     };
     return cmocka_run_group_tests_name("sim_strict", tests, NULL, NULL);
 }

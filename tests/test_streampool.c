@@ -3,37 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
-typedef struct {
-    sp_runtime *rt;
-    sp_pool *pool;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    if (!f || sp_runtime_create(0, NULL, &f->rt) != SP_OK)
-        return -1;
-    if (sp_runtime_default_pool(f->rt, &f->pool) != SP_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    for (int i = 0; i < gate_pool_used; i++) /* gates a failed test left closed */
-        gate_open(&gate_pool[i]);
-    (void)cudaDeviceSynchronize();
-    int rc = f->rt ? sp_runtime_destroy(f->rt) : SP_OK; /* before the device's state is reset */
-    reset_device(NULL);
-    free(f);
-    return rc == SP_OK ? 0 : -1;
-}
+typedef sp_fixture fixture; /* fixtures.h: f->rt, f->pool */
 
 /* ---- basics ---- */
 
@@ -78,39 +52,35 @@ static void size_classes_bound_rounding_waste(void **state)
 static void same_stream_reuse_returns_the_block(void **state)
 {
     fixture *f = *state;
-    cudaStream_t s = new_stream();
     void *p, *q;
-    SP(sp_alloc(f->pool, &p, 1000, s));
-    SP(sp_free(f->pool, p, s));
-    SP(sp_alloc(f->pool, &q, 900, s)); /* same 1 KiB class */
+    SP(sp_alloc(f->pool, &p, 1000, fx.a));
+    SP(sp_free(f->pool, p, fx.a));
+    SP(sp_alloc(f->pool, &q, 900, fx.a)); /* same 1 KiB class */
     assert_ptr_equal(p, q);
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.same_stream_hits, 1);
     assert_int_equal(st.driver_allocs, 1);
-    SP(sp_free(f->pool, q, s));
-    drop_stream(f->rt, s);
+    SP(sp_free(f->pool, q, fx.a));
 }
 
 /* A same-stream miss takes a cached block up to four classes larger, never more. */
 static void same_stream_miss_fits_a_slightly_larger_block(void **state)
 {
     fixture *f = *state;
-    cudaStream_t s = new_stream();
     void *p, *q, *r;
-    SP(sp_alloc(f->pool, &p, MiB, s));   /* class 1 MiB */
-    SP(sp_free(f->pool, p, s));
-    SP(sp_alloc(f->pool, &q, 900 * KiB, s)); /* 3 classes below 1 MiB: fits */
+    SP(sp_alloc(f->pool, &p, MiB, fx.a));   /* class 1 MiB */
+    SP(sp_free(f->pool, p, fx.a));
+    SP(sp_alloc(f->pool, &q, 900 * KiB, fx.a)); /* 3 classes below 1 MiB: fits */
     assert_ptr_equal(q, p);
-    SP(sp_free(f->pool, q, s));
-    SP(sp_alloc(f->pool, &r, 850 * KiB, s)); /* 5 classes below: new memory */
+    SP(sp_free(f->pool, q, fx.a));
+    SP(sp_alloc(f->pool, &r, 850 * KiB, fx.a)); /* 5 classes below: new memory */
     assert_ptr_not_equal(r, p);
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.same_stream_hits, 1);
     assert_int_equal(st.driver_allocs, 1); /* r is carved from the rest of p's 2 MiB slab */
     assert_ptr_equal(r, (char *)p + MiB);
     assert_int_equal(st.active.current, sp_size_class(850 * KiB));
-    SP(sp_free(f->pool, r, s));
-    drop_stream(f->rt, s);
+    SP(sp_free(f->pool, r, fx.a));
 }
 
 /* ---- the cross-stream canary ---- */
@@ -177,53 +147,47 @@ static void canary_no_wait(void **state) { canary_run(*state, SP_CROSS_STREAM_NO
 static void completed_fence_gives_reuse_without_wait(void **state)
 {
     fixture *f = *state;
-    cudaStream_t a = new_stream(), b = new_stream();
     void *pa, *pb1, *pb2;
-    SP(sp_alloc(f->pool, &pa, 64 * KiB, a));
-    CK(cudaMemsetAsync(pa, 1, 64 * KiB, a));
-    SP(sp_free(f->pool, pa, a));
-    SP(sp_alloc(f->pool, &pb1, 64 * KiB, b)); /* records a fence on a; may be pending */
-    CK(cudaStreamSynchronize(a));              /* the fence is now complete */
+    SP(sp_alloc(f->pool, &pa, 64 * KiB, fx.a));
+    CK(cudaMemsetAsync(pa, 1, 64 * KiB, fx.a));
+    SP(sp_free(f->pool, pa, fx.a));
+    SP(sp_alloc(f->pool, &pb1, 64 * KiB, fx.b)); /* records a fence on a; may be pending */
+    CK(cudaStreamSynchronize(fx.a));              /* the fence is now complete */
     sp_stats before = stats_of(f->pool);
     if (pb1 == pa) {
         /* a real GPU may have completed a's work before the first query */
         assert_int_equal(before.cross_stream_reuses, 1);
     } else {
-        SP(sp_alloc(f->pool, &pb2, 64 * KiB, b));
+        SP(sp_alloc(f->pool, &pb2, 64 * KiB, fx.b));
         assert_ptr_equal(pb2, pa);
         sp_stats st = stats_of(f->pool);
         assert_int_equal(st.cross_stream_reuses, 1);
         assert_int_equal(st.cross_stream_waits, 0);
         assert_true(st.fences_recorded <= 1);
-        SP(sp_free(f->pool, pb2, b));
+        SP(sp_free(f->pool, pb2, fx.b));
     }
-    SP(sp_free(f->pool, pb1, b));
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
+    SP(sp_free(f->pool, pb1, fx.b));
 }
 
 /* Another stream's block of a slightly larger class is taken too, behind its fence. */
 static void steal_fits_a_slightly_larger_block(void **state)
 {
     fixture *f = *state;
-    cudaStream_t a = new_stream(), b = new_stream();
     void *p, *q, *r;
-    SP(sp_alloc(f->pool, &p, MiB, a));
-    SP(sp_free(f->pool, p, a));
-    CK(cudaStreamSynchronize(a));
-    SP(sp_alloc(f->pool, &q, 900 * KiB, b)); /* 3 classes below: fits */
+    SP(sp_alloc(f->pool, &p, MiB, fx.a));
+    SP(sp_free(f->pool, p, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
+    SP(sp_alloc(f->pool, &q, 900 * KiB, fx.b)); /* 3 classes below: fits */
     assert_ptr_equal(q, p);
-    SP(sp_alloc(f->pool, &r, 900 * KiB, b)); /* nothing left to take */
+    SP(sp_alloc(f->pool, &r, 900 * KiB, fx.b)); /* nothing left to take */
     assert_ptr_not_equal(r, p);
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.cross_stream_reuses, 1);
     assert_int_equal(st.driver_allocs, 1); /* r: the rest of p's slab, settled with a idle */
     assert_ptr_equal(r, (char *)p + MiB);
     assert_int_equal(st.active.current, MiB + sp_size_class(900 * KiB)); /* q kept the 1 MiB block */
-    SP(sp_free(f->pool, q, b));
-    SP(sp_free(f->pool, r, b));
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
+    SP(sp_free(f->pool, q, fx.b));
+    SP(sp_free(f->pool, r, fx.b));
 }
 
 /* One fence serves every block freed before it: many blocks, one event, and the allocating
@@ -235,26 +199,23 @@ static void one_fence_covers_many_frees(void **state)
     cfg.cross_stream = SP_CROSS_STREAM_WAIT;
     sp_pool *pool;
     SP(sp_pool_create(f->rt, "fenced", &cfg, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
     gate *g = gate_new();
     void *p[16], *q[16];
     for (int i = 0; i < 16; i++)
-        SP(sp_alloc(pool, &p[i], 8 * KiB, a));
-    gate_hold(g, a);
+        SP(sp_alloc(pool, &p[i], 8 * KiB, fx.a));
+    gate_hold(g, fx.a);
     for (int i = 0; i < 16; i++)
-        SP(sp_free(pool, p[i], a));
+        SP(sp_free(pool, p[i], fx.a));
     for (int i = 0; i < 16; i++)
-        SP(sp_alloc(pool, &q[i], 8 * KiB, b));
+        SP(sp_alloc(pool, &q[i], 8 * KiB, fx.b));
     sp_stats st = stats_of(pool);
     assert_int_equal(st.fences_recorded, 1);
     assert_int_equal(st.cross_stream_waits, 16);
     assert_int_equal(st.driver_allocs, 1); /* one slab for all 16 blocks */
-    assert_int_equal(cudaStreamQuery(b), cudaErrorNotReady); /* b waits behind a's gate */
+    assert_int_equal(cudaStreamQuery(fx.b), cudaErrorNotReady); /* b waits behind a's gate */
     gate_open(g);
     for (int i = 0; i < 16; i++)
-        SP(sp_free(pool, q[i], b));
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
+        SP(sp_free(pool, q[i], fx.b));
     SP(sp_pool_destroy(pool));
 }
 
@@ -262,23 +223,20 @@ static void one_fence_covers_many_frees(void **state)
 static void idle_stream_needs_no_fence(void **state)
 {
     fixture *f = *state;
-    cudaStream_t a = new_stream(), b = new_stream();
     void *p[16], *q[16];
     for (int i = 0; i < 16; i++)
-        SP(sp_alloc(f->pool, &p[i], 8 * KiB, a));
+        SP(sp_alloc(f->pool, &p[i], 8 * KiB, fx.a));
     for (int i = 0; i < 16; i++)
-        SP(sp_free(f->pool, p[i], a));
-    CK(cudaStreamSynchronize(a));
+        SP(sp_free(f->pool, p[i], fx.a));
+    CK(cudaStreamSynchronize(fx.a));
     for (int i = 0; i < 16; i++)
-        SP(sp_alloc(f->pool, &q[i], 8 * KiB, b));
+        SP(sp_alloc(f->pool, &q[i], 8 * KiB, fx.b));
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.fences_recorded, 0);
     assert_int_equal(st.cross_stream_reuses, 16);
     assert_int_equal(st.driver_allocs, 1); /* one slab for all 16 blocks */
     for (int i = 0; i < 16; i++)
-        SP(sp_free(f->pool, q[i], b));
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
+        SP(sp_free(f->pool, q[i], fx.b));
 }
 
 /* A released stream's blocks are reusable only behind its final fence; a stream that comes back
@@ -286,41 +244,38 @@ static void idle_stream_needs_no_fence(void **state)
 static void released_stream_blocks_stay_fenced(void **state)
 {
     fixture *f = *state;
-    cudaStream_t a = new_stream(), c = new_stream();
     gate *g = gate_new();
     unsigned char *host;
     CK(cudaMallocHost((void **)&host, 4096));
     void *p, *q, *r;
-    SP(sp_alloc(f->pool, &p, 4096, a));
-    CK(cudaMemsetAsync(p, 0x5c, 4096, a));
-    CK(cudaStreamSynchronize(a));
-    gate_hold(g, a);
-    CK(cudaMemcpyAsync(host, p, 4096, cudaMemcpyDeviceToHost, a));
-    SP(sp_free(f->pool, p, a));
-    SP(sp_stream_release(f->rt, a));
-    SP(sp_alloc(f->pool, &q, 4096, a)); /* the same handle value, as a new stream */
+    SP(sp_alloc(f->pool, &p, 4096, fx.a));
+    CK(cudaMemsetAsync(p, 0x5c, 4096, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
+    gate_hold(g, fx.a);
+    CK(cudaMemcpyAsync(host, p, 4096, cudaMemcpyDeviceToHost, fx.a));
+    SP(sp_free(f->pool, p, fx.a));
+    SP(sp_stream_release(f->rt, fx.a));
+    SP(sp_alloc(f->pool, &q, 4096, fx.a)); /* the same handle value, as a new stream */
     assert_ptr_not_equal(q, p);
-    CK(cudaMemsetAsync(q, 0x11, 4096, a));
+    CK(cudaMemsetAsync(q, 0x11, 4096, fx.a));
     gate_open(g);
-    CK(cudaStreamSynchronize(a));
+    CK(cudaStreamSynchronize(fx.a));
     for (int i = 0; i < 4096; i++)
         assert_int_equal(host[i], 0x5c);
     /* best fit: the first MiB comes from the rest of q's slab, the second only fits p's slab,
      * whose final fence has completed */
     void *r2;
-    SP(sp_alloc(f->pool, &r, MiB, c));
+    SP(sp_alloc(f->pool, &r, MiB, fx.b));
     assert_ptr_equal(r, (char *)q + 4096);
-    SP(sp_alloc(f->pool, &r2, MiB, c));
+    SP(sp_alloc(f->pool, &r2, MiB, fx.b));
     assert_ptr_equal(r2, p);
-    SP(sp_free(f->pool, q, a));
-    SP(sp_free(f->pool, r, c));
-    SP(sp_free(f->pool, r2, c));
+    SP(sp_free(f->pool, q, fx.a));
+    SP(sp_free(f->pool, r, fx.b));
+    SP(sp_free(f->pool, r2, fx.b));
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.cross_stream_reuses, 2);
     assert_int_equal(st.driver_allocs, 2);
     CK(cudaFreeHost(host));
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, c);
 }
 
 /* ---- bad input ---- */
@@ -328,32 +283,31 @@ static void released_stream_blocks_stay_fenced(void **state)
 static void bad_input_gives_errors_and_changes_nothing(void **state)
 {
     fixture *f = *state;
-    cudaStream_t s = new_stream();
     sp_pool *other;
     SP(sp_pool_create(f->rt, "other", NULL, &other));
     void *keep, *p = (void *)0x77;
-    SP(sp_alloc(f->pool, &keep, 10000, s));
-    CK(cudaMemsetAsync(keep, 0x3d, 10000, s));
+    SP(sp_alloc(f->pool, &keep, 10000, fx.a));
+    CK(cudaMemsetAsync(keep, 0x3d, 10000, fx.a));
     sp_stats before = stats_of(f->pool);
 
-    assert_int_equal(sp_alloc(NULL, &p, 16, s), SP_ERR_INVALID);
-    assert_int_equal(sp_alloc(f->pool, NULL, 16, s), SP_ERR_INVALID);
-    assert_int_equal(sp_alloc(f->pool, &p, SIZE_MAX, s), SP_ERR_TOO_LARGE);
-    assert_int_equal(sp_alloc(f->pool, &p, SIZE_MAX - 100, s), SP_ERR_TOO_LARGE);
-    assert_int_equal(sp_alloc(f->pool, &p, SP_MAX_ALLOC + 1, s), SP_ERR_TOO_LARGE);
+    assert_int_equal(sp_alloc(NULL, &p, 16, fx.a), SP_ERR_INVALID);
+    assert_int_equal(sp_alloc(f->pool, NULL, 16, fx.a), SP_ERR_INVALID);
+    assert_int_equal(sp_alloc(f->pool, &p, SIZE_MAX, fx.a), SP_ERR_TOO_LARGE);
+    assert_int_equal(sp_alloc(f->pool, &p, SIZE_MAX - 100, fx.a), SP_ERR_TOO_LARGE);
+    assert_int_equal(sp_alloc(f->pool, &p, SP_MAX_ALLOC + 1, fx.a), SP_ERR_TOO_LARGE);
     assert_ptr_equal(p, (void *)0x77);
-    SP(sp_alloc(f->pool, &p, 0, s)); /* documented: NULL, like cudaMalloc */
+    SP(sp_alloc(f->pool, &p, 0, fx.a)); /* documented: NULL, like cudaMalloc */
     assert_null(p);
-    SP(sp_free(f->pool, NULL, s));
-    assert_int_equal(sp_free(NULL, keep, s), SP_ERR_INVALID);
+    SP(sp_free(f->pool, NULL, fx.a));
+    assert_int_equal(sp_free(NULL, keep, fx.a), SP_ERR_INVALID);
     int on_stack;
-    assert_int_equal(sp_free(f->pool, &on_stack, s), SP_ERR_BAD_POINTER);
-    assert_int_equal(sp_free(f->pool, (char *)keep + 256, s), SP_ERR_BAD_POINTER);
-    assert_int_equal(sp_free(other, keep, s), SP_ERR_WRONG_POOL);
+    assert_int_equal(sp_free(f->pool, &on_stack, fx.a), SP_ERR_BAD_POINTER);
+    assert_int_equal(sp_free(f->pool, (char *)keep + 256, fx.a), SP_ERR_BAD_POINTER);
+    assert_int_equal(sp_free(other, keep, fx.a), SP_ERR_WRONG_POOL);
     void *twice;
-    SP(sp_alloc(f->pool, &twice, 300, s));
-    SP(sp_free(f->pool, twice, s));
-    assert_int_equal(sp_free(f->pool, twice, s), SP_ERR_DOUBLE_FREE);
+    SP(sp_alloc(f->pool, &twice, 300, fx.a));
+    SP(sp_free(f->pool, twice, fx.a));
+    assert_int_equal(sp_free(f->pool, twice, fx.a), SP_ERR_DOUBLE_FREE);
 
     sp_pool *dup = NULL, *found = NULL;
     assert_int_equal(sp_pool_create(f->rt, "other", NULL, &dup), SP_ERR_EXISTS);
@@ -375,11 +329,11 @@ static void bad_input_gives_errors_and_changes_nothing(void **state)
     assert_int_equal(sp_pool_destroy(f->pool), SP_ERR_INVALID); /* the default pool */
 
     void *live;
-    SP(sp_alloc(other, &live, 5000, s));
+    SP(sp_alloc(other, &live, 5000, fx.a));
     assert_int_equal(sp_pool_destroy(other), SP_ERR_BUSY);
     assert_int_equal(sp_runtime_destroy(f->rt), SP_ERR_BUSY);
     SP(sp_pool_find(f->rt, "other", &found)); /* still there, still usable */
-    SP(sp_free(other, live, s));
+    SP(sp_free(other, live, fx.a));
     SP(sp_pool_destroy(other));
     assert_int_equal(sp_pool_find(f->rt, "other", &found), SP_ERR_NOT_FOUND);
 
@@ -390,22 +344,15 @@ static void bad_input_gives_errors_and_changes_nothing(void **state)
     assert_int_equal(after.frees, before.frees + 1);
     assert_int_equal(after.requested.current, 10000);
     assert_int_equal(after.active.current, sp_size_class(10000));
-    assert_true(device_bytes_are(keep, 10000, 0x3d, s)); /* the live allocation survived */
-    SP(sp_free(f->pool, keep, s));
-    drop_stream(f->rt, s);
+    assert_true(device_bytes_are(keep, 10000, 0x3d, fx.a)); /* the live allocation survived */
+    SP(sp_free(f->pool, keep, fx.a));
 }
 
 /* ---- stats ---- */
 
 static void stats_are_exact_after_a_script(void **state)
 {
-    fixture *f = *state;
-    sp_runtime *old = f->rt;
-    f->rt = NULL; /* teardown never destroys it twice, even if what follows fails */
-    SP(sp_runtime_destroy(old)); /* this test wants exact peaks: flush on every call */
-    sp_runtime_config rcfg = SP_RUNTIME_CONFIG_INIT;
-    rcfg.stats_flush_bytes = 0;
-    SP(sp_runtime_create(0, &rcfg, &f->rt));
+    fixture *f = *state; /* FX_EXACT: exact peaks, a flush on every call */
     cudaStream_t a = new_stream(), b = new_stream();
     sp_pool *pool;
     SP(sp_pool_create(f->rt, "script", NULL, &pool));
@@ -557,25 +504,23 @@ static void stats_exact_when_freed_on_another_stream(void **state)
 static void pools_are_isolated(void **state)
 {
     fixture *f = *state;
-    cudaStream_t s = new_stream();
     sp_pool *x, *y;
     SP(sp_pool_create(f->rt, "x", NULL, &x));
     SP(sp_pool_create(f->rt, "y", NULL, &y));
     assert_string_equal(sp_pool_name(x), "x");
     assert_ptr_not_equal(sp_pool_cuda_pool(x), sp_pool_cuda_pool(y));
     void *px, *py;
-    SP(sp_alloc(x, &px, MiB, s));
-    SP(sp_free(x, px, s));
-    SP(sp_alloc(y, &py, MiB, s)); /* x's idle block is never handed to y */
+    SP(sp_alloc(x, &px, MiB, fx.a));
+    SP(sp_free(x, px, fx.a));
+    SP(sp_alloc(y, &py, MiB, fx.a)); /* x's idle block is never handed to y */
     assert_ptr_not_equal(px, py);
-    SP(sp_free(y, py, s));
+    SP(sp_free(y, py, fx.a));
     uint64_t threshold = 0;
     CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(x), cudaMemPoolAttrReleaseThreshold, &threshold));
     assert_int_equal(threshold, UINT64_MAX); /* keeps memory, unlike CUDA's default of 0 */
     SP(sp_pool_set_release_threshold(x, 4 * MiB));
     CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(x), cudaMemPoolAttrReleaseThreshold, &threshold));
     assert_int_equal(threshold, 4 * MiB);
-    drop_stream(f->rt, s);
     SP(sp_pool_destroy(x));
     SP(sp_pool_destroy(y));
 }
@@ -603,24 +548,22 @@ static void adopted_pool_is_used_and_left_alive(void **state)
 static void declared_capture_bypasses_the_caches(void **state)
 {
     fixture *f = *state;
-    cudaStream_t s = new_stream();
     void *p, *q;
-    SP(sp_alloc(f->pool, &p, 2048, s));
-    SP(sp_free(f->pool, p, s)); /* cached */
-    SP(sp_stream_capture_begin(f->rt, s));
-    SP(sp_alloc(f->pool, &q, 2048, s)); /* must not come from the cache */
+    SP(sp_alloc(f->pool, &p, 2048, fx.a));
+    SP(sp_free(f->pool, p, fx.a)); /* cached */
+    SP(sp_stream_capture_begin(f->rt, fx.a));
+    SP(sp_alloc(f->pool, &q, 2048, fx.a)); /* must not come from the cache */
     assert_ptr_not_equal(q, p);
-    SP(sp_free(f->pool, q, s));        /* must not go into the cache */
-    SP(sp_stream_capture_end(f->rt, s));
-    assert_int_equal(sp_stream_capture_end(f->rt, s), SP_ERR_INVALID);
+    SP(sp_free(f->pool, q, fx.a));        /* must not go into the cache */
+    SP(sp_stream_capture_end(f->rt, fx.a));
+    assert_int_equal(sp_stream_capture_end(f->rt, fx.a), SP_ERR_INVALID);
     sp_stats st = stats_of(f->pool);
     assert_int_equal(st.capture_bypasses, 1);
     assert_int_equal(st.driver_frees, 1);
     assert_int_equal(st.same_stream_hits, 0);
-    SP(sp_alloc(f->pool, &q, 2048, s)); /* capture over: the cache again */
+    SP(sp_alloc(f->pool, &q, 2048, fx.a)); /* capture over: the cache again */
     assert_ptr_equal(q, p);
-    SP(sp_free(f->pool, q, s));
-    drop_stream(f->rt, s);
+    SP(sp_free(f->pool, q, fx.a));
 }
 
 /* ---- threads ---- */
@@ -757,23 +700,22 @@ static void per_thread_default_stream_is_per_thread(void **state)
 static void cached_peak_never_goes_down(void **state)
 {
     fixture *f = *state;
-    cudaStream_t s = new_stream();
     sp_pool *read_between, *unread;
     SP(sp_pool_create(f->rt, "read_between", NULL, &read_between));
     SP(sp_pool_create(f->rt, "unread", NULL, &unread));
     void *p1, *p2, *q1, *q2;
-    SP(sp_alloc(read_between, &p1, 256, s)); /* a 2 MiB slab: 256 live, the rest cached */
+    SP(sp_alloc(read_between, &p1, 256, fx.a)); /* a 2 MiB slab: 256 live, the rest cached */
     sp_stats st = stats_of(read_between);
     assert_int_equal(st.cached.current, 2 * MiB - 256);
     assert_int_equal(st.cached.peak, 2 * MiB - 256);
-    SP(sp_alloc(read_between, &p2, 256, s)); /* carved from the same slab: no driver call */
+    SP(sp_alloc(read_between, &p2, 256, fx.a)); /* carved from the same slab: no driver call */
     st = stats_of(read_between);
     assert_int_equal(st.held.current, 2 * MiB);
     assert_int_equal(st.cached.current, 2 * MiB - 512);
     assert_int_equal(st.cached.peak, 2 * MiB - 256);
 
-    SP(sp_alloc(unread, &q1, 256, s)); /* the same, with no read in between */
-    SP(sp_alloc(unread, &q2, 256, s));
+    SP(sp_alloc(unread, &q1, 256, fx.a)); /* the same, with no read in between */
+    SP(sp_alloc(unread, &q2, 256, fx.a));
     st = stats_of(unread);
     assert_int_equal(st.cached.current, 2 * MiB - 512);
     assert_int_equal(st.cached.peak, 2 * MiB - 256);
@@ -782,11 +724,10 @@ static void cached_peak_never_goes_down(void **state)
     assert_int_equal(rst.cached.current, 4 * MiB - 1024);
     assert_int_equal(rst.cached.peak, 4 * MiB - 768); /* after q1: 2 MiB - 512 + 2 MiB - 256 */
 
-    SP(sp_free(read_between, p1, s));
-    SP(sp_free(read_between, p2, s));
-    SP(sp_free(unread, q1, s));
-    SP(sp_free(unread, q2, s));
-    drop_stream(f->rt, s);
+    SP(sp_free(read_between, p1, fx.a));
+    SP(sp_free(read_between, p2, fx.a));
+    SP(sp_free(unread, q1, fx.a));
+    SP(sp_free(unread, q2, fx.a));
     SP(sp_pool_destroy(read_between));
     SP(sp_pool_destroy(unread));
 }
@@ -794,30 +735,28 @@ static void cached_peak_never_goes_down(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
-        T(version_and_status_strings),
-        T(size_classes_bound_rounding_waste),
-        T(same_stream_reuse_returns_the_block),
-        T(same_stream_miss_fits_a_slightly_larger_block),
-        T(canary_balanced),
-        T(canary_wait),
-        T(canary_no_wait),
-        T(completed_fence_gives_reuse_without_wait),
-        T(steal_fits_a_slightly_larger_block),
-        T(one_fence_covers_many_frees),
-        T(idle_stream_needs_no_fence),
-        T(released_stream_blocks_stay_fenced),
-        T(bad_input_gives_errors_and_changes_nothing),
-        T(stats_are_exact_after_a_script),
-        T(cached_peak_never_goes_down),
-        T(stats_current_exact_with_flush_threshold),
-        T(stats_exact_when_freed_on_another_stream),
-        T(pools_are_isolated),
-        T(adopted_pool_is_used_and_left_alive),
-        T(declared_capture_bypasses_the_caches),
-        T(per_thread_default_stream_is_per_thread),
-        T(threads_streams_and_canaries),
-#undef T
+        FX(version_and_status_strings),
+        FX(size_classes_bound_rounding_waste),
+        FX(same_stream_reuse_returns_the_block),
+        FX(same_stream_miss_fits_a_slightly_larger_block),
+        FX(canary_balanced),
+        FX(canary_wait),
+        FX(canary_no_wait),
+        FX(completed_fence_gives_reuse_without_wait),
+        FX(steal_fits_a_slightly_larger_block),
+        FX(one_fence_covers_many_frees),
+        FX(idle_stream_needs_no_fence),
+        FX(released_stream_blocks_stay_fenced),
+        FX(bad_input_gives_errors_and_changes_nothing),
+        FX_EXACT(stats_are_exact_after_a_script),
+        FX(cached_peak_never_goes_down),
+        FX(stats_current_exact_with_flush_threshold),
+        FX(stats_exact_when_freed_on_another_stream),
+        FX(pools_are_isolated),
+        FX(adopted_pool_is_used_and_left_alive),
+        FX(declared_capture_bypasses_the_caches),
+        FX(per_thread_default_stream_is_per_thread),
+        FX(threads_streams_and_canaries),
     };
     return cmocka_run_group_tests_name("streampool", tests, NULL, NULL);
 }

@@ -15,9 +15,7 @@ static void summaries_show_the_stats(void **state)
     sp_pool *def, *llama;
     SP(sp_runtime_create(0, NULL, &rt));
     SP(sp_runtime_default_pool(rt, &def));
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 64 * MiB;
-    SP(sp_pool_create(rt, "llama \xe6\xa8\xa1\xe5\x9e\x8b", &cfg, &llama));
+    llama = pool_of(rt, "llama \xe6\xa8\xa1\xe5\x9e\x8b", 64 * MiB, 0, UINT64_MAX);
     cudaStream_t s = new_stream();
     void *p[4];
     SP(sp_alloc(llama, &p[0], 3 * MiB, s));
@@ -117,7 +115,7 @@ static void summaries_show_the_stats(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(summaries_show_the_stats, reset_device),
+        RESET(summaries_show_the_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

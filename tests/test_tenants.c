@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
@@ -31,14 +31,13 @@ static sp_runtime *runtime_on_device_of(uint64_t bytes)
 static void noisy_neighbour(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config ca = SP_POOL_CONFIG_INIT, cb = SP_POOL_CONFIG_INIT;
     ca.reserve = 1 * GiB;
     ca.limit = 2 * GiB;
     ca.priority = 10;
     sp_pool *a, *b;
-    SP(sp_pool_create(rt, "A", &ca, &a));
-    SP(sp_pool_create(rt, "B", &cb, &b));
+    SP(sp_pool_create(fx.rt, "A", &ca, &a));
+    SP(sp_pool_create(fx.rt, "B", &cb, &b));
     cudaStream_t sa = new_stream(), sb = new_stream();
 
     /* B fills what the device has left with 256 MiB blocks, and frees them: all cached */
@@ -86,21 +85,19 @@ static void noisy_neighbour(void **state)
         SP(sp_free(a, pa[i], sa));
     for (int i = 0; i < m; i++)
         SP(sp_free(b, live[i], sb));
-    drop_stream(rt, sa);
-    drop_stream(rt, sb);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sa);
+    drop_stream(fx.rt, sb);
 }
 
 /* X holds 3 GiB of idle cache on a 4 GiB device; Y's 2 GiB request succeeds by reclaiming it. */
 static void reclaim_across_pools(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config cx = SP_POOL_CONFIG_INIT;
     cx.priority = -1; /* reclaimed before the default pool (priority 0) */
     sp_pool *x, *y;
-    SP(sp_pool_create(rt, "X", &cx, &x));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
+    SP(sp_pool_create(fx.rt, "X", &cx, &x));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t sx = new_stream(), sy = new_stream();
     void *blk[12];
     for (int i = 0; i < 12; i++)
@@ -126,9 +123,8 @@ static void reclaim_across_pools(void **state)
                   (unsigned long long)(sx1.reclaimed_bytes / MiB),
                   (unsigned long long)sy1.oom_retries);
     SP(sp_free(y, big, sy));
-    drop_stream(rt, sx);
-    drop_stream(rt, sy);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sx);
+    drop_stream(fx.rt, sy);
 }
 
 /* Until the host has observed it, a free is outstanding for the driver (rule 13): stream
@@ -147,12 +143,11 @@ static void wait_until_idle(cudaStream_t s)
 static void reclaim_observes_segments_given_back_on_a_stream(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config cx = SP_POOL_CONFIG_INIT;
     cx.priority = -1;
     sp_pool *x, *y;
-    SP(sp_pool_create(rt, "X", &cx, &x));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
+    SP(sp_pool_create(fx.rt, "X", &cx, &x));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t sx = new_stream(), sx2 = new_stream(), sy = new_stream();
     void *a, *b, *m, *m2, *big;
     SP(sp_alloc(x, &a, 1 * GiB, sx));
@@ -174,10 +169,9 @@ static void reclaim_observes_segments_given_back_on_a_stream(void **state)
     assert_int_equal(stats_of(y).requested.current, 3 * GiB);
     SP(sp_free(y, big, sy));
     SP(sp_free(x, m2, sx2));
-    drop_stream(rt, sx);
-    drop_stream(rt, sx2);
-    drop_stream(rt, sy);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sx);
+    drop_stream(fx.rt, sx2);
+    drop_stream(fx.rt, sy);
 }
 
 /* A stream that gave a segment back to the driver and is then released cannot be synchronized
@@ -187,10 +181,9 @@ static void reclaim_observes_segments_given_back_on_a_stream(void **state)
 static void released_stream_give_back_observed_once(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
-    sp_pool *x;
-    SP(sp_pool_create(rt, "X", NULL, &x));
     cudaStream_t sx = new_stream(), sx2 = new_stream();
+    sp_pool *x;
+    SP(sp_pool_create(fx.rt, "X", NULL, &x));
     void *a, *b, *m, *m2;
     SP(sp_alloc(x, &a, 1 * GiB, sx));
     SP(sp_alloc(x, &m, 4 * MiB, sx));
@@ -201,7 +194,7 @@ static void released_stream_give_back_observed_once(void **state)
     wait_until_idle(sx);                   /* run, but never observed by the host */
     SP(sp_alloc(x, &m2, 4 * MiB, sx2));    /* asks about sx: idle, so settled by the query */
     assert_ptr_equal(m2, m);
-    drop_stream(rt, sx);                   /* released with its give-backs unobserved */
+    drop_stream(fx.rt, sx);                /* released with its give-backs unobserved */
     assert_int_equal(stats_of(x).pool_reserved, 2 * GiB + 4 * MiB);
     cudasimResetCallCounts();
     SP(sp_pool_trim(x, 0));                /* sx cannot be named: its release's fence can */
@@ -218,38 +211,32 @@ static void released_stream_give_back_observed_once(void **state)
     assert_int_equal(st.skipped_steps, skipped);
     assert_int_equal(st.pool_reserved, 4 * MiB);
     SP(sp_free(x, m2, sx2));
-    drop_stream(rt, sx2);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sx2);
 }
 
 static void limit_rejects_then_recovers(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 64 * MiB;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, "capped", &cfg, &pool));
-    cudaStream_t s = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "capped", 64 * MiB, 0, UINT64_MAX);
     void *p, *q = (void *)0x9;
-    SP(sp_alloc(pool, &p, 48 * MiB, s));
-    assert_int_equal(sp_alloc(pool, &q, 32 * MiB, s), SP_ERR_LIMIT);
+    SP(sp_alloc(pool, &p, 48 * MiB, fx.a));
+    assert_int_equal(sp_alloc(pool, &q, 32 * MiB, fx.a), SP_ERR_LIMIT);
     assert_ptr_equal(q, (void *)0x9);
-    assert_int_equal(sp_alloc(pool, &q, 65 * MiB, s), SP_ERR_NEVER_FITS); /* over it alone */
+    assert_int_equal(sp_alloc(pool, &q, 65 * MiB, fx.a), SP_ERR_NEVER_FITS); /* over it alone */
     sp_stats st = stats_of(pool);
     assert_int_equal(st.limit_rejections, 2);
     assert_int_equal(st.ooms, 0);
     assert_int_equal(st.requested.current, 48 * MiB);
     assert_int_equal(st.held.current, 48 * MiB); /* nothing leaked */
-    SP(sp_free(pool, p, s));
-    SP(sp_alloc(pool, &q, 44 * MiB, s)); /* reuses the free 48 MiB segment (within 1/8) */
+    SP(sp_free(pool, p, fx.a));
+    SP(sp_alloc(pool, &q, 44 * MiB, fx.a)); /* reuses the free 48 MiB segment (within 1/8) */
     assert_ptr_equal(q, p);
     st = stats_of(pool);
     assert_int_equal(st.held.current, 48 * MiB);
     assert_int_equal(st.driver_allocs, 1);
-    SP(sp_free(pool, q, s));
+    SP(sp_free(pool, q, fx.a));
     uint64_t retries = st.limit_retries;
-    SP(sp_alloc(pool, &q, 60 * MiB, s)); /* does not fit: the cached 48 MiB goes back first */
+    SP(sp_alloc(pool, &q, 60 * MiB, fx.a)); /* does not fit: the cached 48 MiB goes back first */
     st = stats_of(pool);
     assert_int_equal(st.held.current, 60 * MiB);
     assert_int_equal(st.limit_retries, retries); /* a miss gave it back: no limit refusal */
@@ -257,13 +244,11 @@ static void limit_rejects_then_recovers(void **state)
     assert_int_equal(st.driver_allocs, 2);
     assert_int_equal(st.driver_frees, 1);
     assert_true(st.held.peak <= 64 * MiB);
-    SP(sp_free(pool, q, s));
-    CK(cudaStreamSynchronize(s));
+    SP(sp_free(pool, q, fx.a));
+    CK(cudaStreamSynchronize(fx.a));
     uint64_t reserved = 0;
     CK(cudaMemPoolGetAttribute(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent, &reserved));
     assert_true(reserved <= 64 * MiB); /* not above the limit past a synchronize */
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* At its limit, a pool whose free ranges would hold the request once merged: the stream's own
@@ -274,28 +259,23 @@ static void limit_rejects_then_recovers(void **state)
 static void limit_reuses_ranges_its_synchronize_settled(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 8 * MiB;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, "merge-at-limit", &cfg, &pool));
-    cudaStream_t a = new_stream(), b = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "merge-at-limit", 8 * MiB, 0, UINT64_MAX);
     void *whole, *x, *y, *z, *p = (void *)0x9;
-    SP(sp_alloc(pool, &whole, 8 * MiB, a));        /* one 8 MiB segment: the whole limit */
-    SP(sp_free(pool, whole, a));
-    SP(sp_alloc(pool, &x, 3 * MiB, a));            /* [0, 3) */
-    SP(sp_alloc(pool, &y, 2 * MiB, a));            /* [3, 5) */
-    SP(sp_alloc(pool, &z, 3 * MiB, a));            /* [5, 8) */
+    SP(sp_alloc(pool, &whole, 8 * MiB, fx.a));        /* one 8 MiB segment: the whole limit */
+    SP(sp_free(pool, whole, fx.a));
+    SP(sp_alloc(pool, &x, 3 * MiB, fx.a));            /* [0, 3) */
+    SP(sp_alloc(pool, &y, 2 * MiB, fx.a));            /* [3, 5) */
+    SP(sp_alloc(pool, &z, 3 * MiB, fx.a));            /* [5, 8) */
     assert_ptr_equal(y, (char *)x + 3 * MiB);
     assert_ptr_equal(z, (char *)x + 5 * MiB);
-    CK(cudaStreamSynchronize(a));
-    SP(sp_free(pool, z, b));                       /* b is ordered after a's use of z */
+    CK(cudaStreamSynchronize(fx.a));
+    SP(sp_free(pool, z, fx.b));                       /* b is ordered after a's use of z */
     SP(sp_pool_trim(pool, 8 * MiB));               /* keeps everything; z's free is settled */
-    SP(sp_free(pool, y, a));                       /* pending on a, next to z */
+    SP(sp_free(pool, y, fx.a));                       /* pending on a, next to z */
     sp_stats st = stats_of(pool);
     assert_int_equal(st.held.current, 8 * MiB);
     assert_int_equal(st.driver_allocs, 1);
-    SP(sp_alloc(pool, &p, 5 * MiB, a));            /* y and z merged */
+    SP(sp_alloc(pool, &p, 5 * MiB, fx.a));            /* y and z merged */
     assert_ptr_equal(p, y);
     st = stats_of(pool);
     assert_int_equal(st.limit_rejections, 0);
@@ -303,11 +283,8 @@ static void limit_reuses_ranges_its_synchronize_settled(void **state)
     assert_int_equal(st.held.current, 8 * MiB);
     assert_int_equal(st.active.current, 8 * MiB);
     assert_int_equal(st.requested.current, 8 * MiB);
-    SP(sp_free(pool, p, a));
-    SP(sp_free(pool, x, a));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
+    SP(sp_free(pool, p, fx.a));
+    SP(sp_free(pool, x, fx.a));
 }
 
 typedef struct {
@@ -333,18 +310,17 @@ static int on_oom(sp_pool *pool, size_t bytes, cudaStream_t stream, void *user)
 static void oom_callback_and_report(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 0; /* no limit: the device runs out (a larger one is clamped to the device) */
     cfg.priority = 3;
     sp_pool *pool;
-    SP(sp_pool_create(rt, "model\"7", &cfg, &pool));
+    SP(sp_pool_create(fx.rt, "model\"7", &cfg, &pool));
     cudaStream_t s = new_stream();
     void *blocks[8];
     for (int i = 0; i < 7; i++)
         SP(sp_alloc(pool, &blocks[i], 512 * MiB, s));
     oom_ctx ctx = {pool, s, blocks, 7, 0, true};
-    SP(sp_runtime_set_oom_callback(rt, on_oom, &ctx));
+    SP(sp_runtime_set_oom_callback(fx.rt, on_oom, &ctx));
     void *big;
     SP(sp_alloc(pool, &big, 1 * GiB, s)); /* the callback frees two blocks */
     assert_int_equal(ctx.calls, 1);
@@ -356,7 +332,7 @@ static void oom_callback_and_report(void **state)
     assert_ptr_equal(too_big, (void *)0x1);
     assert_int_equal(ctx.calls, 2);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.failures, 1);
     assert_string_equal(r.pool, "model\"7");
     assert_int_equal(r.bytes, 2 * GiB);
@@ -387,8 +363,7 @@ static void oom_callback_and_report(void **state)
     for (int i = 0; i < ctx.n; i++)
         SP(sp_free(pool, blocks[i], s));
     SP(sp_free(pool, big, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, s);
 }
 
 /* Random driver failures during a threaded stress run: errors are reported, nothing is lost,
@@ -435,6 +410,30 @@ static void *fault_stress(void *arg)
     return NULL;
 }
 
+/* Runs FAULT_WORKERS fault_stress threads on pool, each on a stream of its own (w[i].stream,
+ * the caller's to drop) with seed seed_step * (i + 1), to their end under the faults injected,
+ * then clears the faults. Every worker ends with no failure (best-effort steps never fail a
+ * request) and nothing live; returns the SP_ERR_OUT_OF_MEMORY they met. */
+enum { FAULT_WORKERS = 3 };
+
+static long run_fault_workers(sp_pool *pool, unsigned seed_step, fault_worker *w)
+{
+    pthread_t t[FAULT_WORKERS];
+    for (int i = 0; i < FAULT_WORKERS; i++) {
+        w[i] = (fault_worker){pool, new_stream(), seed_step * (unsigned)(i + 1), 0, 0, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, fault_stress, &w[i]), 0);
+    }
+    long ooms = 0;
+    for (int i = 0; i < FAULT_WORKERS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+        assert_int_equal(w[i].live_bytes, 0);
+        ooms += w[i].ooms;
+    }
+    cudasimClearFaults();
+    return ooms;
+}
+
 static void random_driver_failures(void **state)
 {
     (void)state;
@@ -444,21 +443,8 @@ static void random_driver_failures(void **state)
     /* 50%: a miss retries after giving cache back and reclaiming, so failures must be common
      * for some to survive the whole ladder */
     CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", 500000, cudaErrorMemoryAllocation, 11));
-    enum { T = 3 };
-    pthread_t t[T];
-    fault_worker w[T];
-    for (int i = 0; i < T; i++) {
-        w[i] = (fault_worker){pool, new_stream(), 17u * (unsigned)(i + 1), 0, 0, 0};
-        assert_int_equal(pthread_create(&t[i], NULL, fault_stress, &w[i]), 0);
-    }
-    long ooms = 0;
-    for (int i = 0; i < T; i++) {
-        pthread_join(t[i], NULL);
-        assert_int_equal(w[i].failures, 0);
-        assert_int_equal(w[i].live_bytes, 0);
-        ooms += w[i].ooms;
-    }
-    cudasimClearFaults();
+    fault_worker w[FAULT_WORKERS];
+    long ooms = run_fault_workers(pool, 17, w);
     sp_stats st = stats_of(pool);
     assert_true(ooms > 0);
     assert_int_equal(st.ooms, ooms);
@@ -471,7 +457,7 @@ static void random_driver_failures(void **state)
                   "out of %llu attempts; driver allocations %llu, retries %llu\n",
                   ooms, (unsigned long long)(st.allocs + (uint64_t)ooms),
                   (unsigned long long)st.driver_allocs, (unsigned long long)st.oom_retries);
-    for (int i = 0; i < T; i++)
+    for (int i = 0; i < FAULT_WORKERS; i++)
         drop_stream(rt, w[i].stream);
     destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
@@ -498,21 +484,8 @@ static void random_faults_everywhere_lose_nothing(void **state)
     CK(cudasimInjectFaultRate("cudaMallocFromPoolAsync", 50000, cudaErrorMemoryAllocation, 5));
     for (unsigned i = 0; i < sizeof apis / sizeof apis[0]; i++)
         CK(cudasimInjectFaultRate(apis[i], 50000, cudaErrorLaunchFailure, 7 + i));
-    enum { T = 3 };
-    pthread_t t[T];
-    fault_worker w[T];
-    for (int i = 0; i < T; i++) {
-        w[i] = (fault_worker){pool, new_stream(), 29u * (unsigned)(i + 1), 0, 0, 0};
-        assert_int_equal(pthread_create(&t[i], NULL, fault_stress, &w[i]), 0);
-    }
-    long ooms = 0;
-    for (int i = 0; i < T; i++) {
-        pthread_join(t[i], NULL);
-        assert_int_equal(w[i].failures, 0); /* best-effort steps never fail a request */
-        assert_int_equal(w[i].live_bytes, 0);
-        ooms += w[i].ooms;
-    }
-    cudasimClearFaults();
+    fault_worker w[FAULT_WORKERS];
+    long ooms = run_fault_workers(pool, 29, w);
     sp_stats st = stats_of(pool);
     assert_int_equal(st.ooms, ooms);
     assert_int_equal(st.requested.current, 0);
@@ -523,7 +496,7 @@ static void random_faults_everywhere_lose_nothing(void **state)
     print_message("# random faults everywhere: %ld OOMs, %llu skipped steps, %llu refused "
                   "give-backs\n", ooms, (unsigned long long)st.skipped_steps,
                   (unsigned long long)st.give_back_failures);
-    for (int i = 0; i < T; i++)
+    for (int i = 0; i < FAULT_WORKERS; i++)
         drop_stream(rt, w[i].stream);
     destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
@@ -545,16 +518,14 @@ static int count_callback(sp_pool *pool, size_t bytes, cudaStream_t stream, void
 static void larger_than_device_fails_fast(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool *x, *y;
-    SP(sp_pool_create(rt, "X", NULL, &x));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
-    SP(sp_runtime_set_oom_callback(rt, count_callback, NULL));
-    cudaStream_t s = new_stream();
+    SP(sp_pool_create(fx.rt, "X", NULL, &x));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
+    SP(sp_runtime_set_oom_callback(fx.rt, count_callback, NULL));
     void *p, *q = (void *)0x7;
-    SP(sp_alloc(x, &p, 1 * GiB, s));
-    SP(sp_free(x, p, s));
-    assert_int_equal(sp_alloc(y, &q, 5 * GiB, s), SP_ERR_OUT_OF_MEMORY);
+    SP(sp_alloc(x, &p, 1 * GiB, fx.a));
+    SP(sp_free(x, p, fx.a));
+    assert_int_equal(sp_alloc(y, &q, 5 * GiB, fx.a), SP_ERR_OUT_OF_MEMORY);
     assert_ptr_equal(q, (void *)0x7);
     assert_int_equal(callback_calls, 0);
     sp_stats sx = stats_of(x), sy = stats_of(y);
@@ -565,10 +536,8 @@ static void larger_than_device_fails_fast(void **state)
     assert_int_equal(sy.held.current, 0);
     assert_int_equal(sy.held.total, 0); /* the refused claim left no trace */
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.bytes, 5 * GiB);
-    drop_stream(rt, s);
-    destroy_runtime(rt);
 }
 
 /* A limit that is not a multiple of the driver's 2 MiB pages is the limit in whole pages (issue
@@ -577,13 +546,12 @@ static void larger_than_device_fails_fast(void **state)
 static void limit_between_driver_pages(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.limit = 10 * MiB + 12345;
     sp_pool *a, *bystander;
-    SP(sp_pool_create(rt, "A", &cfg, &a));
-    SP(sp_pool_create(rt, "B", NULL, &bystander));
-    SP(sp_runtime_set_oom_callback(rt, count_callback, NULL));
+    SP(sp_pool_create(fx.rt, "A", &cfg, &a));
+    SP(sp_pool_create(fx.rt, "B", NULL, &bystander));
+    SP(sp_runtime_set_oom_callback(fx.rt, count_callback, NULL));
     callback_calls = 0;
     cudaStream_t s = new_stream();
     void *big, *p, *q = (void *)0x7;
@@ -602,7 +570,7 @@ static void limit_between_driver_pages(void **state)
     assert_int_equal(sb.reclaims, 0);
     assert_int_equal(sb.cached.current, 1000 * MiB);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.failures, 2);
     assert_int_equal(r.status, SP_ERR_LIMIT);
     assert_string_equal(r.pool, "A");
@@ -613,8 +581,7 @@ static void limit_between_driver_pages(void **state)
     assert_non_null(strstr(json, "\"status\":\"SP_ERR_LIMIT\",\"reason\":\"the pool's limit would "
                                  "be exceeded now (retry after frees)\",\"rounded\":256,"));
     SP(sp_free(a, p, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, s);
 }
 
 typedef struct {
@@ -642,31 +609,27 @@ static int free_other_pool(sp_pool *pool, size_t bytes, cudaStream_t stream, voi
 static void oom_callback_retry_reclaims_every_pool(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
     sp_pool *x, *y;
-    SP(sp_pool_create(rt, "X", NULL, &x));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
-    cudaStream_t s = new_stream();
-    free_other_ctx ctx = {x, NULL, s, 0};
-    SP(sp_alloc(x, &ctx.block, 600 * MiB, s));
-    SP(sp_runtime_set_oom_callback(rt, free_other_pool, &ctx));
+    SP(sp_pool_create(fx.rt, "X", NULL, &x));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
+    free_other_ctx ctx = {x, NULL, fx.a, 0};
+    SP(sp_alloc(x, &ctx.block, 600 * MiB, fx.a));
+    SP(sp_runtime_set_oom_callback(fx.rt, free_other_pool, &ctx));
     void *p;
-    SP(sp_alloc(y, &p, 700 * MiB, s));
+    SP(sp_alloc(y, &p, 700 * MiB, fx.a));
     assert_int_equal(ctx.calls, 1);
     sp_stats sx = stats_of(x), sy = stats_of(y);
     assert_int_equal(sx.held.current, 0);
     assert_int_equal(sy.held.current, 700 * MiB);
     assert_int_equal(sy.ooms, 0);
     void *q = NULL;
-    assert_int_equal(sp_alloc(y, &q, 400 * MiB + 1, s), SP_ERR_OUT_OF_MEMORY);
+    assert_int_equal(sp_alloc(y, &q, 400 * MiB + 1, fx.a), SP_ERR_OUT_OF_MEMORY);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.status, SP_ERR_OUT_OF_MEMORY);
     assert_int_equal(r.bytes, 400 * MiB + 1);
     assert_int_equal(r.rounded, 400 * MiB + 512);
-    SP(sp_free(y, p, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    SP(sp_free(y, p, fx.a));
 }
 
 /* A request the driver refuses changes no figure: no peak, no total, in the pool or the
@@ -674,17 +637,15 @@ static void oom_callback_retry_reclaims_every_pool(void **state)
 static void refused_request_changes_no_figure(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
     sp_pool *pool;
-    SP(sp_pool_create(rt, "P", NULL, &pool));
-    cudaStream_t s = new_stream();
+    SP(sp_pool_create(fx.rt, "P", NULL, &pool));
     void *p, *q = NULL;
-    SP(sp_alloc(pool, &p, 200 * MiB, s));
+    SP(sp_alloc(pool, &p, 200 * MiB, fx.a));
     sp_stats before = stats_of(pool), rt_before = {.size = sizeof rt_before};
-    SP(sp_runtime_stats(rt, &rt_before));
-    assert_int_equal(sp_alloc(pool, &q, 900 * MiB, s), SP_ERR_OUT_OF_MEMORY);
+    SP(sp_runtime_stats(fx.rt, &rt_before));
+    assert_int_equal(sp_alloc(pool, &q, 900 * MiB, fx.a), SP_ERR_OUT_OF_MEMORY);
     sp_stats after = stats_of(pool), rt_after = {.size = sizeof rt_after};
-    SP(sp_runtime_stats(rt, &rt_after));
+    SP(sp_runtime_stats(fx.rt, &rt_after));
     assert_int_equal(after.held.current, 200 * MiB);
     assert_int_equal(after.held.peak, before.held.peak);
     assert_int_equal(after.held.total, before.held.total);
@@ -693,9 +654,7 @@ static void refused_request_changes_no_figure(void **state)
     assert_int_equal(rt_after.held.peak, rt_before.held.peak);
     assert_int_equal(rt_after.held.total, rt_before.held.total);
     assert_int_equal(rt_after.held.current, rt_before.held.current);
-    SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    SP(sp_free(pool, p, fx.a));
 }
 
 /* ---- holding a thread inside the driver's allocation ---- */
@@ -736,21 +695,15 @@ static void let_malloc_go(void)
 static int teardown_held_malloc(void **state)
 {
     let_malloc_go(); /* a failed assertion left the allocating thread held */
-    return teardown_runtimes(state);
+    return fx_teardown(state);
 }
 
-typedef struct {
-    sp_pool *pool;
-    cudaStream_t s;
-    void *p;
-    int rc;
-} held_alloc;
 
 static void *alloc_held_in_driver(void *arg)
 {
-    held_alloc *a = arg;
+    thread_call *a = arg;
     hold_next_malloc = true;
-    a->rc = sp_alloc(a->pool, &a->p, 900 * MiB, a->s);
+    a->rc = sp_alloc(a->pool, &a->ptr, 900 * MiB, a->stream);
     hold_next_malloc = false;
     return NULL;
 }
@@ -763,17 +716,15 @@ static void *alloc_held_in_driver(void *arg)
 static void read_during_a_refused_request_counts_no_claim(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
     sp_pool *pool;
-    SP(sp_pool_create(rt, "P", NULL, &pool));
-    cudaStream_t s = new_stream();
+    SP(sp_pool_create(fx.rt, "P", NULL, &pool));
     void *p;
-    SP(sp_alloc(pool, &p, 200 * MiB, s));
+    SP(sp_alloc(pool, &p, 200 * MiB, fx.a));
     sp_stats before = stats_of(pool), rt_before = {.size = sizeof rt_before};
-    SP(sp_runtime_stats(rt, &rt_before));
+    SP(sp_runtime_stats(fx.rt, &rt_before));
     assert_int_equal(before.held.current, 200 * MiB);
 
-    held_alloc a = {pool, s, NULL, -1};
+    thread_call a = {.pool = pool, .stream = fx.a, .rc = -1};
     in_malloc.inside = in_malloc.proceed = false;
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, alloc_held_in_driver, &a), 0);
@@ -783,7 +734,7 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
     pthread_mutex_unlock(&in_malloc.mu);
 
     sp_stats during = stats_of(pool), rt_during = {.size = sizeof rt_during};
-    SP(sp_runtime_stats(rt, &rt_during)); /* the driver has not answered the claim yet */
+    SP(sp_runtime_stats(fx.rt, &rt_during)); /* the driver has not answered the claim yet */
     assert_int_equal(during.held.current, 200 * MiB);
     assert_int_equal(during.held.peak, before.held.peak);
     assert_int_equal(during.cached.current, before.cached.current);
@@ -799,9 +750,7 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
     assert_int_equal(after.held.peak, before.held.peak);
     assert_int_equal(after.held.total, before.held.total);
     assert_int_equal(after.cached.peak, before.cached.peak);
-    SP(sp_free(pool, p, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    SP(sp_free(pool, p, fx.a));
 }
 
 /* A pool's unused reservation is no part of what its limit refuses: A (reserve 1 GiB, limit
@@ -812,14 +761,13 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
 static void free_reservation_is_not_counted_against_the_limit(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config ca = SP_POOL_CONFIG_INIT;
     ca.reserve = 1 * GiB;
     ca.limit = 2 * GiB;
     ca.priority = 10;
     sp_pool *a, *b;
-    SP(sp_pool_create(rt, "A", &ca, &a));
-    SP(sp_pool_create(rt, "B", NULL, &b));
+    SP(sp_pool_create(fx.rt, "A", &ca, &a));
+    SP(sp_pool_create(fx.rt, "B", NULL, &b));
     cudaStream_t sa = new_stream(), sb = new_stream();
     void *blk[12], *p = NULL;
     for (int i = 0; i < 12; i++)
@@ -838,9 +786,8 @@ static void free_reservation_is_not_counted_against_the_limit(void **state)
     assert_int_equal(st_b.cached.current, 0);
     assert_int_equal(st_b.reclaimed_bytes, 3 * GiB);
     SP(sp_free(a, p, sa));
-    drop_stream(rt, sa);
-    drop_stream(rt, sb);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, sa);
+    drop_stream(fx.rt, sb);
 }
 
 /* A capture's allocation refused by the pool's limit is a limit rejection like any other: the
@@ -848,34 +795,27 @@ static void free_reservation_is_not_counted_against_the_limit(void **state)
 static void capture_limit_rejection_is_reported(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(1 * GiB);
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 8 * MiB;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, "graphs", &cfg, &pool));
-    cudaStream_t s = new_stream();
+    sp_pool *pool = pool_of(fx.rt, "graphs", 8 * MiB, 0, UINT64_MAX);
     void *p, *q = (void *)0x5;
-    SP(sp_stream_capture_begin(rt, s));
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    SP(sp_alloc(pool, &p, 6 * MiB, s));
-    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, s), SP_ERR_LIMIT);
+    SP(sp_stream_capture_begin(fx.rt, fx.a));
+    CK(cudaStreamBeginCapture(fx.a, cudaStreamCaptureModeGlobal));
+    SP(sp_alloc(pool, &p, 6 * MiB, fx.a));
+    assert_int_equal(sp_alloc(pool, &q, 4 * MiB, fx.a), SP_ERR_LIMIT);
     assert_ptr_equal(q, (void *)0x5);
-    SP(sp_free(pool, p, s));
+    SP(sp_free(pool, p, fx.a));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-    SP(sp_stream_capture_end(rt, s));
+    CK(cudaStreamEndCapture(fx.a, &g));
+    SP(sp_stream_capture_end(fx.rt, fx.a));
     CK(cudaGraphDestroy(g));
     assert_int_equal(stats_of(pool).limit_rejections, 1);
     sp_oom_report r = {.size = sizeof r};
-    SP(sp_runtime_last_oom(rt, &r));
+    SP(sp_runtime_last_oom(fx.rt, &r));
     assert_int_equal(r.failures, 1);
     assert_int_equal(r.status, SP_ERR_LIMIT);
     assert_string_equal(r.pool, "graphs");
     assert_int_equal(r.bytes, 4 * MiB);
     assert_int_equal(r.rounded, 4 * MiB);
-    assert_ptr_equal(r.stream, s);
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    assert_ptr_equal(r.stream, fx.a);
 }
 
 /* Reclaim goes up the priorities only as far as the request needs: on a 4 GiB device with 1 GiB
@@ -885,14 +825,13 @@ static void capture_limit_rejection_is_reported(void **state)
 static void reclaim_stops_below_higher_priorities_once_the_request_fits(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_on_device_of(4 * GiB);
     sp_pool_config cl = SP_POOL_CONFIG_INIT, ch = SP_POOL_CONFIG_INIT;
     cl.priority = -5;
     ch.priority = 5;
     sp_pool *l, *h, *y;
-    SP(sp_pool_create(rt, "L", &cl, &l));
-    SP(sp_pool_create(rt, "H", &ch, &h));
-    SP(sp_pool_create(rt, "Y", NULL, &y));
+    SP(sp_pool_create(fx.rt, "L", &cl, &l));
+    SP(sp_pool_create(fx.rt, "H", &ch, &h));
+    SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t s = new_stream();
     void *blk[6], *live, *big;
     for (int i = 0; i < 6; i++)
@@ -915,8 +854,7 @@ static void reclaim_stops_below_higher_priorities_once_the_request_fits(void **s
     assert_int_equal(stats_of(y).requested.current, 2304 * MiB);
     SP(sp_free(y, big, s));
     SP(sp_free(y, live, s));
-    drop_stream(rt, s);
-    destroy_runtime(rt);
+    drop_stream(fx.rt, s);
 }
 
 /* ---- a long randomized run under faults at every CUDA call, at 0.5%, 2% and 5% ---- */
@@ -1116,27 +1054,26 @@ int main(void)
 {
     unsetenv("SP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
-        T(noisy_neighbour),
-        T(reclaim_across_pools),
-        T(reclaim_observes_segments_given_back_on_a_stream),
-        T(released_stream_give_back_observed_once),
-        T(limit_rejects_then_recovers),
-        T(limit_reuses_ranges_its_synchronize_settled),
-        T(oom_callback_and_report),
-        T(random_driver_failures),
-        T(random_faults_everywhere_lose_nothing),
-        T(larger_than_device_fails_fast),
-        T(limit_between_driver_pages),
-        T(oom_callback_retry_reclaims_every_pool),
-        T(refused_request_changes_no_figure),
-        cmocka_unit_test_teardown(read_during_a_refused_request_counts_no_claim,
-                                  teardown_held_malloc),
-        T(free_reservation_is_not_counted_against_the_limit),
-        T(capture_limit_rejection_is_reported),
-        T(reclaim_stops_below_higher_priorities_once_the_request_fits),
-        T(long_random_faults_at_every_rate),
-#undef T
+        FX_DEVICE(noisy_neighbour, 4 * GiB),
+        FX_DEVICE(reclaim_across_pools, 4 * GiB),
+        FX_DEVICE(reclaim_observes_segments_given_back_on_a_stream, 4 * GiB),
+        FX_DEVICE(released_stream_give_back_observed_once, 4 * GiB),
+        FX_DEVICE(limit_rejects_then_recovers, 4 * GiB),
+        FX_DEVICE(limit_reuses_ranges_its_synchronize_settled, 4 * GiB),
+        FX_DEVICE(oom_callback_and_report, 4 * GiB),
+        TRACKED(random_driver_failures),
+        TRACKED(random_faults_everywhere_lose_nothing),
+        FX_DEVICE(larger_than_device_fails_fast, 4 * GiB),
+        FX_DEVICE(limit_between_driver_pages, 1 * GiB),
+        FX_DEVICE(oom_callback_retry_reclaims_every_pool, 1 * GiB),
+        FX_DEVICE(refused_request_changes_no_figure, 1 * GiB),
+        cmocka_unit_test_prestate_setup_teardown(read_during_a_refused_request_counts_no_claim,
+                                                 fx_setup_device, teardown_held_malloc,
+                                                 &(uint64_t){1 * GiB}),
+        FX_DEVICE(free_reservation_is_not_counted_against_the_limit, 4 * GiB),
+        FX_DEVICE(capture_limit_rejection_is_reported, 1 * GiB),
+        FX_DEVICE(reclaim_stops_below_higher_priorities_once_the_request_fits, 4 * GiB),
+        TRACKED(long_random_faults_at_every_rate),
     };
     return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);
 }

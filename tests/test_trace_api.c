@@ -485,18 +485,16 @@ int main(void)
     if (!mkdtemp(dir))
         return 1;
     const struct CMUnitTest tests[] = {
-#define T(fn) cmocka_unit_test_teardown(fn, reset_device)
-        T(trace_records_outcomes),
-        T(trace_keeps_a_buffer_per_thread),
-        T(trace_restarts_while_threads_allocate),
-        T(trace_names_the_process_of_its_events),
-        T(trace_from_alloc_conf),
-        T(trace_started_mid_run_records_a_baseline),
-        T(trace_keeps_stream_names_set_before_release),
+        RESET(trace_records_outcomes),
+        RESET(trace_keeps_a_buffer_per_thread),
+        RESET(trace_restarts_while_threads_allocate),
+        RESET(trace_names_the_process_of_its_events),
+        RESET(trace_from_alloc_conf),
+        RESET(trace_started_mid_run_records_a_baseline),
+        RESET(trace_keeps_stream_names_set_before_release),
 #ifdef SP_CUDASIM
-        T(trace_records_calls_made_by_the_oom_callback),
+        RESET(trace_records_calls_made_by_the_oom_callback),
 #endif
-#undef T
     };
     return cmocka_run_group_tests(tests, NULL, cleanup);
 }

@@ -1,5 +1,7 @@
-/* Helpers for the streampool suites (on top of test_support.h): status checks, stats, streams
- * that are released from every pool before they are destroyed. */
+/* Helpers for the streampool suites (on top of test_support.h): status checks, stats, pools,
+ * a call made on another thread, streams that are released from every pool before they are
+ * destroyed, tracked runtimes and their teardowns (TRACKED, teardown_faults). The shared
+ * fixture built on them is fixtures.h. */
 #ifndef SP_TEST_SP_SUPPORT_H
 #define SP_TEST_SP_SUPPORT_H
 
@@ -8,6 +10,16 @@
 
 #define SP(call) assert_int_equal((call), SP_OK)
 
+/* A call made on another thread: what it needs (the fields its call uses) and its status. */
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pool;
+    cudaStream_t stream;
+    size_t bytes;
+    void *ptr;
+    int rc;
+} thread_call;
+
 static inline sp_stats stats_of(sp_pool *pool)
 {
     sp_stats st = {.size = sizeof st};
@@ -15,11 +27,39 @@ static inline sp_stats stats_of(sp_pool *pool)
     return st;
 }
 
+/* A status code's value, name and sentence. */
+static inline void status_is(int code, int value, const char *name, const char *sentence)
+{
+    assert_int_equal(code, value);
+    assert_string_equal(sp_status_name(code), name);
+    assert_string_equal(sp_strerror(code), sentence);
+}
+
+/* The runtime's default pool. */
+static inline sp_pool *default_pool(sp_runtime *rt)
+{
+    sp_pool *pool;
+    SP(sp_runtime_default_pool(rt, &pool));
+    return pool;
+}
+
+/* A pool named `name` of rt with this limit, reservation and cache limit (0, 0 and UINT64_MAX
+ * are the defaults); the rest of its configuration the defaults. */
+static inline sp_pool *pool_of(sp_runtime *rt, const char *name, uint64_t limit, uint64_t reserve,
+                               uint64_t cache_limit)
+{
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    cfg.limit = limit;
+    cfg.reserve = reserve;
+    cfg.cache_limit = cache_limit;
+    sp_pool *pool;
+    SP(sp_pool_create(rt, name, &cfg, &pool));
+    return pool;
+}
+
 static inline cudaStream_t new_stream(void)
 {
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
+    return cuda_stream(cudaStreamNonBlocking);
 }
 
 static inline void drop_stream(sp_runtime *rt, cudaStream_t s)
@@ -75,7 +115,18 @@ static inline int teardown_runtimes(void **state)
     return busy ? -1 : 0;
 }
 
+/* A test whose teardown is teardown_runtimes. */
+#define TRACKED(fn) cmocka_unit_test_teardown(fn, teardown_runtimes)
+
 #ifdef SP_CUDASIM
+/* The teardown of the fault suites: the injected faults cleared first, so that the runtime of a
+ * failed test can still be destroyed. */
+static inline int teardown_faults(void **state)
+{
+    cudasimClearFaults();
+    return teardown_runtimes(state);
+}
+
 /* A tracked runtime with exact figures at every read (stats_flush_bytes 0) on a device of
  * `bytes` (emulator only: cudasimSetDeviceMemory). */
 static inline sp_runtime *exact_runtime_on_device_of(uint64_t bytes)

@@ -21,6 +21,17 @@
 
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
+/* A test registered with a fresh device after it (reset_device, below) as its only teardown. */
+#define RESET(fn) cmocka_unit_test_teardown(fn, reset_device)
+
+/* A stream with these flags (sp_test_support.h's new_stream: non-blocking). */
+static inline cudaStream_t cuda_stream(unsigned flags)
+{
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, flags));
+    return s;
+}
+
 /* A host function that counts its runs in the atomic_int it is given. */
 static inline void count_fn(void *arg)
 {
@@ -165,6 +176,15 @@ static inline uint64_t pool_attr(cudaMemPool_t pool, enum cudaMemPoolAttr attr)
     uint64_t v = 0;
     CK(cudaMemPoolGetAttribute(pool, attr, &v));
     return v;
+}
+
+/* Once s is done, a trim to 0 leaves the pool nothing reserved; then it is destroyed. */
+static inline void trim_leaves_nothing_then_destroy(cudaMemPool_t pool, cudaStream_t s)
+{
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemPoolTrimTo(pool, 0));
+    assert_int_equal(pool_attr(pool, cudaMemPoolAttrReservedMemCurrent), 0);
+    CK(cudaMemPoolDestroy(pool));
 }
 
 static inline void pool_flag(cudaMemPool_t pool, enum cudaMemPoolAttr attr, int on)
