@@ -66,6 +66,15 @@ API_LABELS = ["driver alloc", "driver free", "event record", "event query", "str
               "event sync", "stream query", "stream sync", "other"]
 
 
+def calls_spread(r):
+    """Calls per request, with their min-max over the repeats where sp-bench gives it."""
+    rng = r.get("cuda_calls_per_request_range")
+    if isinstance(rng, dict) and r.get("cuda_calls_per_request") is not None:
+        return (f"{per_request(r.get('cuda_calls_per_request'))} "
+                f"({rng['min']:.2f}-{rng['max']:.2f})")
+    return per_request(r.get("cuda_calls_per_request"))
+
+
 def render(bench, commit):
     rows = bench.get("serve")
     if not isinstance(rows, list) or not rows:
@@ -86,7 +95,7 @@ def render(bench, commit):
             f"| {r['allocator']}{failed} | {r['streams']} | {spread(r['requests_per_s'])} "
             f"| {spread(r['p99_us'])} | {r['p50_us']:.0f} "
             f"| {r['peak_reserved_bytes'] / (1 << 20):.0f} "
-            f"| {per_request(r.get('cuda_calls_per_request'))} "
+            f"| {calls_spread(r)} "
             f"| {per_request(r.get('driver_allocs_per_request'))} "
             f"| {ratio(r.get('vs_async_threshold_max'))} | {ratio(r.get('vs_cuda_malloc'))} |")
     calls = [r for r in rows if isinstance(r.get("calls_per_request_by_api"), dict)]
