@@ -77,8 +77,8 @@ static int served_off_cache(sp_alloc_call *a, sp_stream_cache *c, sp_block *b, s
  * hot path keeps the shape it has without them */
 enum { CHECKED = 1, TRACED = 2 };
 static int alloc_wrapped(sp_alloc_call *a, unsigned wrap) __attribute__((noinline));
-static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream) __attribute__((noinline));
-static int checked_free(sp_pool *pool, void *ptr, cudaStream_t stream) __attribute__((noinline));
+static int free_wrapped(sp_pool *pool, void *ptr, cudaStream_t stream, unsigned wrap)
+    __attribute__((noinline));
 
 /* The wrappers an allocation goes through: check_free_order:1 and a trace, if on. */
 static inline unsigned wrappers(const sp_pool *pool)
@@ -158,13 +158,17 @@ static inline int alloc_in(sp_alloc_call *a)
     }
 }
 
+static inline int free_in(sp_pool *pool, void *ptr, cudaStream_t stream);
+
 int sp_free(sp_pool *pool, void *ptr, cudaStream_t stream)
 {
-    /* check_free_order:1: checked, calling back in once */
-    if (sp_unlikely(pool != NULL && sp__free_order_wanted(pool->rt)))
-        return checked_free(pool, ptr, stream);
-    if (sp__trace_wanted()) /* recorded: calls back in once, marked */
-        return traced_free(pool, ptr, stream);
+    unsigned wrap = wrappers(pool);
+    return sp_unlikely(wrap) ? free_wrapped(pool, ptr, stream, wrap) : free_in(pool, ptr, stream);
+}
+
+/* Every free: the block back to its stream's cache (its bin, its park) or to the driver. */
+static inline int free_in(sp_pool *pool, void *ptr, cudaStream_t stream)
+{
     sp__cuda_error_clear();
     if (sp_unlikely(!pool))
         return SP_ERR_INVALID;
@@ -418,10 +422,10 @@ int sp_free_any(sp_pool *pool, void *ptr)
 }
 
 /* ---- the trace and check_free_order:1 ----
- * An allocation runs once, its context explicit, and the wrappers note what it did: its
- * outcome as the allocator decided it (the trace), its mark (check_free_order:1). A free calls
- * the public function again, marked as the wrapper's (the mark is consumed at once, so that
- * calls made inside are recorded too), and the trace notes what it did. */
+ * An allocation or a free runs once, its context explicit, and the wrappers note what it did:
+ * an allocation's outcome as the allocator decided it and a free's event (the trace), an
+ * allocation's mark and a free's check (check_free_order:1). Calls made inside (an OOM
+ * callback's) go through sp_alloc and sp_free, and are checked and recorded as their own. */
 
 static int alloc_wrapped(sp_alloc_call *a, unsigned wrap)
 {
@@ -437,30 +441,27 @@ static int alloc_wrapped(sp_alloc_call *a, unsigned wrap)
     return rc;
 }
 
-static int traced_free(sp_pool *pool, void *ptr, cudaStream_t stream)
+/* A free checked (check_free_order:1: before anything is freed; a refused one stays live and
+ * is not recorded) and recorded (its time taken before the block can reach another thread). */
+static int free_wrapped(sp_pool *pool, void *ptr, cudaStream_t stream, unsigned wrap)
 {
-    sp_trace_mark m = sp__trace_free_mark(pool);
-    sp__trace_inside = true;
-    int rc = sp_free(pool, ptr, stream);
-    sp__trace_inside = false;
-    sp__trace_free_done(&m, pool, ptr, stream, rc);
-    return rc;
-}
-
-/* check_free_order:1 for a free: checked before anything is freed, then called again, marked. */
-static int checked_free(sp_pool *pool, void *ptr, cudaStream_t stream)
-{
-    sp__cuda_error_clear();
-    sp_free_mark *m = NULL;
-    int rc = ptr ? sp__free_order_check(pool->rt, ptr, stream, &m) : SP_OK;
-    if (rc != SP_OK) /* the block stays live: nothing was freed */
-        return rc;
-    sp__free_order_inside = true;
-    rc = sp_free(pool, ptr, stream);
-    if (rc == SP_OK)
-        sp__free_order_drop(pool->rt, m);
-    else
-        sp__free_order_put_back(pool->rt, m);
+    sp_trace_mark m = {0};
+    if ((wrap & TRACED) && pool)
+        m = sp__trace_free_mark(pool);
+    sp_free_mark *fm = NULL;
+    if ((wrap & CHECKED) && ptr) {
+        sp__cuda_error_clear();
+        int rc = sp__free_order_check(pool->rt, ptr, stream, &fm);
+        if (rc != SP_OK) /* the block stays live: nothing was freed */
+            return rc;
+    }
+    int rc = free_in(pool, ptr, stream);
+    if ((wrap & CHECKED) && rc == SP_OK)
+        sp__free_order_drop(pool->rt, fm);
+    else if (wrap & CHECKED)
+        sp__free_order_put_back(pool->rt, fm);
+    if ((wrap & TRACED) && pool)
+        sp__trace_free_done(&m, pool, ptr, stream, rc);
     return rc;
 }
 

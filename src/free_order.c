@@ -49,8 +49,6 @@ struct sp_free_order {
     free_point *points[BUCKETS];
 };
 
-_Thread_local bool sp__free_order_inside __attribute__((tls_model("initial-exec")));
-
 sp_free_order *sp__free_order_new(int device)
 {
     sp_free_order *fo = calloc(1, sizeof *fo);

@@ -15,19 +15,10 @@ typedef struct sp_free_order sp_free_order;
 sp_free_order *sp__free_order_new(int device);
 void sp__free_order_destroy(sp_free_order *fo);
 
-/* sp_alloc and sp_free run the checked path (once: the public call again, marked) when the
- * runtime checks free order and this call is not the checked path's own. */
-extern _Thread_local bool sp__free_order_inside __attribute__((tls_model("initial-exec")));
-
+/* sp_alloc and sp_free run the checked path when the runtime checks free order. */
 static inline bool sp__free_order_wanted(const sp_runtime *rt)
 {
-    if (sp_likely(!rt->free_order))
-        return false;
-    if (sp__free_order_inside) { /* the checked path's own call: consume the mark */
-        sp__free_order_inside = false;
-        return false;
-    }
-    return true;
+    return sp_unlikely(rt->free_order);
 }
 
 /* Records the mark of ptr, just allocated on `stream` (best effort: a block without one is not

@@ -34,7 +34,6 @@
 #include "format.h"
 
 atomic_int sp__tracing;
-_Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));
 
 enum { EV_ALLOC, EV_FREE, EV_OOM, EV_LIMIT, EV_RECLAIM, EV_TRIM, EV_REQUEST };
 /* an allocation's outcome (sp_outcome, in its order), or a failure */

@@ -11,17 +11,10 @@
  * (the hook line). On, each event goes to the calling thread's own buffer. */
 
 extern atomic_int sp__tracing;          /* runtimes with a trace on, in the whole process */
-extern _Thread_local bool sp__trace_inside __attribute__((tls_model("initial-exec")));
 
 static inline bool sp__trace_wanted(void)
 {
-    if (sp_likely(atomic_load_explicit(&sp__tracing, memory_order_relaxed) == 0))
-        return false;
-    if (sp__trace_inside) { /* the recording wrapper's own call: consume the mark */
-        sp__trace_inside = false;
-        return false;
-    }
-    return true;
+    return sp_unlikely(atomic_load_explicit(&sp__tracing, memory_order_relaxed) != 0);
 }
 
 /* The recording half of alloc.c's traced sp_alloc / sp_free: figures read before the call
