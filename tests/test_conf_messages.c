@@ -10,36 +10,7 @@
 
 #include "support/sp_test_support.h"
 
-static void contains(const char *text, const char *words)
-{
-    if (!strstr(text, words))
-        fail_msg("'%s' does not contain '%s'", text, words);
-}
-
-static int saved_stderr = -1;
-static FILE *captured;
-
-static void capture_begin(void)
-{
-    fflush(stderr);
-    captured = tmpfile();
-    assert_non_null(captured);
-    saved_stderr = dup(2);
-    assert_true(saved_stderr >= 0);
-    assert_true(dup2(fileno(captured), 2) >= 0);
-}
-
-static const char *capture_end(char *buf, size_t len)
-{
-    fflush(stderr);
-    assert_true(dup2(saved_stderr, 2) >= 0);
-    close(saved_stderr);
-    rewind(captured);
-    size_t n = fread(buf, 1, len - 1, captured);
-    buf[n] = '\0';
-    fclose(captured);
-    return buf;
-}
+#include "support/stderr_capture.h"
 
 /* The warnings sp_runtime_destroy prints for rt, with SP_ALLOC_CONF_QUIET as given (NULL:
  * unset). */

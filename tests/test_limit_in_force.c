@@ -13,37 +13,7 @@
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
-static void contains(const char *text, const char *words)
-{
-    if (!strstr(text, words))
-        fail_msg("'%s' does not contain '%s'", text, words);
-}
-
-/* stderr captured around the calls that may warn */
-static int saved_stderr = -1;
-static FILE *captured;
-
-static void capture_begin(void)
-{
-    fflush(stderr);
-    captured = tmpfile();
-    assert_non_null(captured);
-    saved_stderr = dup(2);
-    assert_true(saved_stderr >= 0);
-    assert_true(dup2(fileno(captured), 2) >= 0);
-}
-
-static const char *capture_end(char *buf, size_t len)
-{
-    fflush(stderr);
-    assert_true(dup2(saved_stderr, 2) >= 0);
-    close(saved_stderr);
-    rewind(captured);
-    size_t n = fread(buf, 1, len - 1, captured);
-    buf[n] = '\0';
-    fclose(captured);
-    return buf;
-}
+#include "support/stderr_capture.h"
 
 static uint64_t limit_of(sp_pool *pool)
 {

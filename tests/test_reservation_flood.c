@@ -6,59 +6,11 @@
 #include <stdlib.h>
 
 #include "support/sp_test_support.h"
+#include "support/flooder.h"
 
 static const uint64_t MiB = 1024 * 1024;
 
 enum { LOOPS = 150, BLOCKS = 16, FLOODERS = 2, FLOOD_LIVE = 12, FLOOD_STEP = 16 };
-
-typedef struct {
-    sp_runtime *rt;
-    sp_pool *pool;
-    atomic_bool *done;
-    atomic_uint_least64_t *ops; /* the flood's requests so far, all threads */
-    unsigned seed;
-    uint64_t allocs, refusals;
-    int errors;
-} flooder;
-
-/* Random sizes (1-64 MiB) allocated until the device refuses, freed in a random order, on the
- * thread's own stream, until the reserved pool's loops are done: the device stays full. */
-static void *flood(void *arg)
-{
-    flooder *f = arg;
-    cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        f->errors++;
-        return NULL;
-    }
-    void *live[FLOOD_LIVE] = {0};
-    while (!atomic_load(f->done)) {
-        int slot = rand_r(&f->seed) % FLOOD_LIVE;
-        if (live[slot]) {
-            if (sp_free(f->pool, live[slot], s) != SP_OK)
-                f->errors++;
-            live[slot] = NULL;
-            continue;
-        }
-        int rc = sp_alloc(f->pool, &live[slot], (1 + rand_r(&f->seed) % 64) * MiB, s);
-        atomic_fetch_add(f->ops, 1);
-        if (rc == SP_OK)
-            f->allocs++;
-        else if (rc == SP_ERR_OUT_OF_MEMORY)
-            f->refusals++;
-        else
-            f->errors++;
-        if (rc != SP_OK)
-            live[slot] = NULL;
-    }
-    for (int i = 0; i < FLOOD_LIVE; i++)
-        if (live[i] && sp_free(f->pool, live[i], s) != SP_OK)
-            f->errors++;
-    if (sp_stream_release(f->rt, s) != SP_OK || cudaStreamSynchronize(s) != cudaSuccess ||
-        cudaStreamDestroy(s) != cudaSuccess)
-        f->errors++;
-    return NULL;
-}
 
 /* The issue's reproduction: a pool reserving 128 MiB allocates 16 blocks of exactly 8 MiB and
  * frees them, in a loop on one stream, while two other pools flood a 512 MiB device (the issue
@@ -82,7 +34,9 @@ static void reservation_holds_under_a_flood(void **state)
     flooder f[FLOODERS];
     pthread_t th[FLOODERS];
     for (int i = 0; i < FLOODERS; i++) {
-        f[i] = (flooder){.rt = rt, .pool = noisy[i], .done = &done, .ops = &ops, .seed = 17u + (unsigned)i};
+        f[i] = (flooder){.rt = rt, .pool = noisy[i], .done = &done, .ops = &ops,
+                            .unit = MiB, .count = 64, .live = FLOOD_LIVE,
+                            .seed = 17u + (unsigned)i};
         assert_int_equal(pthread_create(&th[i], NULL, flood, &f[i]), 0);
     }
     cudaStream_t s = new_stream();
