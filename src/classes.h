@@ -53,6 +53,14 @@
  * 25% over the request above 4 KiB) rather than carve a new one. */
 #define SP_FIT_CLASSES 4
 
+/* What a fresh allocation for a request carved at `size` bytes takes from the driver, away from
+ * the pool's limit: a slab for the small tier, whole driver pages above (pool.c's growth, and
+ * footprint.c's bound on what a request may draw from its claim). */
+static inline size_t sp__fresh_size(bool small, size_t size)
+{
+    return small ? SP_SLAB_BYTES : sp__round_up(size, SP_DRIVER_GRANULARITY);
+}
+
 uint32_t sp__class_of(size_t bytes); /* bytes in 1..SP_MAX_ALLOC */
 /* The largest class whose size is <= bytes (bytes >= 256): the bin of a free range. */
 uint32_t sp__class_floor(size_t bytes);

@@ -15,9 +15,7 @@ static uint64_t fresh_bytes(size_t bytes)
 {
     if (bytes == 0)
         return 0; /* sp_alloc of 0 gives NULL and takes nothing */
-    if (bytes <= SP_SMALL_MAX)
-        return SP_SLAB_BYTES;
-    return sp__round_up(sp__round_up(bytes, SP_LARGE_ALIGN), SP_DRIVER_GRANULARITY);
+    return sp__fresh_size(bytes <= SP_SMALL_MAX, sp__round_up(bytes, SP_LARGE_ALIGN));
 }
 
 int sp_pool_footprint(const sp_pool *pool, const size_t *sizes, size_t count, uint64_t *out)

@@ -273,7 +273,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
  * needs. */
 static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
 {
-    size_t want = h->small ? SP_SLAB_BYTES : sp__round_up(size, SP_DRIVER_GRANULARITY);
+    size_t want = sp__fresh_size(h->small, size);
     uint64_t limit = pool->limit_bytes;
     uint64_t held = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
     if (limit && held < limit && want > limit - held && size <= limit - held) {
@@ -949,8 +949,8 @@ int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
         count(pool, SP_COUNT_admission_refusals);
         return SP_ERR_NEVER_FITS;
     }
-    uint64_t fresh = expected <= SP_SMALL_MAX ? SP_SLAB_BYTES
-                                              : sp__round_up(expected, SP_DRIVER_GRANULARITY);
+    uint64_t fresh =
+        sp__fresh_size(expected <= SP_SMALL_MAX, sp__round_up(expected, SP_LARGE_ALIGN));
     if (limit && fresh > limit)
         fresh = limit; /* near the limit a fresh allocation takes only what it needs */
     uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
