@@ -17,6 +17,7 @@ typedef struct {
     sp_pool *pool;
     atomic_bool *done;
     atomic_uint_least64_t *ops; /* the flood's requests so far, all threads */
+    atomic_uint_least64_t *refused; /* the flood's refusals so far, all threads (NULL: none) */
     unsigned seed;
     size_t unit, count;         /* sizes: unit x (1 + rand % count) bytes */
     int live;                   /* slots, at most FLOODER_MAX_LIVE */
@@ -45,12 +46,15 @@ static inline void *flood(void *arg)
         size_t bytes = f->unit * (1 + (size_t)rand_r(&f->seed) % f->count);
         int rc = sp_alloc(f->pool, &live[slot], bytes, s);
         atomic_fetch_add(f->ops, 1);
-        if (rc == SP_OK)
+        if (rc == SP_OK) {
             f->allocs++;
-        else if (rc == SP_ERR_OUT_OF_MEMORY)
+        } else if (rc == SP_ERR_OUT_OF_MEMORY) {
             f->refusals++;
-        else
+            if (f->refused)
+                atomic_fetch_add(f->refused, 1);
+        } else {
             f->errors++;
+        }
         if (rc != SP_OK)
             live[slot] = NULL;
     }
