@@ -171,11 +171,7 @@ static void two_tenant_server_finishes(void **state)
     assert_int_equal(device_used(), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(only_the_pools_cache_in_the_way_is_admitted, teardown_runtimes),
-        cmocka_unit_test_teardown(two_tenant_server_finishes, teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(only_the_pools_cache_in_the_way_is_admitted, teardown_runtimes),
+    cmocka_unit_test_teardown(two_tenant_server_finishes, teardown_runtimes)
+)

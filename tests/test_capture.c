@@ -529,22 +529,18 @@ static void captured_event_cannot_be_queried(void **state)
     CK(cudaEventDestroy(e));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        CFX(captured_work_runs_only_when_launched),
-        CFX(graph_replay_copies_current_data),
-        CFX(capture_info_reports_sequence_and_dependencies),
-        CFX(fork_and_join_through_events),
-        CFX(unjoined_fork_fails_end_capture),
-        CFX(allocation_nodes_give_graph_memory_each_launch),
-        CFX(relaunch_needs_allocations_freed),
-        CFX(freeing_non_graph_memory_in_capture_invalidates),
-        CFX(sync_and_query_of_capture_fail),
-        RESET(legacy_stream_during_blocking_capture),
-        CFX(capture_modes_govern_unsafe_calls),
-        CFX(end_capture_thread_rules),
-        CFX(captured_event_cannot_be_queried),
-    };
-    return cmocka_run_group_tests_name("capture", tests, NULL, NULL);
-}
+TEST_MAIN("capture",
+    CFX(captured_work_runs_only_when_launched),
+    CFX(graph_replay_copies_current_data),
+    CFX(capture_info_reports_sequence_and_dependencies),
+    CFX(fork_and_join_through_events),
+    CFX(unjoined_fork_fails_end_capture),
+    CFX(allocation_nodes_give_graph_memory_each_launch),
+    CFX(relaunch_needs_allocations_freed),
+    CFX(freeing_non_graph_memory_in_capture_invalidates),
+    CFX(sync_and_query_of_capture_fail),
+    RESET(legacy_stream_during_blocking_capture),
+    CFX(capture_modes_govern_unsafe_calls),
+    CFX(end_capture_thread_rules),
+    CFX(captured_event_cannot_be_queried)
+)

@@ -99,10 +99,6 @@ static void a_refused_captured_free_loses_nothing(void **state)
     assert_int_equal(worst, 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(a_refused_captured_free_loses_nothing, teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(a_refused_captured_free_loses_nothing, teardown_runtimes)
+)

@@ -465,18 +465,14 @@ static void graph_memory_attributes_and_trim(void **state)
     assert_int_equal(graph_attr(cudaGraphMemAttrReservedMemHigh), 4 * MiB);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        CFX(graph_memory_counts_against_capacity),
-        CFX(graph_memory_outlives_graph_until_freed),
-        CFX(begin_and_end_misuse),
-        CFX(event_waits_across_the_capture_boundary),
-        RESET(stricter_choices),
-        RESET(free_node_of_freed_allocation_faults),
-        CFX(forked_branches_run_concurrently),
-        CFX(relaunch_must_follow_outside_free),
-        CFX(graph_memory_attributes_and_trim),
-    };
-    return cmocka_run_group_tests_name("capture_sim", tests, NULL, NULL);
-}
+TEST_MAIN("capture_sim",
+    CFX(graph_memory_counts_against_capacity),
+    CFX(graph_memory_outlives_graph_until_freed),
+    CFX(begin_and_end_misuse),
+    CFX(event_waits_across_the_capture_boundary),
+    RESET(stricter_choices),
+    RESET(free_node_of_freed_allocation_faults),
+    CFX(forked_branches_run_concurrently),
+    CFX(relaunch_must_follow_outside_free),
+    CFX(graph_memory_attributes_and_trim)
+)

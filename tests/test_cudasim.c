@@ -1156,33 +1156,29 @@ static void pools_under_threads_keep_canaries_and_exact_counts(void **state)
     CK(cudaMemPoolDestroy(shared));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        RESET(capacity_limits_allocation_and_mem_get_info),
-        RESET(managed_memory_is_device_memory),
-        RESET(pool_accounting_is_exact),
-        RESET(rule11d_internal_dependency_when_device_full),
-        CFX(frees_on_two_streams_do_not_merge),
-        CFX(remap_grows_only_by_the_shortfall),
-        CFX(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
-        RESET(remap_follows_opportunistic_reuse),
-        CFX(trim_releases_whole_free_pages),
-        CFX(cudafreeasync_of_cudamalloc_memory_returns_it),
-        RESET(two_devices_are_not_peers),
-        RESET(memcpy_refusals_and_peer_copies_without_peer_access),
-        RESET(peer_access_grants_and_enforcement),
-        RESET(ipc_in_one_process_refusals_sharing_and_accounting),
-        RESET(ipc_under_threads),
-        RESET(device_reset_destroys_the_context_state),
-        RESET(illegal_address_is_sticky_and_reported_at_execution),
-        RESET(copies_after_a_fault_do_not_run),
-        RESET(fault_injection_nth_and_persistent),
-        RESET(call_counters),
-        RESET(host_function_may_not_call_cuda),
-        RESET(several_devices_from_environment),
-        RESET(threads_on_many_streams),
-        RESET(pools_under_threads_keep_canaries_and_exact_counts),
-    };
-    return cmocka_run_group_tests_name("cudasim", tests, NULL, NULL);
-}
+TEST_MAIN("cudasim",
+    RESET(capacity_limits_allocation_and_mem_get_info),
+    RESET(managed_memory_is_device_memory),
+    RESET(pool_accounting_is_exact),
+    RESET(rule11d_internal_dependency_when_device_full),
+    CFX(frees_on_two_streams_do_not_merge),
+    CFX(remap_grows_only_by_the_shortfall),
+    CFX(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
+    RESET(remap_follows_opportunistic_reuse),
+    CFX(trim_releases_whole_free_pages),
+    CFX(cudafreeasync_of_cudamalloc_memory_returns_it),
+    RESET(two_devices_are_not_peers),
+    RESET(memcpy_refusals_and_peer_copies_without_peer_access),
+    RESET(peer_access_grants_and_enforcement),
+    RESET(ipc_in_one_process_refusals_sharing_and_accounting),
+    RESET(ipc_under_threads),
+    RESET(device_reset_destroys_the_context_state),
+    RESET(illegal_address_is_sticky_and_reported_at_execution),
+    RESET(copies_after_a_fault_do_not_run),
+    RESET(fault_injection_nth_and_persistent),
+    RESET(call_counters),
+    RESET(host_function_may_not_call_cuda),
+    RESET(several_devices_from_environment),
+    RESET(threads_on_many_streams),
+    RESET(pools_under_threads_keep_canaries_and_exact_counts)
+)

@@ -379,13 +379,9 @@ static void every_byte_back_under_faults(void **state)
 
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_faults)
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        T(pool_destroy_refused_keeps_the_pool),
-        T(runtime_destroy_refused_keeps_the_runtime),
-        T(a_lost_context_is_destroyed_all_the_same),
-        T(every_byte_back_under_faults),
-    };
-    return cmocka_run_group_tests_name("destroy_faults", tests, NULL, NULL);
-}
+TEST_MAIN("destroy_faults",
+    T(pool_destroy_refused_keeps_the_pool),
+    T(runtime_destroy_refused_keeps_the_runtime),
+    T(a_lost_context_is_destroyed_all_the_same),
+    T(every_byte_back_under_faults)
+)

@@ -121,11 +121,7 @@ static void footprint_admitted_requests_never_fail(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        TRACKED(footprint_rounds_as_the_pool_does),
-        TRACKED(footprint_admitted_requests_never_fail),
-    };
-    return cmocka_run_group_tests_name("footprint", tests, NULL, NULL);
-}
+TEST_MAIN("footprint",
+    TRACKED(footprint_rounds_as_the_pool_does),
+    TRACKED(footprint_admitted_requests_never_fail)
+)

@@ -314,14 +314,10 @@ static void limit_between_pages_rounds_down(void **state)
     SP(sp_pool_destroy(pool));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        TRACKED(threads_never_pass_a_256_mib_limit),
-        TRACKED(threads_never_pass_a_96_mib_limit),
-        FX_DEVICE(a_refusal_at_the_cap_is_the_limit, 4 * GiB),
-        TRACKED(limit_below_a_page_is_refused),
-        FX_DEVICE(limit_between_pages_rounds_down, 1 * GiB),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    TRACKED(threads_never_pass_a_256_mib_limit),
+    TRACKED(threads_never_pass_a_96_mib_limit),
+    FX_DEVICE(a_refusal_at_the_cap_is_the_limit, 4 * GiB),
+    TRACKED(limit_below_a_page_is_refused),
+    FX_DEVICE(limit_between_pages_rounds_down, 1 * GiB)
+)

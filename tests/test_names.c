@@ -276,17 +276,13 @@ static void many_pool_keys_are_all_remembered(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        RESET(pool_names_must_be_printable_utf8),
-        RESET(oom_report_json_escapes_every_byte),
-        RESET(unknown_pool_names_in_config_are_reported),
-        RESET(bad_device_has_its_own_status),
-        RESET(stats_json_reads_only_the_callers_struct),
-        RESET(stats_summary_reads_only_the_callers_struct),
-        RESET(calls_without_cuda_clear_the_last_cuda_error),
-        RESET(many_pool_keys_are_all_remembered),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    RESET(pool_names_must_be_printable_utf8),
+    RESET(oom_report_json_escapes_every_byte),
+    RESET(unknown_pool_names_in_config_are_reported),
+    RESET(bad_device_has_its_own_status),
+    RESET(stats_json_reads_only_the_callers_struct),
+    RESET(stats_summary_reads_only_the_callers_struct),
+    RESET(calls_without_cuda_clear_the_last_cuda_error),
+    RESET(many_pool_keys_are_all_remembered)
+)

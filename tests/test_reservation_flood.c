@@ -88,10 +88,6 @@ static void reservation_holds_under_a_flood(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        TRACKED(reservation_holds_under_a_flood),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    TRACKED(reservation_holds_under_a_flood)
+)

@@ -99,10 +99,6 @@ static void reservation_holds_under_random_floods(void **state)
         one_run(run);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        TRACKED(reservation_holds_under_random_floods),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    TRACKED(reservation_holds_under_random_floods)
+)

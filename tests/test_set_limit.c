@@ -251,14 +251,10 @@ static void threads_allocate_while_the_limit_moves(void **state)
     assert_int_equal(device_used(), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(lowering_gives_the_cache_back_and_refuses_until_under,
-                                  teardown_runtimes),
-        cmocka_unit_test_teardown(a_limit_below_the_reservation_is_refused, teardown_runtimes),
-        cmocka_unit_test_teardown(raising_grows_past_the_creation_limit, teardown_runtimes),
-        cmocka_unit_test_teardown(threads_allocate_while_the_limit_moves, teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(lowering_gives_the_cache_back_and_refuses_until_under,
+                              teardown_runtimes),
+    cmocka_unit_test_teardown(a_limit_below_the_reservation_is_refused, teardown_runtimes),
+    cmocka_unit_test_teardown(raising_grows_past_the_creation_limit, teardown_runtimes),
+    cmocka_unit_test_teardown(threads_allocate_while_the_limit_moves, teardown_runtimes)
+)

@@ -583,24 +583,20 @@ static void released_streams_give_backs_are_trimmed(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX(steady_state_same_stream_makes_no_cuda_calls),
-        FX(known_complete_steals_make_no_cuda_calls),
-        TRACKED(capture_check_always_asks_cuda),
-        TRACKED(own_cache_is_released_on_out_of_memory),
-        FX(trim_returns_memory_to_the_device),
-        TRACKED(failing_driver_calls_leave_state_intact),
-        TRACKED(refused_give_back_keeps_the_segment),
-        FX(miss_gives_back_on_its_own_stream_without_waiting),
-        FX(huge_given_back_at_free_is_reused_and_trimmed),
-        FX(a_miss_asks_once_and_leaves_a_busy_stream_to_its_owner),
-        FX(the_marked_owner_publishes_at_its_next_step_and_the_next_miss_reuses_with_no_call),
-        FX(a_busy_owner_fences_its_frees_at_its_next_free_and_the_fence_settles_them),
-        FX(a_miss_that_would_raise_the_high_water_mark_asks_once_about_its_best_candidate),
-        FX(coalesce_asks_only_where_the_merge_would_fit),
-        TRACKED(released_streams_give_backs_are_trimmed),
-    };
-    return cmocka_run_group_tests_name("streampool_sim", tests, NULL, NULL);
-}
+TEST_MAIN("streampool_sim",
+    FX(steady_state_same_stream_makes_no_cuda_calls),
+    FX(known_complete_steals_make_no_cuda_calls),
+    TRACKED(capture_check_always_asks_cuda),
+    TRACKED(own_cache_is_released_on_out_of_memory),
+    FX(trim_returns_memory_to_the_device),
+    TRACKED(failing_driver_calls_leave_state_intact),
+    TRACKED(refused_give_back_keeps_the_segment),
+    FX(miss_gives_back_on_its_own_stream_without_waiting),
+    FX(huge_given_back_at_free_is_reused_and_trimmed),
+    FX(a_miss_asks_once_and_leaves_a_busy_stream_to_its_owner),
+    FX(the_marked_owner_publishes_at_its_next_step_and_the_next_miss_reuses_with_no_call),
+    FX(a_busy_owner_fences_its_frees_at_its_next_free_and_the_fence_settles_them),
+    FX(a_miss_that_would_raise_the_high_water_mark_asks_once_about_its_best_candidate),
+    FX(coalesce_asks_only_where_the_merge_would_fit),
+    TRACKED(released_streams_give_backs_are_trimmed)
+)

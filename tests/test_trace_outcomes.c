@@ -148,11 +148,7 @@ static void trace_outcomes_equal_the_counters_under_threads(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(trace_outcomes_equal_the_counters_under_threads,
-                                  teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(trace_outcomes_equal_the_counters_under_threads,
+                              teardown_runtimes)
+)

@@ -21,6 +21,15 @@
 
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
+/* A suite's main: runs the group `name` of the tests listed (FX, CFX, RESET, ... entries), in
+ * their order, and exits with the number that failed. */
+#define TEST_MAIN(name, ...)                                                                   \
+    int main(void)                                                                             \
+    {                                                                                          \
+        const struct CMUnitTest tests[] = {__VA_ARGS__};                                       \
+        return cmocka_run_group_tests_name(name, tests, NULL, NULL);                           \
+    }
+
 /* A test registered with a fresh device after it (reset_device, below) as its only teardown. */
 #define RESET(fn) cmocka_unit_test_teardown(fn, reset_device)
 
