@@ -53,6 +53,17 @@ struct gate {
     }
 };
 
+// The end of a test that used s and the per-thread default stream: both synchronized (checked,
+// reported at the caller's line), then released from the pools of rt (a streampool::runtime).
+template <class Runtime> void release_both_streams(Runtime &rt, cudaStream_t s, int line)
+{
+    check(cudaStreamSynchronize(s) == cudaSuccess, "cudaStreamSynchronize(s) == cudaSuccess", line);
+    check(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess,
+          "cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess", line);
+    rt.release_stream(s);
+    rt.release_stream(cudaStreamPerThread);
+}
+
 struct tap_test {
     const char *name;
     std::function<void()> run;

@@ -190,10 +190,7 @@ void memory_resource_calls(cudaStream_t s)
     int not_ours = 0;
     other.deallocate(cuda::stream_ref(s), &not_ours, sizeof not_ours); // refused, counted
     CHECK(b.stats().bad_frees == 1);
-    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
-    CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
-    rt.release_stream(s);
-    rt.release_stream(cudaStreamPerThread);
+    release_both_streams(rt, s, __LINE__);
 }
 
 } // namespace

@@ -284,10 +284,7 @@ void rmm_resource_exceptions(cudaStream_t s)
     sp_stats st = tenant.stats();
     CHECK(st.allocs == 4 && st.frees == 4 && st.requested.current == 0);
     CHECK(st.limit_rejections == 2);
-    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
-    CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
-    rt.release_stream(s);
-    rt.release_stream(cudaStreamPerThread);
+    release_both_streams(rt, s, __LINE__);
 }
 
 } // namespace
