@@ -422,14 +422,9 @@ typedef struct {
 #define JOB_THREADS 4
 #define JOB_ROUNDS 50
 
-static void *share_worker(void *arg)
+static void share_worker(void *arg, cudaStream_t s)
 {
     share_job *j = arg;
-    cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        j->failures++;
-        return NULL;
-    }
     for (int i = 0; i < JOB_ROUNDS; i++) {
         void *p = NULL;
         sp_block_handle h;
@@ -457,7 +452,6 @@ static void *share_worker(void *arg)
     (void)cudaStreamSynchronize(s);
     j->failures += sp_stream_release(sh.rt, s) != SP_OK;
     (void)cudaStreamDestroy(s);
-    return NULL;
 }
 
 static void test_threads_share(void **state)
@@ -465,13 +459,13 @@ static void test_threads_share(void **state)
     (void)state;
     pthread_mutex_t talk = PTHREAD_MUTEX_INITIALIZER;
     share_job jobs[JOB_THREADS];
-    pthread_t th[JOB_THREADS];
+    stream_thread th[JOB_THREADS];
     for (int i = 0; i < JOB_THREADS; i++) {
         jobs[i] = (share_job){sh.pool, sh.exp, &sh.im, &talk, 0};
-        assert_int_equal(pthread_create(&th[i], NULL, share_worker, &jobs[i]), 0);
+        stream_thread_start(&th[i], share_worker, &jobs[i]);
     }
     for (int i = 0; i < JOB_THREADS; i++) {
-        assert_int_equal(pthread_join(th[i], NULL), 0);
+        stream_thread_join(&th[i]);
         assert_int_equal(jobs[i].failures, 0);
     }
     SP(sp_pool_share_poll(sh.pool, NULL)); /* what the last polls left */

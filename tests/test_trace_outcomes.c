@@ -24,14 +24,9 @@ typedef struct {
  * few live at once, freed on the stream that allocated them; now and then the host waits for
  * the stream (so that other threads' misses may find its frees settled) and hands a block to
  * the next round's other pool. */
-static void *work(void *arg)
+static void work(void *arg, cudaStream_t s)
 {
     worker *w = arg;
-    cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        w->failures++;
-        return NULL;
-    }
     void *live[LIVE] = {0};
     sp_pool *owner[LIVE] = {0};
     for (int r = 0; r < ROUNDS; r++) {
@@ -58,7 +53,6 @@ static void *work(void *arg)
     if (sp_stream_release(w->rt, s) != SP_OK)
         w->failures++;
     (void)cudaStreamDestroy(s);
-    return NULL;
 }
 
 typedef struct {
@@ -116,13 +110,13 @@ static void trace_outcomes_equal_the_counters_under_threads(void **state)
     snprintf(path, sizeof path, "%s/t.csv", dir);
     SP(sp_runtime_trace_start(rt, path));
     worker w[THREADS];
-    pthread_t t[THREADS];
+    stream_thread t[THREADS];
     for (int i = 0; i < THREADS; i++) {
         w[i] = (worker){rt, {pools[0], pools[1]}, 7919u * (unsigned)(i + 1), 0};
-        assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
+        stream_thread_start(&t[i], work, &w[i]);
     }
     for (int i = 0; i < THREADS; i++) {
-        assert_int_equal(pthread_join(t[i], NULL), 0);
+        stream_thread_join(&t[i]);
         assert_int_equal(w[i].failures, 0);
     }
     SP(sp_runtime_trace_stop(rt));

@@ -33,6 +33,41 @@
 /* A test registered with a fresh device after it (reset_device, below) as its only teardown. */
 #define RESET(fn) cmocka_unit_test_teardown(fn, reset_device)
 
+/* A thread that runs fn(arg, s) on a non-blocking stream of its own, made on that thread as an
+ * application's worker would make it: stream_thread_start, then stream_thread_join, which fails
+ * the test if the thread could not be joined or its stream not made. What happens to the stream
+ * at the end (released, synchronized, destroyed, or handed back through arg) is fn's. */
+typedef struct {
+    pthread_t thread;
+    void (*fn)(void *arg, cudaStream_t s);
+    void *arg;
+    bool no_stream; /* the stream could not be made: fn did not run */
+} stream_thread;
+
+static inline void *stream_thread_main(void *p)
+{
+    stream_thread *t = p;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        t->no_stream = true;
+    else
+        t->fn(t->arg, s);
+    return NULL;
+}
+
+static inline void stream_thread_start(stream_thread *t, void (*fn)(void *, cudaStream_t),
+                                       void *arg)
+{
+    *t = (stream_thread){.fn = fn, .arg = arg};
+    assert_int_equal(pthread_create(&t->thread, NULL, stream_thread_main, t), 0);
+}
+
+static inline void stream_thread_join(stream_thread *t)
+{
+    assert_int_equal(pthread_join(t->thread, NULL), 0);
+    assert_false(t->no_stream);
+}
+
 /* A stream with these flags (sp_test_support.h's new_stream: non-blocking). */
 static inline cudaStream_t cuda_stream(unsigned flags)
 {
