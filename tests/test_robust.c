@@ -267,7 +267,7 @@ static void cache_limit_counts_unflushed_hits(void **state)
     cfg.cache_limit = 4 * MiB;
     sp_pool *pool;
     SP(sp_pool_create(f->rt, "limited", &cfg, &pool));
-    cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
+    cudaStream_t a = f->a, b = f->b, c = f->c;
     gate *ga = gate_new(), *gb = gate_new();
     gate_hold(ga, a); /* a's and b's slabs stay theirs: c carves a slab of its own */
     gate_hold(gb, b);
@@ -291,9 +291,6 @@ static void cache_limit_counts_unflushed_hits(void **state)
     gate_open(gb);
     SP(sp_free(pool, x2, a));
     SP(sp_free(pool, y, b));
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
-    drop_stream(f->rt, c);
     SP(sp_pool_destroy(pool));
 }
 
