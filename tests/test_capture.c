@@ -61,8 +61,7 @@ static void captured_work_runs_only_when_launched(void **state)
     assert_int_equal(atomic_load(&runs), 2);
     assert_true(device_bytes_are(dev, 4 * KiB, 0x7e, s));
 
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaFreeHost(host));
     CK(cudaFree(dev));
 }
@@ -106,8 +105,7 @@ static void graph_replay_copies_current_data(void **state)
     assert_true(host_bytes_are(dst, 4 * KiB, 0x33));
     assert_true(host_bytes_are(dst + 4 * KiB, 4 * KiB, 0x22));
 
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaFreeHost(src));
     CK(cudaFreeHost(dst));
     CK(cudaFree(dev));
@@ -201,8 +199,7 @@ static void fork_and_join_through_events(void **state)
     assert_true(host_bytes_are(host, 4 * KiB, 0x03));
     assert_true(host_bytes_are(host + 4 * KiB, 4 * KiB, 0x02));
 
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaEventDestroy(fork));
     CK(cudaEventDestroy(join));
     CK(cudaFreeHost(host));
@@ -259,10 +256,7 @@ static void allocation_nodes_give_graph_memory_each_launch(void **state)
     CK(cudaFreeAsync(q, s));
     CK(cudaFreeAsync(p, s));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s, &g);
     cudaGraphExec_t x2 = NULL;
     /* Runtime API cudaGraphInstantiate: one executable graph at a time with memory nodes */
     assert_int_equal(cudaGraphInstantiate(&x2, g, 0), cudaErrorInvalidValue);
@@ -274,8 +268,7 @@ static void allocation_nodes_give_graph_memory_each_launch(void **state)
         assert_true(host_bytes_are(host, 16 * KiB, 0x6d));
         assert_true(host_bytes_are(host + 16 * KiB, 48 * KiB, 0x5c));
     }
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaFreeHost(host));
 }
 
@@ -294,10 +287,7 @@ static void relaunch_needs_allocations_freed(void **state)
     CK(cudaMallocAsync(&p, 4 * KiB, s));
     CK(cudaMemsetAsync(p, 0x42, 4 * KiB, s));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s, &g);
     CK(cudaGraphLaunch(x, s));
     assert_true(device_bytes_are(p, 4 * KiB, 0x42, s)); /* valid after the launch */
     assert_int_equal(cudaGraphLaunch(x, s), cudaErrorInvalidValue);
@@ -317,8 +307,7 @@ static void relaunch_needs_allocations_freed(void **state)
     CK(cudaFreeAsync(p, s));
     CK(cudaStreamSynchronize(s));
     assert_true(host_bytes_are(host, 4 * KiB, 0x42));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaFreeHost(host));
 }
 

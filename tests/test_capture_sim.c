@@ -48,8 +48,7 @@ static void graph_memory_counts_against_capacity(void **state)
     CK(cudaGraphLaunch(x, s)); /* relaunch: the same memory again */
     CK(cudaStreamSynchronize(s));
     assert_int_equal(device_free(), 10 * MiB);
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     assert_int_equal(device_free(), 16 * MiB);
 
     /* a graph needing more than the device has left cannot launch */
@@ -65,8 +64,7 @@ static void graph_memory_counts_against_capacity(void **state)
     CK(cudaFree(held));
     CK(cudaGraphLaunch(x, s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
 }
 
 /* Graph memory outlives its executable graph and graph until freed (Programming Guide, "Graph
@@ -82,12 +80,9 @@ static void graph_memory_outlives_graph_until_freed(void **state)
     CK(cudaMallocAsync(&p, MiB, s));
     CK(cudaMemsetAsync(p, 0x3c, MiB, s));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s, &g);
     CK(cudaGraphLaunch(x, s));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     assert_true(device_bytes_are(p, MiB, 0x3c, s));
     assert_int_equal(device_free(), 14 * MiB);
     CK(cudaFree(p));
@@ -163,9 +158,7 @@ static void event_waits_across_the_capture_boundary(void **state)
     CK(cudaStreamWaitEvent(s1, outside, cudaEventWaitExternal));
     mark(s1, &m_graph);
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s1, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s1, &g);
     gate *gt = gate_new();
     gate_hold(gt, other);
     mark(other, &m_other);
@@ -177,8 +170,7 @@ static void event_waits_across_the_capture_boundary(void **state)
     assert_int_equal(atomic_load(&log.len), 2);
     assert_int_equal(log.order[0], 1);
     assert_int_equal(log.order[1], 2);
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaEventDestroy(outside));
     CK(cudaEventDestroy(inside));
 }
@@ -202,9 +194,7 @@ static void stricter_choices(void **state)
     CK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal));
     CK(cudaLaunchHostFunc(t, count_fn, &runs));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(t, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(t, &g);
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     assert_int_equal(cudaGraphLaunch(x, s), cudaErrorStreamCaptureUnsupported);
     end_invalidated(s);
@@ -235,8 +225,7 @@ static void stricter_choices(void **state)
     CK(cudaGraphLaunch(x, t));
     CK(cudaStreamSynchronize(t));
     assert_int_equal(atomic_load(&runs), 1);
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     assert_int_equal(cudaGraphDestroy(g), cudaErrorInvalidValue);
     assert_int_equal(cudaGraphExecDestroy(x), cudaErrorInvalidValue);
     (void)cudaGetLastError();
@@ -300,17 +289,14 @@ static void forked_branches_run_concurrently(void **state)
     CK(cudaStreamWaitEvent(s1, join, 0));
     mark(s1, &after);
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s1, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s1, &g);
     CK(cudaGraphLaunch(x, s1));
     CK(cudaStreamSynchronize(s1));
     assert_int_equal(atomic_load(&log.len), 3);
     assert_int_equal(log.order[0], 2);
     assert_int_equal(log.order[1], 1);
     assert_int_equal(log.order[2], 3);
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaEventDestroy(fork));
     CK(cudaEventDestroy(join));
 }
@@ -330,9 +316,7 @@ static void relaunch_must_follow_outside_free(void **state)
     CK(cudaMallocAsync(&p, 4096, s));
     CK(cudaMemsetAsync(p, 0x21, 4096, s));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s, &g);
     CK(cudaGraphLaunch(x, s));
     CK(cudaEventRecord(freed, s));
     CK(cudaStreamWaitEvent(other, freed, 0));
@@ -351,8 +335,7 @@ static void relaunch_must_follow_outside_free(void **state)
     CK(cudaGraphLaunch(x, s)); /* same stream: in order */
     CK(cudaFreeAsync(p, s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaEventDestroy(freed));
 }
 
@@ -456,8 +439,7 @@ static void graph_memory_attributes_and_trim(void **state)
     assert_int_equal(graph_attr(cudaGraphMemAttrReservedMemHigh), 4 * MiB); /* from current */
     assert_int_equal(graph_attr(cudaGraphMemAttrUsedMemHigh), 10 * MiB);
 
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaGraphExecDestroy(x2));
     CK(cudaGraphDestroy(g2));
     /* x2's allocation outlives its graph until freed */

@@ -823,8 +823,7 @@ static void device_reset_destroys_the_context_state(void **state)
     CK(cudaFreeAsync(kept, s));
     CK(cudaFreeAsync(kept_default, s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaStreamDestroy(s));
     CK(cudaMemPoolDestroy(pool));
 

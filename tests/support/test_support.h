@@ -201,6 +201,22 @@ static inline int reset_device(void **state)
     return 0;
 }
 
+/* Ends the capture on s into *g and instantiates the graph: its executable graph. */
+static inline cudaGraphExec_t end_capture_and_instantiate(cudaStream_t s, cudaGraph_t *g)
+{
+    CK(cudaStreamEndCapture(s, g));
+    cudaGraphExec_t x;
+    CK(cudaGraphInstantiate(&x, *g, 0));
+    return x;
+}
+
+/* An executable graph and the graph it was made from, destroyed. */
+static inline void graph_destroy(cudaGraphExec_t x, cudaGraph_t g)
+{
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphDestroy(g));
+}
+
 static inline cudaMemPool_t new_pool(uint64_t threshold)
 {
     struct cudaMemPoolProps props;
