@@ -15,13 +15,6 @@
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024;
 
-static uint64_t device_used(void)
-{
-    size_t free_b = 0, total = 0;
-    CK(cudaMemGetInfo(&free_b, &total));
-    return total - free_b;
-}
-
 /* One thread allocates and frees one block of 1 MiB or less on a stream of a 16 MiB-limit
  * pool, then asks to be admitted for the whole limit: its own cache is all that stands in the
  * way, so it is admitted, at every size and every try. */
@@ -61,9 +54,7 @@ static void only_the_pools_cache_in_the_way_is_admitted(void **state)
            "alloc+free\n",
            admitted, tries);
     drop_stream(rt, s);
-    SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
-    assert_int_equal(device_used(), 0);
+    destroy_leaving_the_device_empty(rt, pool);
 }
 
 /* ---- the newcomer's two-tenant server ---- */
@@ -162,8 +153,8 @@ static void two_tenant_server_finishes(void **state)
     SP(sp_pool_destroy(embed));
     SP(sp_pool_destroy(chat));
     destroy_runtime(rt);
-    printf("# bytes left on the device after destroy: %llu\n", (unsigned long long)device_used());
-    assert_int_equal(device_used(), 0);
+    printf("# bytes left on the device after destroy: %llu\n", (unsigned long long)device_used_bytes());
+    assert_int_equal(device_used_bytes(), 0);
 }
 
 TEST_MAIN("tests",

@@ -15,13 +15,6 @@ static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024
 
 #include "support/stderr_capture.h"
 
-static uint64_t limit_of(sp_pool *pool)
-{
-    sp_pool_config got = {.size = sizeof got};
-    SP(sp_pool_get_config(pool, &got));
-    return got.limit;
-}
-
 /* A 3 MiB limit holds 2 MiB: every report says 2 MiB. */
 static void a_3_mib_limit_shows_2_mib_everywhere(void **state)
 {

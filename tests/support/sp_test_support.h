@@ -57,6 +57,14 @@ static inline sp_pool *pool_of(sp_runtime *rt, const char *name, uint64_t limit,
     return pool;
 }
 
+/* The limit in force of a pool (sp_pool_get_config). */
+static inline uint64_t limit_of(sp_pool *pool)
+{
+    sp_pool_config c = {.size = sizeof c};
+    SP(sp_pool_get_config(pool, &c));
+    return c.limit;
+}
+
 static inline cudaStream_t new_stream(void)
 {
     return cuda_stream(cudaStreamNonBlocking);
@@ -90,6 +98,15 @@ static inline void destroy_runtime(sp_runtime *rt)
         if (tracked_runtimes[i] == rt)
             tracked_runtimes[i] = tracked_runtimes[--tracked_count];
     SP(sp_runtime_destroy(rt));
+}
+
+/* The end of a test on its own runtime: the pool and then the runtime destroyed, and the device
+ * has every byte back. */
+static inline void destroy_leaving_the_device_empty(sp_runtime *rt, sp_pool *pool)
+{
+    SP(sp_pool_destroy(pool));
+    destroy_runtime(rt);
+    assert_int_equal(device_used_bytes(), 0);
 }
 
 /* Opens the gates a failed test left closed, waits for the device, and destroys what is left;

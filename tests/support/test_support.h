@@ -201,6 +201,21 @@ static inline int reset_device(void **state)
     return 0;
 }
 
+/* The device's free bytes, and its bytes in use (cudaMemGetInfo). */
+static inline uint64_t device_free_bytes(void)
+{
+    size_t free_b = 0, total = 0;
+    CK(cudaMemGetInfo(&free_b, &total));
+    return free_b;
+}
+
+static inline uint64_t device_used_bytes(void)
+{
+    size_t free_b = 0, total = 0;
+    CK(cudaMemGetInfo(&free_b, &total));
+    return total - free_b;
+}
+
 /* Ends the capture on s into *g and instantiates the graph: its executable graph. */
 static inline cudaGraphExec_t end_capture_and_instantiate(cudaStream_t s, cudaGraph_t *g)
 {
