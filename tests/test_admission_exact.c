@@ -153,7 +153,8 @@ static void two_tenant_server_finishes(void **state)
     SP(sp_pool_destroy(embed));
     SP(sp_pool_destroy(chat));
     destroy_runtime(rt);
-    printf("# bytes left on the device after destroy: %llu\n", (unsigned long long)device_used_bytes());
+    printf("# bytes left on the device after destroy: %llu\n",
+           (unsigned long long)device_used_bytes());
     assert_int_equal(device_used_bytes(), 0);
 }
 
