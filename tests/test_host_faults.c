@@ -256,24 +256,19 @@ static void give_back_refused_with_host_failure(void **state)
     assert_true(refused > 0); /* some N failed after the driver refused */
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
 #define CASE(name, fn, ...) {#name, fn, NULL, teardown, __VA_ARGS__}
-        CASE(fresh_segment_survives_host_failure, growth_survives_host_failure,
-             &(growth_case){3 * MiB, false}),
-        CASE(fresh_slab_survives_host_failure, growth_survives_host_failure,
-             &(growth_case){64 * 1024, false}),
-        CASE(refused_undo_of_fresh_segment_stays_tracked, growth_survives_host_failure,
-             &(growth_case){3 * MiB, true}),
-        CASE(refused_undo_of_fresh_slab_stays_tracked, growth_survives_host_failure,
-             &(growth_case){64 * 1024, true}),
-        CASE(refused_segment_give_back_stays_in_heap, give_back_refused_with_host_failure,
-             &(size_t){3 * MiB}),
-        CASE(refused_slab_give_back_stays_in_heap, give_back_refused_with_host_failure,
-             &(size_t){64 * 1024}),
+TEST_MAIN_WITHOUT_ALLOC_CONF("host_faults",
+    CASE(fresh_segment_survives_host_failure, growth_survives_host_failure,
+         &(growth_case){3 * MiB, false}),
+    CASE(fresh_slab_survives_host_failure, growth_survives_host_failure,
+         &(growth_case){64 * 1024, false}),
+    CASE(refused_undo_of_fresh_segment_stays_tracked, growth_survives_host_failure,
+         &(growth_case){3 * MiB, true}),
+    CASE(refused_undo_of_fresh_slab_stays_tracked, growth_survives_host_failure,
+         &(growth_case){64 * 1024, true}),
+    CASE(refused_segment_give_back_stays_in_heap, give_back_refused_with_host_failure,
+         &(size_t){3 * MiB}),
+    CASE(refused_slab_give_back_stays_in_heap, give_back_refused_with_host_failure,
+         &(size_t){64 * 1024})
+)
 #undef CASE
-    };
-    return cmocka_run_group_tests_name("host_faults", tests, NULL, NULL);
-}

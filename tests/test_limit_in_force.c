@@ -151,13 +151,8 @@ static void fractional_suffixes_are_accepted(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
-        TRACKED(a_3_mib_limit_shows_2_mib_everywhere),
-        TRACKED(limits_above_the_device_are_clamped_alike),
-        TRACKED(fractional_suffixes_are_accepted),
-    };
-    return cmocka_run_group_tests_name("limit_in_force", tests, NULL, NULL);
-}
+TEST_MAIN_WITHOUT_ALLOC_CONF("limit_in_force",
+    TRACKED(a_3_mib_limit_shows_2_mib_everywhere),
+    TRACKED(limits_above_the_device_are_clamped_alike),
+    TRACKED(fractional_suffixes_are_accepted)
+)

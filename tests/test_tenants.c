@@ -1050,30 +1050,25 @@ static void long_random_faults_at_every_rate(void **state)
     }
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
-        FX_DEVICE(noisy_neighbour, 4 * GiB),
-        FX_DEVICE(reclaim_across_pools, 4 * GiB),
-        FX_DEVICE(reclaim_observes_segments_given_back_on_a_stream, 4 * GiB),
-        FX_DEVICE(released_stream_give_back_observed_once, 4 * GiB),
-        FX_DEVICE(limit_rejects_then_recovers, 4 * GiB),
-        FX_DEVICE(limit_reuses_ranges_its_synchronize_settled, 4 * GiB),
-        FX_DEVICE(oom_callback_and_report, 4 * GiB),
-        TRACKED(random_driver_failures),
-        TRACKED(random_faults_everywhere_lose_nothing),
-        FX_DEVICE(larger_than_device_fails_fast, 4 * GiB),
-        FX_DEVICE(limit_between_driver_pages, 1 * GiB),
-        FX_DEVICE(oom_callback_retry_reclaims_every_pool, 1 * GiB),
-        FX_DEVICE(refused_request_changes_no_figure, 1 * GiB),
-        cmocka_unit_test_prestate_setup_teardown(read_during_a_refused_request_counts_no_claim,
-                                                 fx_setup_device, teardown_held_malloc,
-                                                 &(uint64_t){1 * GiB}),
-        FX_DEVICE(free_reservation_is_not_counted_against_the_limit, 4 * GiB),
-        FX_DEVICE(capture_limit_rejection_is_reported, 1 * GiB),
-        FX_DEVICE(reclaim_stops_below_higher_priorities_once_the_request_fits, 4 * GiB),
-        TRACKED(long_random_faults_at_every_rate),
-    };
-    return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);
-}
+TEST_MAIN_WITHOUT_ALLOC_CONF("tenants",
+    FX_DEVICE(noisy_neighbour, 4 * GiB),
+    FX_DEVICE(reclaim_across_pools, 4 * GiB),
+    FX_DEVICE(reclaim_observes_segments_given_back_on_a_stream, 4 * GiB),
+    FX_DEVICE(released_stream_give_back_observed_once, 4 * GiB),
+    FX_DEVICE(limit_rejects_then_recovers, 4 * GiB),
+    FX_DEVICE(limit_reuses_ranges_its_synchronize_settled, 4 * GiB),
+    FX_DEVICE(oom_callback_and_report, 4 * GiB),
+    TRACKED(random_driver_failures),
+    TRACKED(random_faults_everywhere_lose_nothing),
+    FX_DEVICE(larger_than_device_fails_fast, 4 * GiB),
+    FX_DEVICE(limit_between_driver_pages, 1 * GiB),
+    FX_DEVICE(oom_callback_retry_reclaims_every_pool, 1 * GiB),
+    FX_DEVICE(refused_request_changes_no_figure, 1 * GiB),
+    cmocka_unit_test_prestate_setup_teardown(read_during_a_refused_request_counts_no_claim,
+                                             fx_setup_device, teardown_held_malloc,
+                                             &(uint64_t){1 * GiB}),
+    FX_DEVICE(free_reservation_is_not_counted_against_the_limit, 4 * GiB),
+    FX_DEVICE(capture_limit_rejection_is_reported, 1 * GiB),
+    FX_DEVICE(reclaim_stops_below_higher_priorities_once_the_request_fits, 4 * GiB),
+    TRACKED(long_random_faults_at_every_rate)
+)

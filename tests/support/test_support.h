@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
@@ -26,6 +27,16 @@
 #define TEST_MAIN(name, ...)                                                                   \
     int main(void)                                                                             \
     {                                                                                          \
+        const struct CMUnitTest tests[] = {__VA_ARGS__};                                       \
+        return cmocka_run_group_tests_name(name, tests, NULL, NULL);                           \
+    }
+
+/* TEST_MAIN for the suites whose runtimes must not read an SP_ALLOC_CONF from the environment
+ * that runs them: it is unset before the first test. */
+#define TEST_MAIN_WITHOUT_ALLOC_CONF(name, ...)                                                \
+    int main(void)                                                                             \
+    {                                                                                          \
+        unsetenv("SP_ALLOC_CONF");                                                             \
         const struct CMUnitTest tests[] = {__VA_ARGS__};                                       \
         return cmocka_run_group_tests_name(name, tests, NULL, NULL);                           \
     }
