@@ -75,22 +75,18 @@ static tally count_outcomes(const char *path, const char *pool)
         p = strchr(p, ',');
         assert_non_null(p);
         p++;
-        if (!strncmp(p, "hit,", 4))
-            t.hit++;
-        else if (!strncmp(p, "reuse,", 6))
-            t.reuse++;
-        else if (!strncmp(p, "steal,", 6))
-            t.steal++;
-        else if (!strncmp(p, "wait,", 5))
-            t.wait++;
-        else if (!strncmp(p, "fresh,", 6))
-            t.fresh++;
-        else if (!strncmp(p, "bypass,", 7))
-            t.bypass++;
-        else if (!strncmp(p, "fail,", 5))
-            t.fail++;
-        else
+        const struct {
+            const char *field; /* the outcome and the comma after it */
+            uint64_t *count;
+        } outcomes[] = {{"hit,", &t.hit},     {"reuse,", &t.reuse},   {"steal,", &t.steal},
+                        {"wait,", &t.wait},   {"fresh,", &t.fresh},   {"bypass,", &t.bypass},
+                        {"fail,", &t.fail}};
+        size_t k = 0, n = sizeof outcomes / sizeof outcomes[0];
+        while (k < n && strncmp(p, outcomes[k].field, strlen(outcomes[k].field)) != 0)
+            k++;
+        if (k == n)
             fail_msg("an outcome the trace should not write: %s", line);
+        (*outcomes[k].count)++;
     }
     fclose(f);
     return t;
