@@ -152,10 +152,7 @@ static void two_tenant_server_finishes(void **state)
            (unsigned long long)max_tries);
     SP(sp_pool_destroy(embed));
     SP(sp_pool_destroy(chat));
-    destroy_runtime(rt);
-    printf("# bytes left on the device after destroy: %llu\n",
-           (unsigned long long)device_used_bytes());
-    assert_int_equal(device_used_bytes(), 0);
+    destroy_runtime_reporting_bytes_left(rt);
 }
 
 TEST_MAIN("tests",

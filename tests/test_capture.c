@@ -56,8 +56,7 @@ static void captured_work_runs_only_when_launched(void **state)
     cudaGraphExec_t x;
     CK(cudaGraphInstantiate(&x, g, 0));
     CK(cudaGraphLaunch(x, s));
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     assert_int_equal(atomic_load(&runs), 2);
     assert_true(device_bytes_are(dev, 4 * KiB, 0x7e, s));
 
@@ -100,8 +99,7 @@ static void graph_replay_copies_current_data(void **state)
     assert_true(host_bytes_are(dst + 4 * KiB, 4 * KiB, 0x22));
 
     memset(src, 0x33, 8 * KiB);
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     assert_true(host_bytes_are(dst, 4 * KiB, 0x33));
     assert_true(host_bytes_are(dst + 4 * KiB, 4 * KiB, 0x22));
 
@@ -194,8 +192,7 @@ static void fork_and_join_through_events(void **state)
 
     cudaGraphExec_t x;
     CK(cudaGraphInstantiate(&x, g, 0));
-    CK(cudaGraphLaunch(x, s1));
-    CK(cudaStreamSynchronize(s1));
+    graph_launch_and_wait(x, s1);
     assert_true(host_bytes_are(host, 4 * KiB, 0x03));
     assert_true(host_bytes_are(host + 4 * KiB, 4 * KiB, 0x02));
 
@@ -263,8 +260,7 @@ static void allocation_nodes_give_graph_memory_each_launch(void **state)
     (void)cudaGetLastError();
     for (int launch = 0; launch < 3; launch++) {
         memset(host, 0, 64 * KiB);
-        CK(cudaGraphLaunch(x, s));
-        CK(cudaStreamSynchronize(s));
+        graph_launch_and_wait(x, s);
         assert_true(host_bytes_are(host, 16 * KiB, 0x6d));
         assert_true(host_bytes_are(host + 16 * KiB, 48 * KiB, 0x5c));
     }

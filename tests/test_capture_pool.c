@@ -200,8 +200,7 @@ static void end_and_replay(fixture *f, cudaStream_t s, atomic_int *runs)
     cudaGraphExec_t exec;
     CK(cudaGraphInstantiate(&exec, graph, 0));
     for (int i = 0; i < 2; i++) /* rule 26: the graph frees its own allocation each launch */
-        CK(cudaGraphLaunch(exec, s));
-    CK(cudaStreamSynchronize(s));
+        graph_launch_and_wait(exec, s);
     assert_int_equal(atomic_load(runs), 2);
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));

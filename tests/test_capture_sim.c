@@ -33,8 +33,7 @@ static void graph_memory_counts_against_capacity(void **state)
     assert_int_equal(device_free_bytes(), 16 * MiB); /* capture reserves no memory */
     cudaGraphExec_t x;
     CK(cudaGraphInstantiate(&x, g, 0));
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     assert_int_equal(device_free_bytes(), 10 * MiB); /* 5.5 MiB in 2 MiB units, kept */
     assert_int_equal(cudaMallocAsync(&big, 12 * MiB, s), cudaErrorMemoryAllocation);
     (void)cudaGetLastError();
@@ -55,8 +54,7 @@ static void graph_memory_counts_against_capacity(void **state)
     assert_int_equal(cudaGraphLaunch(x, s), cudaErrorMemoryAllocation);
     (void)cudaGetLastError();
     CK(cudaFree(held));
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     graph_destroy(x, g);
 }
 
@@ -215,8 +213,7 @@ static void stricter_choices(void **state)
     void *p;
     CK(cudaMalloc(&p, 4096)); /* no capture is left to forbid it */
     CK(cudaFree(p));
-    CK(cudaGraphLaunch(x, t));
-    CK(cudaStreamSynchronize(t));
+    graph_launch_and_wait(x, t);
     assert_int_equal(atomic_load(&runs), 1);
     graph_destroy(x, g);
     assert_int_equal(cudaGraphDestroy(g), cudaErrorInvalidValue);
@@ -283,8 +280,7 @@ static void forked_branches_run_concurrently(void **state)
     mark(s1, &after);
     cudaGraph_t g;
     cudaGraphExec_t x = end_capture_and_instantiate(s1, &g);
-    CK(cudaGraphLaunch(x, s1));
-    CK(cudaStreamSynchronize(s1));
+    graph_launch_and_wait(x, s1);
     assert_int_equal(atomic_load(&log.len), 3);
     assert_int_equal(log.order[0], 2);
     assert_int_equal(log.order[1], 1);
@@ -374,8 +370,7 @@ static void graph_memory_attributes_and_trim(void **state)
     cudaGraph_t g;
     cudaGraphExec_t x = alloc_graph(s, 5 * MiB + 512 * 1024, true, &g);
     graph_figures_are(0, 0); /* instantiation takes no memory: the first launch does */
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     graph_figures_are(6 * MiB, 6 * MiB);
     assert_int_equal(device_free_bytes(), 58 * MiB);
 
@@ -410,8 +405,7 @@ static void graph_memory_attributes_and_trim(void **state)
     CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &v));
     CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrReservedMemHigh, &v));
     graph_figures_are(0, 0);
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     graph_figures_are(6 * MiB, 6 * MiB);
 
     /* a running graph, and one whose allocation is live, keep theirs */

@@ -236,6 +236,13 @@ static inline cudaGraphExec_t end_capture_and_instantiate(cudaStream_t s, cudaGr
     return x;
 }
 
+/* One launch of an executable graph on s, waited for. */
+static inline void graph_launch_and_wait(cudaGraphExec_t x, cudaStream_t s)
+{
+    CK(cudaGraphLaunch(x, s));
+    CK(cudaStreamSynchronize(s));
+}
+
 /* An executable graph and the graph it was made from, destroyed. */
 static inline void graph_destroy(cudaGraphExec_t x, cudaGraph_t g)
 {
