@@ -71,7 +71,7 @@ static uint64_t left_after_destroy(unsigned long nth, int persistent, int *free_
     CK(cudaDeviceSynchronize());
     /* the graphs' own memory (rule 26): unused once they are gone and their frees ran */
     CK(cudaDeviceGraphMemTrim(0));
-    return device_used_bytes();
+    return device_bytes_used();
 }
 
 static void a_refused_captured_free_loses_nothing(void **state)

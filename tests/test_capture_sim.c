@@ -30,18 +30,18 @@ static void graph_memory_counts_against_capacity(void **state)
     CK(cudaFreeAsync(q, s));
     cudaGraph_t g;
     CK(cudaStreamEndCapture(s, &g));
-    assert_int_equal(device_free_bytes(), 16 * MiB); /* capture reserves no memory */
+    assert_int_equal(device_bytes_free(), 16 * MiB); /* capture reserves no memory */
     cudaGraphExec_t x;
     CK(cudaGraphInstantiate(&x, g, 0));
     graph_launch_and_wait(x, s);
-    assert_int_equal(device_free_bytes(), 10 * MiB); /* 5.5 MiB in 2 MiB units, kept */
+    assert_int_equal(device_bytes_free(), 10 * MiB); /* 5.5 MiB in 2 MiB units, kept */
     assert_int_equal(cudaMallocAsync(&big, 12 * MiB, s), cudaErrorMemoryAllocation);
     (void)cudaGetLastError();
     CK(cudaGraphLaunch(x, s)); /* relaunch: the same memory again */
     CK(cudaStreamSynchronize(s));
-    assert_int_equal(device_free_bytes(), 10 * MiB);
+    assert_int_equal(device_bytes_free(), 10 * MiB);
     graph_destroy(x, g);
-    assert_int_equal(device_free_bytes(), 16 * MiB);
+    assert_int_equal(device_bytes_free(), 16 * MiB);
 
     /* a graph needing more than the device has left cannot launch */
     void *held;
@@ -75,9 +75,9 @@ static void graph_memory_outlives_graph_until_freed(void **state)
     CK(cudaGraphLaunch(x, s));
     graph_destroy(x, g);
     assert_true(device_bytes_are(p, MiB, 0x3c, s));
-    assert_int_equal(device_free_bytes(), 14 * MiB);
+    assert_int_equal(device_bytes_free(), 14 * MiB);
     CK(cudaFree(p));
-    assert_int_equal(device_free_bytes(), 16 * MiB);
+    assert_int_equal(device_bytes_free(), 16 * MiB);
     assert_int_equal(cudaFree(p), cudaErrorInvalidValue);
     assert_int_equal(cudaFreeAsync(p, s), cudaErrorInvalidValue);
     (void)cudaGetLastError();
@@ -372,7 +372,7 @@ static void graph_memory_attributes_and_trim(void **state)
     graph_figures_are(0, 0); /* instantiation takes no memory: the first launch does */
     graph_launch_and_wait(x, s);
     graph_figures_are(6 * MiB, 6 * MiB);
-    assert_int_equal(device_free_bytes(), 58 * MiB);
+    assert_int_equal(device_bytes_free(), 58 * MiB);
 
     /* only the high watermarks may be set, and only to 0 */
     uint64_t v = 1;
@@ -400,7 +400,7 @@ static void graph_memory_attributes_and_trim(void **state)
     /* an idle graph's memory goes back to the device; its next launch takes it again */
     CK(cudaDeviceGraphMemTrim(0));
     graph_figures_are(0, 6 * MiB);
-    assert_int_equal(device_free_bytes(), 64 * MiB);
+    assert_int_equal(device_bytes_free(), 64 * MiB);
     v = 0;
     CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &v));
     CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrReservedMemHigh, &v));

@@ -44,7 +44,7 @@ static void fill_cache(sp_pool *pool, cudaStream_t s)
 static void pool_destroy_refused_keeps_the_pool(void **state)
 {
     (void)state;
-    uint64_t at_start = device_free_bytes();
+    uint64_t at_start = device_bytes_free();
     sp_runtime *rt = track_runtime(0, NULL);
     sp_pool *pool;
     SP(sp_pool_create(rt, "tenant", NULL, &pool));
@@ -72,7 +72,7 @@ static void pool_destroy_refused_keeps_the_pool(void **state)
     drop_stream(rt, s);
     destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
-    assert_int_equal(device_free_bytes(), at_start);
+    assert_int_equal(device_bytes_free(), at_start);
 }
 
 /* sp_runtime_destroy with the nth cudaMemPoolDestroy refused (of three pools, the default one
@@ -81,7 +81,7 @@ static void runtime_destroy_refused_keeps_the_runtime(void **state)
 {
     (void)state;
     for (unsigned long nth = 1; nth <= 3; nth++) {
-        uint64_t at_start = device_free_bytes();
+        uint64_t at_start = device_bytes_free();
         sp_runtime *rt = track_runtime(0, NULL);
         sp_pool *pools[3];
         SP(sp_runtime_default_pool(rt, &pools[0]));
@@ -110,7 +110,7 @@ static void runtime_destroy_refused_keeps_the_runtime(void **state)
         SP(sp_stream_release(rt, cudaStreamPerThread));
         destroy_runtime(rt);
         CK(cudaDeviceSynchronize());
-        assert_int_equal(device_free_bytes(), at_start);
+        assert_int_equal(device_bytes_free(), at_start);
     }
 }
 
@@ -329,7 +329,7 @@ static uint64_t bytes_lost(unsigned per_million, uint64_t seed)
 {
     reset_device(NULL);
     CK(cudasimSetDeviceMemory(0, 512 * MiB));
-    uint64_t at_start = device_free_bytes();
+    uint64_t at_start = device_bytes_free();
     workload w = {0};
     uint64_t rng = seed;
     faults f = {per_million, seed, 0};
@@ -339,7 +339,7 @@ static uint64_t bytes_lost(unsigned per_million, uint64_t seed)
     cudasimClearFaults();
     (void)cudaGetLastError(); /* what a failed call left on the thread */
     CK(cudaDeviceSynchronize());
-    uint64_t at_end = device_free_bytes();
+    uint64_t at_end = device_bytes_free();
     return at_start - at_end;
 }
 

@@ -108,7 +108,7 @@ static inline void destroy_leaving_the_device_empty(sp_runtime *rt, sp_pool *poo
 {
     SP(sp_pool_destroy(pool));
     destroy_runtime(rt);
-    assert_int_equal(device_used_bytes(), 0);
+    assert_int_equal(device_bytes_used(), 0);
 }
 
 /* The end of a long test on its own runtime: the runtime destroyed, the device's bytes still in
@@ -117,8 +117,8 @@ static inline void destroy_runtime_reporting_bytes_left(sp_runtime *rt)
 {
     destroy_runtime(rt);
     printf("# bytes left on the device after destroy: %llu\n",
-           (unsigned long long)device_used_bytes());
-    assert_int_equal(device_used_bytes(), 0);
+           (unsigned long long)device_bytes_used());
+    assert_int_equal(device_bytes_used(), 0);
 }
 
 /* Opens the gates a failed test left closed, waits for the device, and destroys what is left;

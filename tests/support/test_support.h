@@ -213,14 +213,14 @@ static inline int reset_device(void **state)
 }
 
 /* The device's free bytes, and its bytes in use (cudaMemGetInfo). */
-static inline uint64_t device_free_bytes(void)
+static inline uint64_t device_bytes_free(void)
 {
     size_t free_b = 0, total = 0;
     CK(cudaMemGetInfo(&free_b, &total));
     return free_b;
 }
 
-static inline uint64_t device_used_bytes(void)
+static inline uint64_t device_bytes_used(void)
 {
     size_t free_b = 0, total = 0;
     CK(cudaMemGetInfo(&free_b, &total));
