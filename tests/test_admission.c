@@ -248,15 +248,11 @@ static void admitted_request_never_meets_the_limit(void **state)
     drop_stream(fx.rt, f.stream);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(codes_say_now_or_never),
-        FX(refusal_makes_no_cuda_call),
-        FX(claim_released_exactly_at_end),
-        FX(alloc_larger_than_limit_never_fits),
-        FX(bad_configs_are_refused),
-        FX(admitted_request_never_meets_the_limit),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test(codes_say_now_or_never),
+    FX(refusal_makes_no_cuda_call),
+    FX(claim_released_exactly_at_end),
+    FX(alloc_larger_than_limit_never_fits),
+    FX(bad_configs_are_refused),
+    FX(admitted_request_never_meets_the_limit)
+)

@@ -15,13 +15,6 @@
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024;
 
-static uint64_t device_used(void)
-{
-    size_t free_b = 0, total = 0;
-    CK(cudaMemGetInfo(&free_b, &total));
-    return total - free_b;
-}
-
 /* One thread allocates and frees one block of 1 MiB or less on a stream of a 16 MiB-limit
  * pool, then asks to be admitted for the whole limit: its own cache is all that stands in the
  * way, so it is admitted, at every size and every try. */
@@ -61,9 +54,7 @@ static void only_the_pools_cache_in_the_way_is_admitted(void **state)
            "alloc+free\n",
            admitted, tries);
     drop_stream(rt, s);
-    SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
-    assert_int_equal(device_used(), 0);
+    destroy_leaving_the_device_empty(rt, pool);
 }
 
 /* ---- the newcomer's two-tenant server ---- */
@@ -75,16 +66,12 @@ typedef struct {
     unsigned seed;
     uint64_t served, refusals, errors, max_tries;
     int first_error;
+    cudaStream_t stream; /* the thread's, synchronized, for the test to drop */
 } server;
 
-static void *serve(void *arg)
+static void serve(void *arg, cudaStream_t s)
 {
     server *w = arg;
-    cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        w->errors++;
-        return NULL;
-    }
     for (int i = 0; i < REQUESTS; i++) {
         sp_pool *pool = w->tenant[i % 2];
         /* 1-3 buffers of 64 KiB to 3 MiB; the footprint declared as README says: each rounded
@@ -122,7 +109,7 @@ static void *serve(void *arg)
         w->served++;
     }
     (void)cudaStreamSynchronize(s);
-    return (void *)s;
+    w->stream = s;
 }
 
 static void two_tenant_server_finishes(void **state)
@@ -139,17 +126,16 @@ static void two_tenant_server_finishes(void **state)
     sp_pool *embed, *chat;
     SP(sp_pool_create(rt, "embed", &ec, &embed));
     SP(sp_pool_create(rt, "chat", NULL, &chat));
-    pthread_t th[SERVER_THREADS];
+    stream_thread th[SERVER_THREADS];
     for (int i = 0; i < SERVER_THREADS; i++) {
         w[i].tenant[0] = i % 2 ? chat : embed;
         w[i].tenant[1] = i % 2 ? embed : chat;
         w[i].seed = 27001u + (unsigned)i;
-        assert_int_equal(pthread_create(&th[i], NULL, serve, &w[i]), 0);
+        stream_thread_start(&th[i], serve, &w[i]);
     }
     uint64_t served = 0, refusals = 0, max_tries = 0;
     for (int i = 0; i < SERVER_THREADS; i++) {
-        void *s = NULL;
-        assert_int_equal(pthread_join(th[i], &s), 0);
+        stream_thread_join(&th[i]);
         if (w[i].errors)
             fprintf(stderr, "server %d: %llu errors, the first %s\n", i,
                     (unsigned long long)w[i].errors, sp_status_name(w[i].first_error));
@@ -157,7 +143,7 @@ static void two_tenant_server_finishes(void **state)
         served += w[i].served;
         refusals += w[i].refusals;
         max_tries = w[i].max_tries > max_tries ? w[i].max_tries : max_tries;
-        drop_stream(rt, (cudaStream_t)s);
+        drop_stream(rt, w[i].stream);
     }
     assert_int_equal(served, SERVER_THREADS * REQUESTS);
     printf("# two-tenant server: %d threads, %llu requests served, %llu refusals retried, at "
@@ -166,16 +152,10 @@ static void two_tenant_server_finishes(void **state)
            (unsigned long long)max_tries);
     SP(sp_pool_destroy(embed));
     SP(sp_pool_destroy(chat));
-    destroy_runtime(rt);
-    printf("# bytes left on the device after destroy: %llu\n", (unsigned long long)device_used());
-    assert_int_equal(device_used(), 0);
+    destroy_runtime_reporting_bytes_left(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(only_the_pools_cache_in_the_way_is_admitted, teardown_runtimes),
-        cmocka_unit_test_teardown(two_tenant_server_finishes, teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(only_the_pools_cache_in_the_way_is_admitted, teardown_runtimes),
+    cmocka_unit_test_teardown(two_tenant_server_finishes, teardown_runtimes)
+)

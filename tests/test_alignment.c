@@ -94,11 +94,7 @@ static void odd_sizes_are_256_byte_aligned(void **state)
     drop_stream(f->rt, s);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(every_size_class_is_256_byte_aligned, setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(odd_sizes_are_256_byte_aligned, setup, fx_teardown),
-    };
-    return cmocka_run_group_tests_name("alignment", tests, NULL, NULL);
-}
+TEST_MAIN("alignment",
+    cmocka_unit_test_setup_teardown(every_size_class_is_256_byte_aligned, setup, fx_teardown),
+    cmocka_unit_test_setup_teardown(odd_sizes_are_256_byte_aligned, setup, fx_teardown)
+)

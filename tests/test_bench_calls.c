@@ -124,14 +124,10 @@ static void call_api_names_are_the_json_keys(void **state)
         assert_string_equal(call_api_name((call_api)a), keys[a]);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        RESET(benchmark_work_is_not_counted),
-        RESET(allocator_sync_and_mem_info_are_counted),
-        RESET(streampool_out_of_memory_counts_every_call),
-        RESET(calls_by_api_groups_add_up),
-        RESET(call_api_names_are_the_json_keys),
-    };
-    return cmocka_run_group_tests_name("bench_calls", tests, NULL, NULL);
-}
+TEST_MAIN("bench_calls",
+    RESET(benchmark_work_is_not_counted),
+    RESET(allocator_sync_and_mem_info_are_counted),
+    RESET(streampool_out_of_memory_counts_every_call),
+    RESET(calls_by_api_groups_add_up),
+    RESET(call_api_names_are_the_json_keys)
+)

@@ -68,10 +68,6 @@ static void free_over_the_cache_limit_goes_back_behind_pending_work(void **state
     SP(sp_pool_destroy(pool));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX_DEVICE(free_over_the_cache_limit_goes_back_behind_pending_work, 1 * GiB),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    FX_DEVICE(free_over_the_cache_limit_goes_back_behind_pending_work, 1 * GiB)
+)

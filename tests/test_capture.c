@@ -56,13 +56,11 @@ static void captured_work_runs_only_when_launched(void **state)
     cudaGraphExec_t x;
     CK(cudaGraphInstantiate(&x, g, 0));
     CK(cudaGraphLaunch(x, s));
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     assert_int_equal(atomic_load(&runs), 2);
     assert_true(device_bytes_are(dev, 4 * KiB, 0x7e, s));
 
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaFreeHost(host));
     CK(cudaFree(dev));
 }
@@ -101,13 +99,11 @@ static void graph_replay_copies_current_data(void **state)
     assert_true(host_bytes_are(dst + 4 * KiB, 4 * KiB, 0x22));
 
     memset(src, 0x33, 8 * KiB);
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     assert_true(host_bytes_are(dst, 4 * KiB, 0x33));
     assert_true(host_bytes_are(dst + 4 * KiB, 4 * KiB, 0x22));
 
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaFreeHost(src));
     CK(cudaFreeHost(dst));
     CK(cudaFree(dev));
@@ -196,13 +192,11 @@ static void fork_and_join_through_events(void **state)
 
     cudaGraphExec_t x;
     CK(cudaGraphInstantiate(&x, g, 0));
-    CK(cudaGraphLaunch(x, s1));
-    CK(cudaStreamSynchronize(s1));
+    graph_launch_and_wait(x, s1);
     assert_true(host_bytes_are(host, 4 * KiB, 0x03));
     assert_true(host_bytes_are(host + 4 * KiB, 4 * KiB, 0x02));
 
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaEventDestroy(fork));
     CK(cudaEventDestroy(join));
     CK(cudaFreeHost(host));
@@ -259,23 +253,18 @@ static void allocation_nodes_give_graph_memory_each_launch(void **state)
     CK(cudaFreeAsync(q, s));
     CK(cudaFreeAsync(p, s));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s, &g);
     cudaGraphExec_t x2 = NULL;
     /* Runtime API cudaGraphInstantiate: one executable graph at a time with memory nodes */
     assert_int_equal(cudaGraphInstantiate(&x2, g, 0), cudaErrorInvalidValue);
     (void)cudaGetLastError();
     for (int launch = 0; launch < 3; launch++) {
         memset(host, 0, 64 * KiB);
-        CK(cudaGraphLaunch(x, s));
-        CK(cudaStreamSynchronize(s));
+        graph_launch_and_wait(x, s);
         assert_true(host_bytes_are(host, 16 * KiB, 0x6d));
         assert_true(host_bytes_are(host + 16 * KiB, 48 * KiB, 0x5c));
     }
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaFreeHost(host));
 }
 
@@ -294,10 +283,7 @@ static void relaunch_needs_allocations_freed(void **state)
     CK(cudaMallocAsync(&p, 4 * KiB, s));
     CK(cudaMemsetAsync(p, 0x42, 4 * KiB, s));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s, &g);
     CK(cudaGraphLaunch(x, s));
     assert_true(device_bytes_are(p, 4 * KiB, 0x42, s)); /* valid after the launch */
     assert_int_equal(cudaGraphLaunch(x, s), cudaErrorInvalidValue);
@@ -317,8 +303,7 @@ static void relaunch_needs_allocations_freed(void **state)
     CK(cudaFreeAsync(p, s));
     CK(cudaStreamSynchronize(s));
     assert_true(host_bytes_are(host, 4 * KiB, 0x42));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaFreeHost(host));
 }
 
@@ -529,22 +514,18 @@ static void captured_event_cannot_be_queried(void **state)
     CK(cudaEventDestroy(e));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        CFX(captured_work_runs_only_when_launched),
-        CFX(graph_replay_copies_current_data),
-        CFX(capture_info_reports_sequence_and_dependencies),
-        CFX(fork_and_join_through_events),
-        CFX(unjoined_fork_fails_end_capture),
-        CFX(allocation_nodes_give_graph_memory_each_launch),
-        CFX(relaunch_needs_allocations_freed),
-        CFX(freeing_non_graph_memory_in_capture_invalidates),
-        CFX(sync_and_query_of_capture_fail),
-        RESET(legacy_stream_during_blocking_capture),
-        CFX(capture_modes_govern_unsafe_calls),
-        CFX(end_capture_thread_rules),
-        CFX(captured_event_cannot_be_queried),
-    };
-    return cmocka_run_group_tests_name("capture", tests, NULL, NULL);
-}
+TEST_MAIN("capture",
+    CFX(captured_work_runs_only_when_launched),
+    CFX(graph_replay_copies_current_data),
+    CFX(capture_info_reports_sequence_and_dependencies),
+    CFX(fork_and_join_through_events),
+    CFX(unjoined_fork_fails_end_capture),
+    CFX(allocation_nodes_give_graph_memory_each_launch),
+    CFX(relaunch_needs_allocations_freed),
+    CFX(freeing_non_graph_memory_in_capture_invalidates),
+    CFX(sync_and_query_of_capture_fail),
+    RESET(legacy_stream_during_blocking_capture),
+    CFX(capture_modes_govern_unsafe_calls),
+    CFX(end_capture_thread_rules),
+    CFX(captured_event_cannot_be_queried)
+)

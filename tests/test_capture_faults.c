@@ -10,13 +10,6 @@
 
 static const uint64_t MiB = 1024 * 1024;
 
-static uint64_t device_used(void)
-{
-    size_t free_b = 0, total = 0;
-    CK(cudaMemGetInfo(&free_b, &total));
-    return total - free_b;
-}
-
 enum { POOLS = 3, STREAMS = 3, FREES = 9 };
 
 /* 3 pools and 3 streams; the first stream captures (declared) three allocations per pool and
@@ -78,7 +71,7 @@ static uint64_t left_after_destroy(unsigned long nth, int persistent, int *free_
     CK(cudaDeviceSynchronize());
     /* the graphs' own memory (rule 26): unused once they are gone and their frees ran */
     CK(cudaDeviceGraphMemTrim(0));
-    return device_used();
+    return device_bytes_used();
 }
 
 static void a_refused_captured_free_loses_nothing(void **state)
@@ -99,10 +92,6 @@ static void a_refused_captured_free_loses_nothing(void **state)
     assert_int_equal(worst, 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(a_refused_captured_free_loses_nothing, teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(a_refused_captured_free_loses_nothing, teardown_runtimes)
+)

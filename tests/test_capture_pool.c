@@ -200,8 +200,7 @@ static void end_and_replay(fixture *f, cudaStream_t s, atomic_int *runs)
     cudaGraphExec_t exec;
     CK(cudaGraphInstantiate(&exec, graph, 0));
     for (int i = 0; i < 2; i++) /* rule 26: the graph frees its own allocation each launch */
-        CK(cudaGraphLaunch(exec, s));
-    CK(cudaStreamSynchronize(s));
+        graph_launch_and_wait(exec, s);
     assert_int_equal(atomic_load(runs), 2);
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
@@ -798,33 +797,19 @@ static void give_back_racing_a_release_is_trimmed(void **state)
     CK(cudaStreamDestroy(s));
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(declared_capture_keeps_blocks_aside, setup_declared,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(undeclared_capture_is_never_probed, setup_always, teardown),
-        cmocka_unit_test_setup_teardown(declared_capture_keeps_hot_path_lock_free,
-                                        setup_declared, teardown),
-        cmocka_unit_test_setup_teardown(capture_declared_during_a_query_waits_for_it,
-                                        setup_declared, teardown),
-        cmocka_unit_test_setup_teardown(capture_declared_before_a_trims_device_sync_stops_it,
-                                        setup_declared, teardown),
-        cmocka_unit_test_setup_teardown(capture_declared_during_a_pool_destroy_waits_for_it,
-                                        setup_declared, teardown),
-        cmocka_unit_test_setup_teardown(fence_query_during_a_global_capture_leaves_it_valid,
-                                        setup_declared, teardown),
-        cmocka_unit_test_setup_teardown(declared_capture_survives_always_checks_before_it_begins,
-                                        setup_always, teardown),
-        cmocka_unit_test_setup_teardown(
-            declared_blocking_capture_keeps_always_checks_off_the_legacy_stream, setup_always,
-            teardown),
-        cmocka_unit_test_setup_teardown(pool_reads_and_trims_during_a_global_capture_leave_it_valid,
-                                        setup_declared, teardown),
-        cmocka_unit_test_setup_teardown(give_back_racing_a_release_is_trimmed, setup_always,
-                                        teardown),
-    };
-    (void)MiB;
-    return cmocka_run_group_tests_name("capture_pool", tests, NULL, NULL);
-}
+/* A test on the fixture with capture_check SP_CAPTURE_DECLARED, or SP_CAPTURE_ALWAYS. */
+#define DECLARED(fn) cmocka_unit_test_setup_teardown(fn, setup_declared, teardown)
+#define ALWAYS(fn) cmocka_unit_test_setup_teardown(fn, setup_always, teardown)
+TEST_MAIN_WITHOUT_ALLOC_CONF("capture_pool",
+    DECLARED(declared_capture_keeps_blocks_aside),
+    ALWAYS(undeclared_capture_is_never_probed),
+    DECLARED(declared_capture_keeps_hot_path_lock_free),
+    DECLARED(capture_declared_during_a_query_waits_for_it),
+    DECLARED(capture_declared_before_a_trims_device_sync_stops_it),
+    DECLARED(capture_declared_during_a_pool_destroy_waits_for_it),
+    DECLARED(fence_query_during_a_global_capture_leaves_it_valid),
+    ALWAYS(declared_capture_survives_always_checks_before_it_begins),
+    ALWAYS(declared_blocking_capture_keeps_always_checks_off_the_legacy_stream),
+    DECLARED(pool_reads_and_trims_during_a_global_capture_leave_it_valid),
+    ALWAYS(give_back_racing_a_release_is_trimmed)
+)

@@ -13,13 +13,6 @@ static void end_invalidated(cudaStream_t s)
     (void)cudaGetLastError();
 }
 
-static size_t device_free(void)
-{
-    size_t free_b = 0, total = 0;
-    CK(cudaMemGetInfo(&free_b, &total));
-    return free_b;
-}
-
 /* Graph memory (Programming Guide, "Graph Memory Nodes") comes from the device: cudasim charges
  * a graph's allocations, in 2 MiB units, at its first launch and keeps them (as the graph memory
  * pool does) until the graph is gone; a launch that does not fit fails. */
@@ -37,20 +30,18 @@ static void graph_memory_counts_against_capacity(void **state)
     CK(cudaFreeAsync(q, s));
     cudaGraph_t g;
     CK(cudaStreamEndCapture(s, &g));
-    assert_int_equal(device_free(), 16 * MiB); /* capture reserves no memory */
+    assert_int_equal(device_bytes_free(), 16 * MiB); /* capture reserves no memory */
     cudaGraphExec_t x;
     CK(cudaGraphInstantiate(&x, g, 0));
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
-    assert_int_equal(device_free(), 10 * MiB); /* 5.5 MiB in 2 MiB units, kept */
+    graph_launch_and_wait(x, s);
+    assert_int_equal(device_bytes_free(), 10 * MiB); /* 5.5 MiB in 2 MiB units, kept */
     assert_int_equal(cudaMallocAsync(&big, 12 * MiB, s), cudaErrorMemoryAllocation);
     (void)cudaGetLastError();
     CK(cudaGraphLaunch(x, s)); /* relaunch: the same memory again */
     CK(cudaStreamSynchronize(s));
-    assert_int_equal(device_free(), 10 * MiB);
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
-    assert_int_equal(device_free(), 16 * MiB);
+    assert_int_equal(device_bytes_free(), 10 * MiB);
+    graph_destroy(x, g);
+    assert_int_equal(device_bytes_free(), 16 * MiB);
 
     /* a graph needing more than the device has left cannot launch */
     void *held;
@@ -63,10 +54,8 @@ static void graph_memory_counts_against_capacity(void **state)
     assert_int_equal(cudaGraphLaunch(x, s), cudaErrorMemoryAllocation);
     (void)cudaGetLastError();
     CK(cudaFree(held));
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_launch_and_wait(x, s);
+    graph_destroy(x, g);
 }
 
 /* Graph memory outlives its executable graph and graph until freed (Programming Guide, "Graph
@@ -82,16 +71,13 @@ static void graph_memory_outlives_graph_until_freed(void **state)
     CK(cudaMallocAsync(&p, MiB, s));
     CK(cudaMemsetAsync(p, 0x3c, MiB, s));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s, &g);
     CK(cudaGraphLaunch(x, s));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     assert_true(device_bytes_are(p, MiB, 0x3c, s));
-    assert_int_equal(device_free(), 14 * MiB);
+    assert_int_equal(device_bytes_free(), 14 * MiB);
     CK(cudaFree(p));
-    assert_int_equal(device_free(), 16 * MiB);
+    assert_int_equal(device_bytes_free(), 16 * MiB);
     assert_int_equal(cudaFree(p), cudaErrorInvalidValue);
     assert_int_equal(cudaFreeAsync(p, s), cudaErrorInvalidValue);
     (void)cudaGetLastError();
@@ -163,9 +149,7 @@ static void event_waits_across_the_capture_boundary(void **state)
     CK(cudaStreamWaitEvent(s1, outside, cudaEventWaitExternal));
     mark(s1, &m_graph);
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s1, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s1, &g);
     gate *gt = gate_new();
     gate_hold(gt, other);
     mark(other, &m_other);
@@ -177,8 +161,7 @@ static void event_waits_across_the_capture_boundary(void **state)
     assert_int_equal(atomic_load(&log.len), 2);
     assert_int_equal(log.order[0], 1);
     assert_int_equal(log.order[1], 2);
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaEventDestroy(outside));
     CK(cudaEventDestroy(inside));
 }
@@ -202,9 +185,7 @@ static void stricter_choices(void **state)
     CK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal));
     CK(cudaLaunchHostFunc(t, count_fn, &runs));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(t, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(t, &g);
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     assert_int_equal(cudaGraphLaunch(x, s), cudaErrorStreamCaptureUnsupported);
     end_invalidated(s);
@@ -232,11 +213,9 @@ static void stricter_choices(void **state)
     void *p;
     CK(cudaMalloc(&p, 4096)); /* no capture is left to forbid it */
     CK(cudaFree(p));
-    CK(cudaGraphLaunch(x, t));
-    CK(cudaStreamSynchronize(t));
+    graph_launch_and_wait(x, t);
     assert_int_equal(atomic_load(&runs), 1);
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     assert_int_equal(cudaGraphDestroy(g), cudaErrorInvalidValue);
     assert_int_equal(cudaGraphExecDestroy(x), cudaErrorInvalidValue);
     (void)cudaGetLastError();
@@ -300,17 +279,13 @@ static void forked_branches_run_concurrently(void **state)
     CK(cudaStreamWaitEvent(s1, join, 0));
     mark(s1, &after);
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s1, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
-    CK(cudaGraphLaunch(x, s1));
-    CK(cudaStreamSynchronize(s1));
+    cudaGraphExec_t x = end_capture_and_instantiate(s1, &g);
+    graph_launch_and_wait(x, s1);
     assert_int_equal(atomic_load(&log.len), 3);
     assert_int_equal(log.order[0], 2);
     assert_int_equal(log.order[1], 1);
     assert_int_equal(log.order[2], 3);
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaEventDestroy(fork));
     CK(cudaEventDestroy(join));
 }
@@ -330,9 +305,7 @@ static void relaunch_must_follow_outside_free(void **state)
     CK(cudaMallocAsync(&p, 4096, s));
     CK(cudaMemsetAsync(p, 0x21, 4096, s));
     cudaGraph_t g;
-    CK(cudaStreamEndCapture(s, &g));
-    cudaGraphExec_t x;
-    CK(cudaGraphInstantiate(&x, g, 0));
+    cudaGraphExec_t x = end_capture_and_instantiate(s, &g);
     CK(cudaGraphLaunch(x, s));
     CK(cudaEventRecord(freed, s));
     CK(cudaStreamWaitEvent(other, freed, 0));
@@ -351,8 +324,7 @@ static void relaunch_must_follow_outside_free(void **state)
     CK(cudaGraphLaunch(x, s)); /* same stream: in order */
     CK(cudaFreeAsync(p, s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaEventDestroy(freed));
 }
 
@@ -398,10 +370,9 @@ static void graph_memory_attributes_and_trim(void **state)
     cudaGraph_t g;
     cudaGraphExec_t x = alloc_graph(s, 5 * MiB + 512 * 1024, true, &g);
     graph_figures_are(0, 0); /* instantiation takes no memory: the first launch does */
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     graph_figures_are(6 * MiB, 6 * MiB);
-    assert_int_equal(device_free(), 58 * MiB);
+    assert_int_equal(device_bytes_free(), 58 * MiB);
 
     /* only the high watermarks may be set, and only to 0 */
     uint64_t v = 1;
@@ -429,13 +400,12 @@ static void graph_memory_attributes_and_trim(void **state)
     /* an idle graph's memory goes back to the device; its next launch takes it again */
     CK(cudaDeviceGraphMemTrim(0));
     graph_figures_are(0, 6 * MiB);
-    assert_int_equal(device_free(), 64 * MiB);
+    assert_int_equal(device_bytes_free(), 64 * MiB);
     v = 0;
     CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &v));
     CK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrReservedMemHigh, &v));
     graph_figures_are(0, 0);
-    CK(cudaGraphLaunch(x, s));
-    CK(cudaStreamSynchronize(s));
+    graph_launch_and_wait(x, s);
     graph_figures_are(6 * MiB, 6 * MiB);
 
     /* a running graph, and one whose allocation is live, keep theirs */
@@ -456,8 +426,7 @@ static void graph_memory_attributes_and_trim(void **state)
     assert_int_equal(graph_attr(cudaGraphMemAttrReservedMemHigh), 4 * MiB); /* from current */
     assert_int_equal(graph_attr(cudaGraphMemAttrUsedMemHigh), 10 * MiB);
 
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaGraphExecDestroy(x2));
     CK(cudaGraphDestroy(g2));
     /* x2's allocation outlives its graph until freed */
@@ -465,18 +434,14 @@ static void graph_memory_attributes_and_trim(void **state)
     assert_int_equal(graph_attr(cudaGraphMemAttrReservedMemHigh), 4 * MiB);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        CFX(graph_memory_counts_against_capacity),
-        CFX(graph_memory_outlives_graph_until_freed),
-        CFX(begin_and_end_misuse),
-        CFX(event_waits_across_the_capture_boundary),
-        RESET(stricter_choices),
-        RESET(free_node_of_freed_allocation_faults),
-        CFX(forked_branches_run_concurrently),
-        CFX(relaunch_must_follow_outside_free),
-        CFX(graph_memory_attributes_and_trim),
-    };
-    return cmocka_run_group_tests_name("capture_sim", tests, NULL, NULL);
-}
+TEST_MAIN("capture_sim",
+    CFX(graph_memory_counts_against_capacity),
+    CFX(graph_memory_outlives_graph_until_freed),
+    CFX(begin_and_end_misuse),
+    CFX(event_waits_across_the_capture_boundary),
+    RESET(stricter_choices),
+    RESET(free_node_of_freed_allocation_faults),
+    CFX(forked_branches_run_concurrently),
+    CFX(relaunch_must_follow_outside_free),
+    CFX(graph_memory_attributes_and_trim)
+)

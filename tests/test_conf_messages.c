@@ -81,13 +81,8 @@ static void the_case_hint_outlives_the_pool(void **state)
                   "case-sensitive: did you mean 'chat'?)");
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
-        TRACKED(quiet_means_what_it_says),
-        TRACKED(a_pool_that_failed_for_memory_is_no_typo),
-        TRACKED(the_case_hint_outlives_the_pool),
-    };
-    return cmocka_run_group_tests_name("conf_messages", tests, NULL, NULL);
-}
+TEST_MAIN_WITHOUT_ALLOC_CONF("conf_messages",
+    TRACKED(quiet_means_what_it_says),
+    TRACKED(a_pool_that_failed_for_memory_is_no_typo),
+    TRACKED(the_case_hint_outlives_the_pool)
+)

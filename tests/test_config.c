@@ -271,18 +271,13 @@ static void a_mebibyte_of_pool_keys_applies(void **state)
     free(conf);
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
-        RESET(every_key),
-        RESET(size_forms),
-        RESET(per_pool_overrides_win),
-        RESET(malformed_forms),
-        RESET(environment_and_code_reach_pools),
-        RESET(release_threshold_stays_within_reserve_and_limit),
-        RESET(cache_limit_gives_blocks_back),
-        RESET(a_mebibyte_of_pool_keys_applies),
-    };
-    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
-}
+TEST_MAIN_WITHOUT_ALLOC_CONF("config",
+    RESET(every_key),
+    RESET(size_forms),
+    RESET(per_pool_overrides_win),
+    RESET(malformed_forms),
+    RESET(environment_and_code_reach_pools),
+    RESET(release_threshold_stays_within_reserve_and_limit),
+    RESET(cache_limit_gives_blocks_back),
+    RESET(a_mebibyte_of_pool_keys_applies)
+)

@@ -261,18 +261,14 @@ static void refused_give_back_moves_give_back_failures(void **state)
     cudasimClearFaults();
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX_EXACT(calls_move_their_counters),
-        FX_EXACT(trim_moves_trims),
-        FX_EXACT(cache_limit_release_moves_its_counters),
-        TRACKED(oom_retry_moves_oom_retries),
-        TRACKED(reclaim_moves_the_victims_counters),
-        FX_EXACT(limit_moves_limit_counters),
-        FX_EXACT(requests_move_admission_and_fence_counters),
-        FX_EXACT(capture_moves_capture_bypasses),
-        FX_EXACT(refused_give_back_moves_give_back_failures),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    FX_EXACT(calls_move_their_counters),
+    FX_EXACT(trim_moves_trims),
+    FX_EXACT(cache_limit_release_moves_its_counters),
+    TRACKED(oom_retry_moves_oom_retries),
+    TRACKED(reclaim_moves_the_victims_counters),
+    FX_EXACT(limit_moves_limit_counters),
+    FX_EXACT(requests_move_admission_and_fence_counters),
+    FX_EXACT(capture_moves_capture_bypasses),
+    FX_EXACT(refused_give_back_moves_give_back_failures)
+)

@@ -694,14 +694,9 @@ typedef struct {
     int seed, failures;
 } ipc_thread_arg;
 
-static void *ipc_thread(void *arg)
+static void ipc_thread(void *arg, cudaStream_t s)
 {
     ipc_thread_arg *a = arg;
-    cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        a->failures++;
-        return NULL;
-    }
     for (int i = 0; i < 16; i++) {
         size_t n = 512u * (size_t)(1 + (a->seed * 7 + i) % 9);
         unsigned char byte = (unsigned char)(a->seed * 16 + i), back[8] = {0};
@@ -721,7 +716,6 @@ static void *ipc_thread(void *arg)
             a->failures += back[k] != byte;
     }
     cudaStreamDestroy(s);
-    return NULL;
 }
 
 static void ipc_under_threads(void **state)
@@ -738,14 +732,14 @@ static void ipc_under_threads(void **state)
                                             cudaMemHandleTypePosixFileDescriptor, 0));
     close(fd);
     enum { T = 4 };
-    pthread_t t[T];
+    stream_thread t[T];
     ipc_thread_arg args[T];
     for (int i = 0; i < T; i++) {
         args[i] = (ipc_thread_arg){shared, imp, i + 1, 0};
-        assert_int_equal(pthread_create(&t[i], NULL, ipc_thread, &args[i]), 0);
+        stream_thread_start(&t[i], ipc_thread, &args[i]);
     }
     for (int i = 0; i < T; i++) {
-        pthread_join(t[i], NULL);
+        stream_thread_join(&t[i]);
         assert_int_equal(args[i].failures, 0);
     }
     assert_true(pool_attr(shared, cudaMemPoolAttrUsedMemCurrent) == 0);
@@ -829,8 +823,7 @@ static void device_reset_destroys_the_context_state(void **state)
     CK(cudaFreeAsync(kept, s));
     CK(cudaFreeAsync(kept_default, s));
     CK(cudaStreamSynchronize(s));
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
+    graph_destroy(x, g);
     CK(cudaStreamDestroy(s));
     CK(cudaMemPoolDestroy(pool));
 
@@ -1068,14 +1061,9 @@ typedef struct {
     int failures;
 } pool_stress_arg;
 
-static void *pool_stress_thread(void *arg)
+static void pool_stress_thread(void *arg, cudaStream_t s)
 {
     pool_stress_arg *a = arg;
-    cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        a->failures++;
-        return NULL;
-    }
     unsigned x = 2654435761u * (unsigned)(a->id + 1);
     for (int r = 0; r < POOL_ROUNDS; r++) {
         void *p[POOL_BLOCKS];
@@ -1108,13 +1096,12 @@ static void *pool_stress_thread(void *arg)
     }
     if (cudaStreamSynchronize(s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess)
         a->failures++;
-    return NULL;
 }
 
 static void pools_under_threads_keep_canaries_and_exact_counts(void **state)
 {
     (void)state;
-    pthread_t t[POOL_THREADS];
+    stream_thread t[POOL_THREADS];
     pool_stress_arg args[POOL_THREADS];
     cudaMemPool_t shared = new_pool(UINT64_MAX);
     for (int i = 0; i < POOL_THREADS; i++) {
@@ -1123,9 +1110,9 @@ static void pools_under_threads_keep_canaries_and_exact_counts(void **state)
     }
     cudasimResetCallCounts();
     for (int i = 0; i < POOL_THREADS; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, pool_stress_thread, &args[i]), 0);
+        stream_thread_start(&t[i], pool_stress_thread, &args[i]);
     for (int i = 0; i < POOL_THREADS; i++)
-        pthread_join(t[i], NULL);
+        stream_thread_join(&t[i]);
     for (int i = 0; i < POOL_THREADS; i++)
         assert_int_equal(args[i].failures, 0);
     assert_int_equal(cudasimCallCount("cudaMallocFromPoolAsync"),
@@ -1156,33 +1143,29 @@ static void pools_under_threads_keep_canaries_and_exact_counts(void **state)
     CK(cudaMemPoolDestroy(shared));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        RESET(capacity_limits_allocation_and_mem_get_info),
-        RESET(managed_memory_is_device_memory),
-        RESET(pool_accounting_is_exact),
-        RESET(rule11d_internal_dependency_when_device_full),
-        CFX(frees_on_two_streams_do_not_merge),
-        CFX(remap_grows_only_by_the_shortfall),
-        CFX(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
-        RESET(remap_follows_opportunistic_reuse),
-        CFX(trim_releases_whole_free_pages),
-        CFX(cudafreeasync_of_cudamalloc_memory_returns_it),
-        RESET(two_devices_are_not_peers),
-        RESET(memcpy_refusals_and_peer_copies_without_peer_access),
-        RESET(peer_access_grants_and_enforcement),
-        RESET(ipc_in_one_process_refusals_sharing_and_accounting),
-        RESET(ipc_under_threads),
-        RESET(device_reset_destroys_the_context_state),
-        RESET(illegal_address_is_sticky_and_reported_at_execution),
-        RESET(copies_after_a_fault_do_not_run),
-        RESET(fault_injection_nth_and_persistent),
-        RESET(call_counters),
-        RESET(host_function_may_not_call_cuda),
-        RESET(several_devices_from_environment),
-        RESET(threads_on_many_streams),
-        RESET(pools_under_threads_keep_canaries_and_exact_counts),
-    };
-    return cmocka_run_group_tests_name("cudasim", tests, NULL, NULL);
-}
+TEST_MAIN("cudasim",
+    RESET(capacity_limits_allocation_and_mem_get_info),
+    RESET(managed_memory_is_device_memory),
+    RESET(pool_accounting_is_exact),
+    RESET(rule11d_internal_dependency_when_device_full),
+    CFX(frees_on_two_streams_do_not_merge),
+    CFX(remap_grows_only_by_the_shortfall),
+    CFX(remap_of_pending_free_counts_pages_once_and_keeps_old_data),
+    RESET(remap_follows_opportunistic_reuse),
+    CFX(trim_releases_whole_free_pages),
+    CFX(cudafreeasync_of_cudamalloc_memory_returns_it),
+    RESET(two_devices_are_not_peers),
+    RESET(memcpy_refusals_and_peer_copies_without_peer_access),
+    RESET(peer_access_grants_and_enforcement),
+    RESET(ipc_in_one_process_refusals_sharing_and_accounting),
+    RESET(ipc_under_threads),
+    RESET(device_reset_destroys_the_context_state),
+    RESET(illegal_address_is_sticky_and_reported_at_execution),
+    RESET(copies_after_a_fault_do_not_run),
+    RESET(fault_injection_nth_and_persistent),
+    RESET(call_counters),
+    RESET(host_function_may_not_call_cuda),
+    RESET(several_devices_from_environment),
+    RESET(threads_on_many_streams),
+    RESET(pools_under_threads_keep_canaries_and_exact_counts)
+)

@@ -542,22 +542,18 @@ static void stand_in_driver_library(void **state)
     dlclose(h);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        RESET(stand_in_driver_library), /* first: it needs a device not yet initialised */
-        RESET(memset_runs_in_legacy_stream_order),
-        RESET(memcpy2d_copies_rows_at_their_pitches),
-        RESET(pointer_attributes_tell_every_kind),
-        RESET(host_register_and_unregister),
-        RESET(stream_priorities_as_on_an_h100),
-        RESET(event_record_with_flags),
-        RESET(stream_callback_runs_in_order),
-        RESET(driver_entry_points_are_not_found),
-        RESET(device_code_has_no_image),
-        RESET(explicit_graphs_are_not_supported),
-        RESET(legacy_ipc_is_not_supported),
-        RESET(error_table_knows_the_new_errors),
-    };
-    return cmocka_run_group_tests_name("cudasim_torch", tests, NULL, NULL);
-}
+TEST_MAIN("cudasim_torch",
+    RESET(stand_in_driver_library), /* first: it needs a device not yet initialised */
+    RESET(memset_runs_in_legacy_stream_order),
+    RESET(memcpy2d_copies_rows_at_their_pitches),
+    RESET(pointer_attributes_tell_every_kind),
+    RESET(host_register_and_unregister),
+    RESET(stream_priorities_as_on_an_h100),
+    RESET(event_record_with_flags),
+    RESET(stream_callback_runs_in_order),
+    RESET(driver_entry_points_are_not_found),
+    RESET(device_code_has_no_image),
+    RESET(explicit_graphs_are_not_supported),
+    RESET(legacy_ipc_is_not_supported),
+    RESET(error_table_knows_the_new_errors)
+)

@@ -17,13 +17,6 @@
 
 static const uint64_t KiB = 1024, MiB = 1024 * 1024;
 
-static uint64_t device_free(void)
-{
-    size_t free_bytes = 0, total = 0;
-    CK(cudaMemGetInfo(&free_bytes, &total));
-    return free_bytes;
-}
-
 static uint64_t reserved_of(sp_pool *pool)
 {
     return pool_attr(sp_pool_cuda_pool(pool), cudaMemPoolAttrReservedMemCurrent);
@@ -51,7 +44,7 @@ static void fill_cache(sp_pool *pool, cudaStream_t s)
 static void pool_destroy_refused_keeps_the_pool(void **state)
 {
     (void)state;
-    uint64_t at_start = device_free();
+    uint64_t at_start = device_bytes_free();
     sp_runtime *rt = track_runtime(0, NULL);
     sp_pool *pool;
     SP(sp_pool_create(rt, "tenant", NULL, &pool));
@@ -79,7 +72,7 @@ static void pool_destroy_refused_keeps_the_pool(void **state)
     drop_stream(rt, s);
     destroy_runtime(rt);
     CK(cudaDeviceSynchronize());
-    assert_int_equal(device_free(), at_start);
+    assert_int_equal(device_bytes_free(), at_start);
 }
 
 /* sp_runtime_destroy with the nth cudaMemPoolDestroy refused (of three pools, the default one
@@ -88,7 +81,7 @@ static void runtime_destroy_refused_keeps_the_runtime(void **state)
 {
     (void)state;
     for (unsigned long nth = 1; nth <= 3; nth++) {
-        uint64_t at_start = device_free();
+        uint64_t at_start = device_bytes_free();
         sp_runtime *rt = track_runtime(0, NULL);
         sp_pool *pools[3];
         SP(sp_runtime_default_pool(rt, &pools[0]));
@@ -117,7 +110,7 @@ static void runtime_destroy_refused_keeps_the_runtime(void **state)
         SP(sp_stream_release(rt, cudaStreamPerThread));
         destroy_runtime(rt);
         CK(cudaDeviceSynchronize());
-        assert_int_equal(device_free(), at_start);
+        assert_int_equal(device_bytes_free(), at_start);
     }
 }
 
@@ -336,7 +329,7 @@ static uint64_t bytes_lost(unsigned per_million, uint64_t seed)
 {
     reset_device(NULL);
     CK(cudasimSetDeviceMemory(0, 512 * MiB));
-    uint64_t at_start = device_free();
+    uint64_t at_start = device_bytes_free();
     workload w = {0};
     uint64_t rng = seed;
     faults f = {per_million, seed, 0};
@@ -346,7 +339,7 @@ static uint64_t bytes_lost(unsigned per_million, uint64_t seed)
     cudasimClearFaults();
     (void)cudaGetLastError(); /* what a failed call left on the thread */
     CK(cudaDeviceSynchronize());
-    uint64_t at_end = device_free();
+    uint64_t at_end = device_bytes_free();
     return at_start - at_end;
 }
 
@@ -379,13 +372,9 @@ static void every_byte_back_under_faults(void **state)
 
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_faults)
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        T(pool_destroy_refused_keeps_the_pool),
-        T(runtime_destroy_refused_keeps_the_runtime),
-        T(a_lost_context_is_destroyed_all_the_same),
-        T(every_byte_back_under_faults),
-    };
-    return cmocka_run_group_tests_name("destroy_faults", tests, NULL, NULL);
-}
+TEST_MAIN("destroy_faults",
+    T(pool_destroy_refused_keeps_the_pool),
+    T(runtime_destroy_refused_keeps_the_runtime),
+    T(a_lost_context_is_destroyed_all_the_same),
+    T(every_byte_back_under_faults)
+)

@@ -282,14 +282,10 @@ static void destroyed_unreleased_stream(void **state)
 
 #define T(fn) cmocka_unit_test_teardown(fn, teardown_faults)
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        T(reuse_after_failed_wait),
-        T(reuse_after_failed_record),
-        T(reuse_after_failed_record_and_sync),
-        T(fresh_memory_despite_fence_failures),
-        T(destroyed_unreleased_stream),
-    };
-    return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
-}
+TEST_MAIN("faults",
+    T(reuse_after_failed_wait),
+    T(reuse_after_failed_record),
+    T(reuse_after_failed_record_and_sync),
+    T(fresh_memory_despite_fence_failures),
+    T(destroyed_unreleased_stream)
+)

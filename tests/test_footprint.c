@@ -11,21 +11,12 @@
 
 static const size_t KiB = 1024, MiB = (size_t)1 << 20;
 
-static sp_pool *limited_pool(sp_runtime *rt, const char *name, uint64_t limit)
-{
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = limit;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
-}
-
 /* The rounding the pool applies, size by size. */
 static void footprint_rounds_as_the_pool_does(void **state)
 {
     (void)state;
     sp_runtime *rt = track_runtime(0, NULL);
-    sp_pool *pool = limited_pool(rt, "tenant", 64 * MiB + 12345);
+    sp_pool *pool = pool_of(rt, "tenant", 64 * MiB + 12345, 0, UINT64_MAX);
     uint64_t f = 7;
     size_t one[] = {1};
     SP(sp_pool_footprint(pool, one, 1, &f));
@@ -89,7 +80,7 @@ static void footprint_admitted_requests_never_fail(void **state)
     sp_runtime_config rcfg = SP_RUNTIME_CONFIG_INIT;
     rcfg.stats_flush_bytes = 0;
     sp_runtime *rt = track_runtime(0, &rcfg);
-    sp_pool *pool = limited_pool(rt, "embed", 96 * MiB);
+    sp_pool *pool = pool_of(rt, "embed", 96 * MiB, 0, UINT64_MAX);
     cudaStream_t s = new_stream(), other = new_stream();
     const size_t mix[] = {4 * KiB, 96 * KiB, 700 * KiB, 1 * MiB, 1536 * KiB, 3 * MiB + 100,
                           5 * MiB, 8 * MiB + 512};
@@ -121,11 +112,7 @@ static void footprint_admitted_requests_never_fail(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        TRACKED(footprint_rounds_as_the_pool_does),
-        TRACKED(footprint_admitted_requests_never_fail),
-    };
-    return cmocka_run_group_tests_name("footprint", tests, NULL, NULL);
-}
+TEST_MAIN("footprint",
+    TRACKED(footprint_rounds_as_the_pool_does),
+    TRACKED(footprint_admitted_requests_never_fail)
+)

@@ -312,15 +312,11 @@ static void synchronized_end_after_a_completed_free_passes(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        TRACKED(event_between_streams_keeps_the_data),
-        TRACKED(missing_order_is_an_error),
-        TRACKED(status_and_config),
-        TRACKED(off_the_hot_path_makes_no_call),
-        TRACKED(synchronized_end_after_a_pending_free_is_caught),
-        TRACKED(synchronized_end_after_a_completed_free_passes),
-    };
-    return cmocka_run_group_tests_name("free_order", tests, NULL, NULL);
-}
+TEST_MAIN("free_order",
+    TRACKED(event_between_streams_keeps_the_data),
+    TRACKED(missing_order_is_an_error),
+    TRACKED(status_and_config),
+    TRACKED(off_the_hot_path_makes_no_call),
+    TRACKED(synchronized_end_after_a_pending_free_is_caught),
+    TRACKED(synchronized_end_after_a_completed_free_passes)
+)

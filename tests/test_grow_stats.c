@@ -130,11 +130,7 @@ static void a_fresh_segment_is_held_with_its_first_block_live(void **state)
     read_while_growing(3 * MiB, 3 * MiB, 4 * MiB);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(a_fresh_slab_is_held_with_its_first_block_live, teardown),
-        cmocka_unit_test_teardown(a_fresh_segment_is_held_with_its_first_block_live, teardown),
-    };
-    return cmocka_run_group_tests_name("grow_stats", tests, NULL, NULL);
-}
+TEST_MAIN("grow_stats",
+    cmocka_unit_test_teardown(a_fresh_slab_is_held_with_its_first_block_live, teardown),
+    cmocka_unit_test_teardown(a_fresh_segment_is_held_with_its_first_block_live, teardown)
+)

@@ -156,12 +156,16 @@ static void assert_all_given_back(sp_pool *pool)
     assert_int_equal(st.pool_reserved, 0);
 }
 
-/* ---- taking memory: a fresh segment and a fresh slab ---- */
+/* One run of a host-failure test on a fresh pool and stream with the Nth host allocation
+ * failing: sets *failed to whether the armed failure happened, and returns how many frees the
+ * driver refused. */
+typedef unsigned long (*host_failure_run)(sp_pool *pool, cudaStream_t s, unsigned long nth,
+                                          size_t bytes, bool refuse, bool *failed);
 
-/* A miss that takes a fresh segment (or slab) with the Nth host allocation failing, and, if
- * `refuse`, the driver refusing the free that undoes it: the miss succeeds or says
- * SP_ERR_NO_HOST_MEMORY, and nothing the driver gave is lost. */
-static void grow_with_host_failure(size_t bytes, bool refuse)
+/* Runs `run` with the 1st, 2nd, ... host allocation failing until a run in which none did, each
+ * on a fresh exact runtime, its pool and a stream; after each, once nothing is live, a trim
+ * gives everything back. Returns the frees the driver refused over all runs. */
+static unsigned long each_host_failure(host_failure_run run, size_t bytes, bool refuse)
 {
     bool failed = true;
     unsigned long refused = 0;
@@ -169,25 +173,36 @@ static void grow_with_host_failure(size_t bytes, bool refuse)
         sp_runtime *rt;
         sp_pool *pool = fresh_pool(&rt);
         cudaStream_t s = new_stream();
-        if (refuse)
-            CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorLaunchFailure, 0));
-        void *p = NULL;
-        arm(nth);
-        int rc = sp_alloc(pool, &p, bytes, s);
-        failed = disarm();
-        cudasimClearFaults();
-        if (rc != SP_OK && rc != SP_ERR_NO_HOST_MEMORY)
-            fail_msg("host allocation %lu failed: sp_alloc said %d", nth, rc);
-        assert_tracked(pool, nth);
-        refused += stats_of(pool).give_back_failures;
-        if (rc == SP_OK)
-            SP(sp_free(pool, p, s));
+        refused += run(pool, s, nth, bytes, refuse, &failed);
         assert_all_given_back(pool);
         drop_stream(rt, s);
         destroy_runtime(rt);
     }
-    if (refuse) /* some N failed after the driver gave the memory */
-        assert_true(refused > 0);
+    return refused;
+}
+
+/* ---- taking memory: a fresh segment and a fresh slab ---- */
+
+/* A miss that takes a fresh segment (or slab) with the Nth host allocation failing, and, if
+ * `refuse`, the driver refusing the free that undoes it: the miss succeeds or says
+ * SP_ERR_NO_HOST_MEMORY, and nothing the driver gave is lost. */
+static unsigned long grow_with_host_failure(sp_pool *pool, cudaStream_t s, unsigned long nth,
+                                            size_t bytes, bool refuse, bool *failed)
+{
+    if (refuse)
+        CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorLaunchFailure, 0));
+    void *p = NULL;
+    arm(nth);
+    int rc = sp_alloc(pool, &p, bytes, s);
+    *failed = disarm();
+    cudasimClearFaults();
+    if (rc != SP_OK && rc != SP_ERR_NO_HOST_MEMORY)
+        fail_msg("host allocation %lu failed: sp_alloc said %d", nth, rc);
+    assert_tracked(pool, nth);
+    unsigned long refused = stats_of(pool).give_back_failures;
+    if (rc == SP_OK)
+        SP(sp_free(pool, p, s));
+    return refused;
 }
 
 /* One case of the fresh-growth tests: the request's size (a segment's or a slab's), and whether
@@ -200,69 +215,60 @@ typedef struct {
 static void growth_survives_host_failure(void **state)
 {
     const growth_case *c = *state;
-    grow_with_host_failure(c->bytes, c->refuse);
+    unsigned long refused = each_host_failure(grow_with_host_failure, c->bytes, c->refuse);
+    if (c->refuse) /* some N failed after the driver gave the memory */
+        assert_true(refused > 0);
 }
 
 /* ---- giving memory back ---- */
 
 /* A trim whose free the driver refuses, with the Nth host allocation failing: the segment (or
  * slab) stays in its heap, and the next trim gives it back. */
-static void refused_give_back_with_host_failure(size_t bytes)
+static unsigned long refused_give_back_with_host_failure(sp_pool *pool, cudaStream_t s,
+                                                         unsigned long nth, size_t bytes,
+                                                         bool refuse, bool *failed)
 {
-    bool failed = true;
-    unsigned long refused = 0;
-    for (unsigned long nth = 1; failed; nth++) {
-        sp_runtime *rt;
-        sp_pool *pool = fresh_pool(&rt);
-        cudaStream_t s = new_stream();
-        void *p;
-        SP(sp_alloc(pool, &p, bytes, s));
-        SP(sp_free(pool, p, s));
-        CK(cudaStreamSynchronize(s));
-        CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorLaunchFailure, 0));
-        arm(nth);
-        int rc = sp_pool_trim(pool, 0);
-        failed = disarm();
-        cudasimClearFaults();
-        sp_stats st = stats_of(pool);
-        /* without host memory to list what it could give, the trim gives nothing (best effort) */
-        if (rc != (st.give_back_failures ? SP_ERR_CUDA : SP_OK) && rc != SP_ERR_NO_HOST_MEMORY)
-            fail_msg("host allocation %lu failed: sp_pool_trim said %d", nth, rc);
-        assert_true(st.give_back_failures <= 1);
-        refused += st.give_back_failures;
-        assert_int_equal(st.driver_frees, 0);
-        assert_tracked(pool, nth);
-        assert_all_given_back(pool);
-        drop_stream(rt, s);
-        destroy_runtime(rt);
-    }
-    assert_true(refused > 0); /* some N failed after the driver refused */
+    (void)refuse;
+    void *p;
+    SP(sp_alloc(pool, &p, bytes, s));
+    SP(sp_free(pool, p, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudasimInjectFault("cudaFreeAsync", 1, cudaErrorLaunchFailure, 0));
+    arm(nth);
+    int rc = sp_pool_trim(pool, 0);
+    *failed = disarm();
+    cudasimClearFaults();
+    sp_stats st = stats_of(pool);
+    /* without host memory to list what it could give, the trim gives nothing (best effort) */
+    if (rc != (st.give_back_failures ? SP_ERR_CUDA : SP_OK) && rc != SP_ERR_NO_HOST_MEMORY)
+        fail_msg("host allocation %lu failed: sp_pool_trim said %d", nth, rc);
+    assert_true(st.give_back_failures <= 1);
+    assert_int_equal(st.driver_frees, 0);
+    assert_tracked(pool, nth);
+    return st.give_back_failures;
 }
 
 /* The give-back tests: the size of what is given back (a segment, a slab). */
 static void give_back_refused_with_host_failure(void **state)
 {
-    refused_give_back_with_host_failure(*(const size_t *)*state);
+    unsigned long refused =
+        each_host_failure(refused_give_back_with_host_failure, *(const size_t *)*state, true);
+    assert_true(refused > 0); /* some N failed after the driver refused */
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
 #define CASE(name, fn, ...) {#name, fn, NULL, teardown, __VA_ARGS__}
-        CASE(fresh_segment_survives_host_failure, growth_survives_host_failure,
-             &(growth_case){3 * MiB, false}),
-        CASE(fresh_slab_survives_host_failure, growth_survives_host_failure,
-             &(growth_case){64 * 1024, false}),
-        CASE(refused_undo_of_fresh_segment_stays_tracked, growth_survives_host_failure,
-             &(growth_case){3 * MiB, true}),
-        CASE(refused_undo_of_fresh_slab_stays_tracked, growth_survives_host_failure,
-             &(growth_case){64 * 1024, true}),
-        CASE(refused_segment_give_back_stays_in_heap, give_back_refused_with_host_failure,
-             &(size_t){3 * MiB}),
-        CASE(refused_slab_give_back_stays_in_heap, give_back_refused_with_host_failure,
-             &(size_t){64 * 1024}),
+TEST_MAIN_WITHOUT_ALLOC_CONF("host_faults",
+    CASE(fresh_segment_survives_host_failure, growth_survives_host_failure,
+         &(growth_case){3 * MiB, false}),
+    CASE(fresh_slab_survives_host_failure, growth_survives_host_failure,
+         &(growth_case){64 * 1024, false}),
+    CASE(refused_undo_of_fresh_segment_stays_tracked, growth_survives_host_failure,
+         &(growth_case){3 * MiB, true}),
+    CASE(refused_undo_of_fresh_slab_stays_tracked, growth_survives_host_failure,
+         &(growth_case){64 * 1024, true}),
+    CASE(refused_segment_give_back_stays_in_heap, give_back_refused_with_host_failure,
+         &(size_t){3 * MiB}),
+    CASE(refused_slab_give_back_stays_in_heap, give_back_refused_with_host_failure,
+         &(size_t){64 * 1024})
+)
 #undef CASE
-    };
-    return cmocka_run_group_tests_name("host_faults", tests, NULL, NULL);
-}

@@ -515,17 +515,13 @@ static void stream_figures_balance_across_threads(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX_EXACT(stream_stats_follow_each_stream),
-        FX_EXACT(stream_stats_count_steals_of_a_split_range),
-        FX_EXACT(reset_peaks_moves_peaks_to_current),
-        FX_EXACT(pointer_info_and_free_any),
-        FX_EXACT(free_any_refuses_another_threads_stream),
-        FX_EXACT(stream_labels_in_reports),
-        FX_EXACT(dump_live_lists_outstanding_allocations),
-        RESET(stream_figures_balance_across_threads),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    FX_EXACT(stream_stats_follow_each_stream),
+    FX_EXACT(stream_stats_count_steals_of_a_split_range),
+    FX_EXACT(reset_peaks_moves_peaks_to_current),
+    FX_EXACT(pointer_info_and_free_any),
+    FX_EXACT(free_any_refuses_another_threads_stream),
+    FX_EXACT(stream_labels_in_reports),
+    FX_EXACT(dump_live_lists_outstanding_allocations),
+    RESET(stream_figures_balance_across_threads)
+)

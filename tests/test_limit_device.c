@@ -43,14 +43,9 @@ static void note_error(worker *w, int status, int op, uint64_t size)
 /* Random sizes, small and large, allocated and freed in a random order on the thread's own
  * stream: up to LIVE blocks live at once. A refusal at the limit is counted; any other error
  * fails the test. */
-static void *work(void *arg)
+static void work(void *arg, cudaStream_t s)
 {
     worker *w = arg;
-    cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        w->errors++;
-        return NULL;
-    }
     void *live[LIVE] = {0};
     for (int i = 0; i < ITERATIONS; i++) {
         int slot = rand_r(&w->seed) % LIVE;
@@ -77,7 +72,6 @@ static void *work(void *arg)
     if (sp_stream_release(w->rt, s) != SP_OK ||
         cudaStreamSynchronize(s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess)
         note_error(w, SP_ERR_CUDA, 2, 0);
-    return NULL;
 }
 
 typedef struct {
@@ -131,7 +125,8 @@ static void stress_under(uint64_t limit, uint64_t max_size)
         SP(sp_pool_create(rt, "capped", &cfg, &pool));
         atomic_bool done = false;
         reader r[READERS];
-        pthread_t rd[READERS], th[THREADS];
+        pthread_t rd[READERS];
+        stream_thread th[THREADS];
         worker w[THREADS];
         for (int i = 0; i < READERS; i++) {
             r[i] = (reader){.pool = pool, .limit = limit, .done = &done};
@@ -140,10 +135,10 @@ static void stress_under(uint64_t limit, uint64_t max_size)
         for (int i = 0; i < THREADS; i++) {
             w[i] = (worker){.rt = rt, .pool = pool, .max_size = max_size,
                             .seed = 7919u * (unsigned)run + (unsigned)i};
-            assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
+            stream_thread_start(&th[i], work, &w[i]);
         }
         for (int i = 0; i < THREADS; i++) {
-            assert_int_equal(pthread_join(th[i], NULL), 0);
+            stream_thread_join(&th[i]);
             if (w[i].errors)
                 print_message("# run %d, worker %d: %d errors, the first %s (%s) from %s of %llu "
                               "bytes\n",
@@ -314,14 +309,10 @@ static void limit_between_pages_rounds_down(void **state)
     SP(sp_pool_destroy(pool));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        TRACKED(threads_never_pass_a_256_mib_limit),
-        TRACKED(threads_never_pass_a_96_mib_limit),
-        FX_DEVICE(a_refusal_at_the_cap_is_the_limit, 4 * GiB),
-        TRACKED(limit_below_a_page_is_refused),
-        FX_DEVICE(limit_between_pages_rounds_down, 1 * GiB),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    TRACKED(threads_never_pass_a_256_mib_limit),
+    TRACKED(threads_never_pass_a_96_mib_limit),
+    FX_DEVICE(a_refusal_at_the_cap_is_the_limit, 4 * GiB),
+    TRACKED(limit_below_a_page_is_refused),
+    FX_DEVICE(limit_between_pages_rounds_down, 1 * GiB)
+)

@@ -15,13 +15,6 @@ static const uint64_t KiB = 1024, MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024
 
 #include "support/stderr_capture.h"
 
-static uint64_t limit_of(sp_pool *pool)
-{
-    sp_pool_config got = {.size = sizeof got};
-    SP(sp_pool_get_config(pool, &got));
-    return got.limit;
-}
-
 /* A 3 MiB limit holds 2 MiB: every report says 2 MiB. */
 static void a_3_mib_limit_shows_2_mib_everywhere(void **state)
 {
@@ -158,13 +151,8 @@ static void fractional_suffixes_are_accepted(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
-        TRACKED(a_3_mib_limit_shows_2_mib_everywhere),
-        TRACKED(limits_above_the_device_are_clamped_alike),
-        TRACKED(fractional_suffixes_are_accepted),
-    };
-    return cmocka_run_group_tests_name("limit_in_force", tests, NULL, NULL);
-}
+TEST_MAIN_WITHOUT_ALLOC_CONF("limit_in_force",
+    TRACKED(a_3_mib_limit_shows_2_mib_everywhere),
+    TRACKED(limits_above_the_device_are_clamped_alike),
+    TRACKED(fractional_suffixes_are_accepted)
+)

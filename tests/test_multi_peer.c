@@ -49,6 +49,17 @@ static sp_pool *pool_on_0(sp_runtime *rt, const char *name, uint64_t rw, uint64_
     return pool;
 }
 
+/* The end of a test with a stream on each device: both released (s1 destroyed as it is, on
+ * device 1), then the pool and the runtime destroyed. */
+static void end_on_both_devices(sp_runtime *rt, sp_pool *pool, cudaStream_t s0, cudaStream_t s1)
+{
+    drop_stream(rt, s0);
+    SP(sp_stream_release(rt, s1));
+    CK(cudaStreamDestroy(s1));
+    SP(sp_pool_destroy(pool));
+    destroy_runtime(rt);
+}
+
 static enum cudaMemAccessFlags driver_access(sp_pool *pool, int device)
 {
     struct cudaMemLocation loc = {.type = cudaMemLocationTypeDevice, .id = device};
@@ -183,11 +194,7 @@ static void test_peer_reads_and_writes(void **state)
         assert_int_equal(host[i], 0x33);
     free(host);
     SP(sp_free(pool, p, s0));
-    drop_stream(rt, s0);
-    SP(sp_stream_release(rt, s1));
-    CK(cudaStreamDestroy(s1));
-    SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
+    end_on_both_devices(rt, pool, s0, s1);
 }
 
 /* A stream of device 1 allocating from a pool of device 0: refused without a read-write grant
@@ -241,11 +248,7 @@ static void test_peer_stream_allocations(void **state)
     st = stats_of(pool);
     assert_int_equal(st.active.current, sp_size_class(4 * KIB));
     SP(sp_free(pool, q, s0));
-    drop_stream(rt, s0);
-    SP(sp_stream_release(rt, s1));
-    CK(cudaStreamDestroy(s1));
-    SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
+    end_on_both_devices(rt, pool, s0, s1);
 }
 
 /* cudaStreamGetDevice, which the check asks: a stream's own device, and for the NULL and

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static void pool_names_must_be_printable_utf8(void **state)
 {
@@ -163,14 +163,10 @@ static void bad_device_has_its_own_status(void **state)
 static void stats_json_reads_only_the_callers_struct(void **state)
 {
     (void)state;
-    sp_runtime *rt;
-    SP(sp_runtime_create(0, NULL, &rt));
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
     sp_stats st;
     memset(&st, 0xab, sizeof st);
     st.size = offsetof(sp_stats, pool_reserved); /* byte figures only */
-    SP(sp_pool_stats(pool, &st));
+    SP(sp_pool_stats(fx.pool, &st));
     char json[4096];
     size_t n = sp_stats_json(&st, json, sizeof json);
     assert_int_equal(n, strlen(json));
@@ -181,12 +177,11 @@ static void stats_json_reads_only_the_callers_struct(void **state)
                               "\"held\":{\"current\":0,\"peak\":0,\"total\":0}}");
     memset(&st, 0xab, sizeof st);
     st.size = offsetof(sp_stats, inactive_split); /* version 1: no layout, no streams */
-    SP(sp_pool_stats(pool, &st));
+    SP(sp_pool_stats(fx.pool, &st));
     sp_stats_json(&st, json, sizeof json);
     assert_non_null(strstr(json, "\"give_back_failures\":0}"));
     assert_null(strstr(json, "inactive_split"));
     assert_null(strstr(json, "12370169555311111083")); /* 0xabab...: no byte past the size */
-    SP(sp_runtime_destroy(rt));
 }
 
 /* The summary of an older caller's shorter sp_stats reads nothing past its size: it is the
@@ -194,16 +189,12 @@ static void stats_json_reads_only_the_callers_struct(void **state)
 static void stats_summary_reads_only_the_callers_struct(void **state)
 {
     (void)state;
-    sp_runtime *rt;
-    SP(sp_runtime_create(0, NULL, &rt));
-    sp_pool *pool;
-    SP(sp_runtime_default_pool(rt, &pool));
     void *p;
-    SP(sp_alloc(pool, &p, 4096, NULL));
+    SP(sp_alloc(fx.pool, &p, 4096, NULL));
     sp_stats st, full;
     memset(&st, 0xab, sizeof st);
     st.size = offsetof(sp_stats, pool_reserved); /* byte figures only */
-    SP(sp_pool_stats(pool, &st));
+    SP(sp_pool_stats(fx.pool, &st));
     memset(&full, 0, sizeof full);
     memcpy(&full, &st, st.size);
     full.size = sizeof full;
@@ -212,8 +203,7 @@ static void stats_summary_reads_only_the_callers_struct(void **state)
     assert_int_equal(n, strlen(got));
     assert_int_equal(sp_stats_summary(&full, want, sizeof want), n);
     assert_string_equal(got, want);
-    SP(sp_free(pool, p, NULL));
-    SP(sp_runtime_destroy(rt));
+    SP(sp_free(fx.pool, p, NULL));
 }
 
 /* The header's promise: every call clears sp_last_cuda_error on entry, so that an error a call
@@ -276,17 +266,13 @@ static void many_pool_keys_are_all_remembered(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        RESET(pool_names_must_be_printable_utf8),
-        RESET(oom_report_json_escapes_every_byte),
-        RESET(unknown_pool_names_in_config_are_reported),
-        RESET(bad_device_has_its_own_status),
-        RESET(stats_json_reads_only_the_callers_struct),
-        RESET(stats_summary_reads_only_the_callers_struct),
-        RESET(calls_without_cuda_clear_the_last_cuda_error),
-        RESET(many_pool_keys_are_all_remembered),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    RESET(pool_names_must_be_printable_utf8),
+    RESET(oom_report_json_escapes_every_byte),
+    RESET(unknown_pool_names_in_config_are_reported),
+    RESET(bad_device_has_its_own_status),
+    FX(stats_json_reads_only_the_callers_struct),
+    FX(stats_summary_reads_only_the_callers_struct),
+    RESET(calls_without_cuda_clear_the_last_cuda_error),
+    RESET(many_pool_keys_are_all_remembered)
+)

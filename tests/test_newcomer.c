@@ -387,21 +387,16 @@ static int teardown(void **state)
     return reset_device(state);
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_teardown(fn, teardown)
-        FX(zero_size_structs_name_the_missing_size),
-        FX(one_call_text_equals_the_two_call_form),
-        FX(runtime_trim_lists_and_reports_only_used_pools),
-        T(limit_as_a_share_of_the_device),
-        T(conf_keywords_spaces_duplicates_and_prefixes),
-        T(conf_case_hint_reserve_and_default_pool_keys),
-        FX(double_free_after_the_driver_took_it_back),
-        T(busy_runtime_names_the_pool),
-        T(trace_name_too_long_for_json_is_refused_at_start),
+TEST_MAIN_WITHOUT_ALLOC_CONF("newcomer",
+    FX(zero_size_structs_name_the_missing_size),
+    FX(one_call_text_equals_the_two_call_form),
+    FX(runtime_trim_lists_and_reports_only_used_pools),
+    T(limit_as_a_share_of_the_device),
+    T(conf_keywords_spaces_duplicates_and_prefixes),
+    T(conf_case_hint_reserve_and_default_pool_keys),
+    FX(double_free_after_the_driver_took_it_back),
+    T(busy_runtime_names_the_pool),
+    T(trace_name_too_long_for_json_is_refused_at_start)
+)
 #undef T
-    };
-    return cmocka_run_group_tests_name("newcomer", tests, NULL, NULL);
-}

@@ -44,10 +44,6 @@ static void runtime_create_fails_with_the_cuda_error(void **state)
     assert_non_null(strstr(sp_strerror(SP_ERR_CUDA), "sp_last_cuda_error"));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(runtime_create_fails_with_the_cuda_error),
-    };
-    return cmocka_run_group_tests_name("no_driver", tests, NULL, NULL);
-}
+TEST_MAIN("no_driver",
+    cmocka_unit_test(runtime_create_fails_with_the_cuda_error)
+)

@@ -484,16 +484,12 @@ static void huge_give_back_asks_no_cuda_under_the_spin_lock(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX_EXACT(two_streams_reuse_their_parks_without_cuda),
-        FX_EXACT(parked_range_serves_another_streams_miss_and_trim),
-        FX_EXACT(parked_huge_range_goes_back_for_another_streams_miss),
-        FX_EXACT(park_follows_the_freeing_stream),
-        FX(release_during_large_pairs_counts_every_byte),
-        FX_EXACT(segment_taken_as_its_stream_is_released_still_settles),
-        TRACKED(huge_give_back_asks_no_cuda_under_the_spin_lock),
-    };
-    return cmocka_run_group_tests_name("park", tests, NULL, NULL);
-}
+TEST_MAIN("park",
+    FX_EXACT(two_streams_reuse_their_parks_without_cuda),
+    FX_EXACT(parked_range_serves_another_streams_miss_and_trim),
+    FX_EXACT(parked_huge_range_goes_back_for_another_streams_miss),
+    FX_EXACT(park_follows_the_freeing_stream),
+    FX(release_during_large_pairs_counts_every_byte),
+    FX_EXACT(segment_taken_as_its_stream_is_released_still_settles),
+    TRACKED(huge_give_back_asks_no_cuda_under_the_spin_lock)
+)

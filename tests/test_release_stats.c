@@ -74,10 +74,6 @@ static void stats_during_release_count_every_pair(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(stats_during_release_count_every_pair, teardown),
-    };
-    return cmocka_run_group_tests_name("release_stats", tests, NULL, NULL);
-}
+TEST_MAIN("release_stats",
+    cmocka_unit_test_teardown(stats_during_release_count_every_pair, teardown)
+)

@@ -194,12 +194,8 @@ static void ids_no_pool_gave_are_no_request(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(allocations_racing_the_end_join_or_are_refused,
-                                  teardown_runtimes),
-        cmocka_unit_test_teardown(ids_no_pool_gave_are_no_request, teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(allocations_racing_the_end_join_or_are_refused,
+                              teardown_runtimes),
+    cmocka_unit_test_teardown(ids_no_pool_gave_are_no_request, teardown_runtimes)
+)

@@ -307,17 +307,13 @@ static void request_end_is_traced(void **state)
     drop_stream(fx.rt, s);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX_EXACT(end_frees_what_is_left),
-        FX_EXACT(end_of_a_clean_request_frees_nothing),
-        FX_EXACT(synchronized_end_settles_with_no_cuda_call),
-        FX_EXACT(one_fence_covers_a_request_and_holds_back_others),
-        FX_EXACT(a_block_freed_elsewhere_leaves_its_request),
-        FX_EXACT(misuse_gets_its_error_and_changes_nothing),
-        FX_EXACT(pool_destroy_with_open_requests),
-        FX_EXACT(request_end_is_traced),
-    };
-    return cmocka_run_group_tests_name("requests", tests, NULL, NULL);
-}
+TEST_MAIN("requests",
+    FX_EXACT(end_frees_what_is_left),
+    FX_EXACT(end_of_a_clean_request_frees_nothing),
+    FX_EXACT(synchronized_end_settles_with_no_cuda_call),
+    FX_EXACT(one_fence_covers_a_request_and_holds_back_others),
+    FX_EXACT(a_block_freed_elsewhere_leaves_its_request),
+    FX_EXACT(misuse_gets_its_error_and_changes_nothing),
+    FX_EXACT(pool_destroy_with_open_requests),
+    FX_EXACT(request_end_is_traced)
+)

@@ -112,11 +112,7 @@ static int teardown(void **state)
     return teardown_runtimes(state);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(a_range_in_flight_to_the_heap_is_still_the_reserved_pools,
-                                  teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(a_range_in_flight_to_the_heap_is_still_the_reserved_pools,
+                              teardown)
+)

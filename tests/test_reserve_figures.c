@@ -85,11 +85,7 @@ static void every_output_shows_the_reservation(void **state)
     assert_non_null(strstr(buf, "\"released_streams\":0}"));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX(held_and_idle_reservation_add_up),
-        FX(every_output_shows_the_reservation),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    FX(held_and_idle_reservation_add_up),
+    FX(every_output_shows_the_reservation)
+)

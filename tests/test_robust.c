@@ -267,7 +267,7 @@ static void cache_limit_counts_unflushed_hits(void **state)
     cfg.cache_limit = 4 * MiB;
     sp_pool *pool;
     SP(sp_pool_create(f->rt, "limited", &cfg, &pool));
-    cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
+    cudaStream_t a = f->a, b = f->b, c = f->c;
     gate *ga = gate_new(), *gb = gate_new();
     gate_hold(ga, a); /* a's and b's slabs stay theirs: c carves a slab of its own */
     gate_hold(gb, b);
@@ -291,9 +291,6 @@ static void cache_limit_counts_unflushed_hits(void **state)
     gate_open(gb);
     SP(sp_free(pool, x2, a));
     SP(sp_free(pool, y, b));
-    drop_stream(f->rt, a);
-    drop_stream(f->rt, b);
-    drop_stream(f->rt, c);
     SP(sp_pool_destroy(pool));
 }
 
@@ -362,18 +359,13 @@ static void released_streams_leave_small_tombstones(void **state)
     drop_stream(f->rt, keep);
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
-        FX_EXACT(exited_threads_caches_are_reused_and_trimmed),
-        FX_EXACT(live_threads_cache_is_stolen_behind_its_fence),
-        FX_EXACT(range_settled_by_coalescing_counts_as_reuse),
-        FX_EXACT(cache_limit_lowers_reserved_memory),
-        FX_EXACT(cache_limit_does_not_rescan_on_every_free),
-        FX(cache_limit_counts_unflushed_hits),
-        FX_EXACT(request_of_exactly_the_limit_fits),
-        FX_EXACT(released_streams_leave_small_tombstones),
-    };
-    return cmocka_run_group_tests_name("robust", tests, NULL, NULL);
-}
+TEST_MAIN_WITHOUT_ALLOC_CONF("robust",
+    FX_EXACT(exited_threads_caches_are_reused_and_trimmed),
+    FX_EXACT(live_threads_cache_is_stolen_behind_its_fence),
+    FX_EXACT(range_settled_by_coalescing_counts_as_reuse),
+    FX_EXACT(cache_limit_lowers_reserved_memory),
+    FX_EXACT(cache_limit_does_not_rescan_on_every_free),
+    FX(cache_limit_counts_unflushed_hits),
+    FX_EXACT(request_of_exactly_the_limit_fits),
+    FX_EXACT(released_streams_leave_small_tombstones)
+)

@@ -366,16 +366,12 @@ static void canary_stress(fixture *f, sp_cross_stream_policy policy, unsigned se
 static void canary_stress_balanced(void **state) { canary_stress(*state, SP_CROSS_STREAM_BALANCED, 7); }
 static void canary_stress_wait(void **state) { canary_stress(*state, SP_CROSS_STREAM_WAIT, 11); }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX_EXACT(split_and_merge_bytes_are_exact),
-        FX_EXACT(gated_range_stays_with_its_stream),
-        FX_EXACT(best_fit_waits_only_on_the_range_it_takes),
-        FX_EXACT(huge_segments_stay_whole),
-        FX_EXACT(huge_segments_go_back_unless_one_size),
-        FX_EXACT(canary_stress_balanced),
-        FX_EXACT(canary_stress_wait),
-    };
-    return cmocka_run_group_tests_name("segments", tests, NULL, NULL);
-}
+TEST_MAIN("segments",
+    FX_EXACT(split_and_merge_bytes_are_exact),
+    FX_EXACT(gated_range_stays_with_its_stream),
+    FX_EXACT(best_fit_waits_only_on_the_range_it_takes),
+    FX_EXACT(huge_segments_stay_whole),
+    FX_EXACT(huge_segments_go_back_unless_one_size),
+    FX_EXACT(canary_stress_balanced),
+    FX_EXACT(canary_stress_wait)
+)

@@ -14,30 +14,6 @@
 
 static const uint64_t MiB = 1024 * 1024;
 
-static uint64_t device_used(void)
-{
-    size_t free_b = 0, total = 0;
-    CK(cudaMemGetInfo(&free_b, &total));
-    return total - free_b;
-}
-
-static sp_pool *limited_pool(sp_runtime *rt, const char *name, uint64_t limit, uint64_t reserve)
-{
-    sp_pool_config c = SP_POOL_CONFIG_INIT;
-    c.limit = limit;
-    c.reserve = reserve;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, name, &c, &pool));
-    return pool;
-}
-
-static uint64_t limit_of(sp_pool *pool)
-{
-    sp_pool_config c = {.size = sizeof c};
-    SP(sp_pool_get_config(pool, &c));
-    return c.limit;
-}
-
 /* 4 x 8 MiB live and 3 x 8 MiB cached under a 64 MiB limit; lowered to 16 MiB: the cache goes
  * back at once, the live blocks stay, new driver memory is refused until the
  * frees bring the pool under the limit. */
@@ -45,7 +21,7 @@ static void lowering_gives_the_cache_back_and_refuses_until_under(void **state)
 {
     (void)state;
     sp_runtime *rt = exact_runtime_on_device_of(512 * MiB);
-    sp_pool *pool = limited_pool(rt, "lower", 64 * MiB, 0);
+    sp_pool *pool = pool_of(rt, "lower", 64 * MiB, 0, UINT64_MAX);
     cudaStream_t s = new_stream();
     void *live[4], *cached[3];
     for (int i = 0; i < 4; i++) {
@@ -84,9 +60,7 @@ static void lowering_gives_the_cache_back_and_refuses_until_under(void **state)
     assert_int_equal(st.active.current, 12 * MiB);
     SP(sp_free(pool, p, s));
     drop_stream(rt, s);
-    SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
-    assert_int_equal(device_used(), 0);
+    destroy_leaving_the_device_empty(rt, pool);
 }
 
 /* Below the reservation, or below a page: refused with a message, nothing changed. */
@@ -94,7 +68,7 @@ static void a_limit_below_the_reservation_is_refused(void **state)
 {
     (void)state;
     sp_runtime *rt = exact_runtime_on_device_of(512 * MiB);
-    sp_pool *pool = limited_pool(rt, "reserved", 64 * MiB, 32 * MiB);
+    sp_pool *pool = pool_of(rt, "reserved", 64 * MiB, 32 * MiB, UINT64_MAX);
     assert_int_equal(sp_pool_set_limit(pool, 30 * MiB), SP_ERR_CONFIG);
     assert_non_null(strstr(sp_config_error(), "reserve"));
     assert_int_equal(limit_of(pool), 64 * MiB);
@@ -104,9 +78,7 @@ static void a_limit_below_the_reservation_is_refused(void **state)
     assert_int_equal(sp_pool_set_limit(NULL, 64 * MiB), SP_ERR_INVALID);
     SP(sp_pool_set_limit(pool, 32 * MiB)); /* at the reservation: fine */
     assert_int_equal(limit_of(pool), 32 * MiB);
-    SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
-    assert_int_equal(device_used(), 0);
+    destroy_leaving_the_device_empty(rt, pool);
 }
 
 /* Created at 16 MiB with an 8 MiB reservation; raised to 64 MiB it holds 64 MiB (past its
@@ -116,7 +88,7 @@ static void raising_grows_past_the_creation_limit(void **state)
 {
     (void)state;
     sp_runtime *rt = exact_runtime_on_device_of(512 * MiB);
-    sp_pool *pool = limited_pool(rt, "raise", 16 * MiB, 8 * MiB);
+    sp_pool *pool = pool_of(rt, "raise", 16 * MiB, 8 * MiB, UINT64_MAX);
     cudaStream_t s = new_stream();
     void *p[24];
     int n = 0;
@@ -143,9 +115,7 @@ static void raising_grows_past_the_creation_limit(void **state)
     SP(sp_pool_set_limit(pool, 16 * MiB));
     assert_true(stats_of(pool).held.current <= 16 * MiB);
     drop_stream(rt, s);
-    SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
-    assert_int_equal(device_used(), 0);
+    destroy_leaving_the_device_empty(rt, pool);
 }
 
 /* ---- threads allocating while another moves the limit ---- */
@@ -198,7 +168,7 @@ static void threads_allocate_while_the_limit_moves(void **state)
 {
     (void)state;
     sp_runtime *rt = exact_runtime_on_device_of(512 * MiB);
-    sp_pool *pool = limited_pool(rt, "moving", 48 * MiB, 0);
+    sp_pool *pool = pool_of(rt, "moving", 48 * MiB, 0, UINT64_MAX);
     worker w[WORKERS];
     pthread_t th[WORKERS];
     memset(w, 0, sizeof w);
@@ -246,19 +216,13 @@ static void threads_allocate_while_the_limit_moves(void **state)
            (unsigned long long)refusals, (unsigned long long)reads,
            (unsigned long long)(max_held / MiB));
     SP(sp_pool_destroy(pool));
-    destroy_runtime(rt);
-    printf("# bytes left on the device after destroy: %llu\n", (unsigned long long)device_used());
-    assert_int_equal(device_used(), 0);
+    destroy_runtime_reporting_bytes_left(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(lowering_gives_the_cache_back_and_refuses_until_under,
-                                  teardown_runtimes),
-        cmocka_unit_test_teardown(a_limit_below_the_reservation_is_refused, teardown_runtimes),
-        cmocka_unit_test_teardown(raising_grows_past_the_creation_limit, teardown_runtimes),
-        cmocka_unit_test_teardown(threads_allocate_while_the_limit_moves, teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(lowering_gives_the_cache_back_and_refuses_until_under,
+                              teardown_runtimes),
+    cmocka_unit_test_teardown(a_limit_below_the_reservation_is_refused, teardown_runtimes),
+    cmocka_unit_test_teardown(raising_grows_past_the_creation_limit, teardown_runtimes),
+    cmocka_unit_test_teardown(threads_allocate_while_the_limit_moves, teardown_runtimes)
+)

@@ -369,19 +369,15 @@ static void disjoint_reads_and_ordered_uses_on_two_streams_are_legal(void **stat
     CK(cudaEventDestroy(e));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        RESET(event_record_on_another_devices_stream_is_rejected),
-        RESET(free_unordered_with_pending_use_is_a_fault),
-        CFX(free_after_completed_or_same_stream_use_is_legal),
-        RESET(cudafree_with_pending_use_is_a_fault),
-        RESET(use_on_other_stream_before_allocation_is_a_fault),
-        CFX(event_query_and_sync_during_another_threads_global_capture),
-        RESET(pool_attributes_and_trim_during_another_threads_global_capture),
-        RESET(sticky_fault_fails_every_context_call),
-        RESET(conflicting_uses_on_two_streams_are_a_fault),
-        CFX(disjoint_reads_and_ordered_uses_on_two_streams_are_legal),
-    };
-    return cmocka_run_group_tests_name("sim_strict", tests, NULL, NULL);
-}
+TEST_MAIN("sim_strict",
+    RESET(event_record_on_another_devices_stream_is_rejected),
+    RESET(free_unordered_with_pending_use_is_a_fault),
+    CFX(free_after_completed_or_same_stream_use_is_legal),
+    RESET(cudafree_with_pending_use_is_a_fault),
+    RESET(use_on_other_stream_before_allocation_is_a_fault),
+    CFX(event_query_and_sync_during_another_threads_global_capture),
+    RESET(pool_attributes_and_trim_during_another_threads_global_capture),
+    RESET(sticky_fault_fails_every_context_call),
+    RESET(conflicting_uses_on_two_streams_are_a_fault),
+    CFX(disjoint_reads_and_ordered_uses_on_two_streams_are_legal)
+)

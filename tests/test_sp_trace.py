@@ -11,19 +11,14 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
+import tap
+
 sp_trace, workload = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix="sp-trace-tool-")
-n = failed = 0
 
 
 def check(name, ok, detail=""):
-    global n, failed
-    n += 1
-    print(("ok" if ok else "not ok") + f" {n} - {name}")
-    if not ok:
-        failed += 1
-        for line in str(detail).splitlines()[:40]:
-            print("# " + line)
+    tap.check(name, ok, detail, lines=40)
 
 
 NS = "{http://www.w3.org/2000/svg}"
@@ -480,5 +475,4 @@ if root is not None:
           pts and len(pts) <= 2 * len(columns) + 2 and
           all(b[0] >= a[0] for a, b in zip(pts, pts[1:])), (len(pts), len(columns)))
 
-print(f"1..{n}")
-sys.exit(1 if failed else 0)
+tap.done()

@@ -732,31 +732,27 @@ static void cached_peak_never_goes_down(void **state)
     SP(sp_pool_destroy(unread));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX(version_and_status_strings),
-        FX(size_classes_bound_rounding_waste),
-        FX(same_stream_reuse_returns_the_block),
-        FX(same_stream_miss_fits_a_slightly_larger_block),
-        FX(canary_balanced),
-        FX(canary_wait),
-        FX(canary_no_wait),
-        FX(completed_fence_gives_reuse_without_wait),
-        FX(steal_fits_a_slightly_larger_block),
-        FX(one_fence_covers_many_frees),
-        FX(idle_stream_needs_no_fence),
-        FX(released_stream_blocks_stay_fenced),
-        FX(bad_input_gives_errors_and_changes_nothing),
-        FX_EXACT(stats_are_exact_after_a_script),
-        FX(cached_peak_never_goes_down),
-        FX(stats_current_exact_with_flush_threshold),
-        FX(stats_exact_when_freed_on_another_stream),
-        FX(pools_are_isolated),
-        FX(adopted_pool_is_used_and_left_alive),
-        FX(declared_capture_bypasses_the_caches),
-        FX(per_thread_default_stream_is_per_thread),
-        FX(threads_streams_and_canaries),
-    };
-    return cmocka_run_group_tests_name("streampool", tests, NULL, NULL);
-}
+TEST_MAIN("streampool",
+    FX(version_and_status_strings),
+    FX(size_classes_bound_rounding_waste),
+    FX(same_stream_reuse_returns_the_block),
+    FX(same_stream_miss_fits_a_slightly_larger_block),
+    FX(canary_balanced),
+    FX(canary_wait),
+    FX(canary_no_wait),
+    FX(completed_fence_gives_reuse_without_wait),
+    FX(steal_fits_a_slightly_larger_block),
+    FX(one_fence_covers_many_frees),
+    FX(idle_stream_needs_no_fence),
+    FX(released_stream_blocks_stay_fenced),
+    FX(bad_input_gives_errors_and_changes_nothing),
+    FX_EXACT(stats_are_exact_after_a_script),
+    FX(cached_peak_never_goes_down),
+    FX(stats_current_exact_with_flush_threshold),
+    FX(stats_exact_when_freed_on_another_stream),
+    FX(pools_are_isolated),
+    FX(adopted_pool_is_used_and_left_alive),
+    FX(declared_capture_bypasses_the_caches),
+    FX(per_thread_default_stream_is_per_thread),
+    FX(threads_streams_and_canaries)
+)

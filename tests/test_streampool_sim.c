@@ -338,6 +338,33 @@ static void peak_then_trim(sp_pool *pool, cudaStream_t s)
     assert_int_equal(st.held.peak, 16 * MiB);
 }
 
+/* On a: a 4 MiB block (*x) and a 2 MiB one (*z) allocated and freed, the 2 MiB first; then a
+ * is held busy behind g, its frees pending. */
+static void two_frees_then_busy(sp_pool *pool, cudaStream_t a, gate *g, void **x, void **z)
+{
+    SP(sp_alloc(pool, x, 4 * MiB, a));
+    SP(sp_alloc(pool, z, 2 * MiB, a));
+    SP(sp_free(pool, *z, a));
+    SP(sp_free(pool, *x, a));
+    gate_hold(g, a);
+}
+
+/* g opened and a synchronized by the host (not streampool: nothing settles by it), the next
+ * step of a's owner, a 2 MiB allocation on a, gets z back behind one stream query and no other
+ * CUDA call. Returns the block. */
+static void *owner_steps_once_idle(sp_pool *pool, cudaStream_t a, gate *g, void *z)
+{
+    gate_open(g);
+    CK(cudaStreamSynchronize(a));
+    cudasimResetCallCounts();
+    void *z2;
+    SP(sp_alloc(pool, &z2, 2 * MiB, a));
+    assert_ptr_equal(z2, z);
+    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
+    assert_int_equal(cudasimCallCount(NULL), 1);
+    return z2;
+}
+
 /* A miss asks once about the pending free that would serve it best (one call, never a record);
  * found busy, its stream is marked and the miss grows. The marked stream's owner publishes at
  * its next step (one stream query); a stream not marked makes no call at its next step. */
@@ -349,11 +376,7 @@ static void a_miss_asks_once_and_leaves_a_busy_stream_to_its_owner(void **state)
     peak_then_trim(pool, a);
     gate *g = gate_new();
     void *x, *y, *z, *y2;
-    SP(sp_alloc(pool, &x, 4 * MiB, a));
-    SP(sp_alloc(pool, &z, 2 * MiB, a));
-    SP(sp_free(pool, z, a));
-    SP(sp_free(pool, x, a));
-    gate_hold(g, a); /* a busy after its frees */
+    two_frees_then_busy(pool, a, g, &x, &z);
     cudasimResetCallCounts();
     SP(sp_alloc(pool, &y, 4 * MiB, b)); /* asks a once: busy; marks it and grows */
     assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
@@ -372,14 +395,7 @@ static void a_miss_asks_once_and_leaves_a_busy_stream_to_its_owner(void **state)
     assert_ptr_equal(y2, y);
     assert_int_equal(cudasimCallCount(NULL), 0);
     /* a was: once idle, its next large allocation asks its own stream, once */
-    gate_open(g);
-    CK(cudaStreamSynchronize(a)); /* the host's, not streampool's: nothing settles by it */
-    cudasimResetCallCounts();
-    void *z2;
-    SP(sp_alloc(pool, &z2, 2 * MiB, a));
-    assert_ptr_equal(z2, z);
-    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
-    assert_int_equal(cudasimCallCount(NULL), 1);
+    void *z2 = owner_steps_once_idle(pool, a, g, z);
     SP(sp_free(pool, z2, a));
     SP(sp_free(pool, y2, b));
 }
@@ -396,20 +412,10 @@ static void the_marked_owner_publishes_at_its_next_step_and_the_next_miss_reuses
     peak_then_trim(pool, a);
     gate *g = gate_new();
     void *x, *y, *z, *z2, *v;
-    SP(sp_alloc(pool, &x, 4 * MiB, a));
-    SP(sp_alloc(pool, &z, 2 * MiB, a));
-    SP(sp_free(pool, z, a));
-    SP(sp_free(pool, x, a));
-    gate_hold(g, a);
+    two_frees_then_busy(pool, a, g, &x, &z);
     SP(sp_alloc(pool, &y, 4 * MiB, b)); /* a busy: its one ask marks a; b grows */
     assert_ptr_not_equal(y, x);
-    gate_open(g);
-    CK(cudaStreamSynchronize(a)); /* the host's, not streampool's: nothing settles by it */
-    cudasimResetCallCounts();
-    SP(sp_alloc(pool, &z2, 2 * MiB, a)); /* a's step: its own range back, and one query */
-    assert_ptr_equal(z2, z);
-    assert_int_equal(cudasimCallCount("cudaStreamQuery"), 1);
-    assert_int_equal(cudasimCallCount(NULL), 1);
+    z2 = owner_steps_once_idle(pool, a, g, z);
     cudasimResetCallCounts();
     SP(sp_alloc(pool, &v, 4 * MiB, b)); /* x's free is settled: reused, no call */
     assert_ptr_equal(v, x);
@@ -583,24 +589,20 @@ static void released_streams_give_backs_are_trimmed(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        FX(steady_state_same_stream_makes_no_cuda_calls),
-        FX(known_complete_steals_make_no_cuda_calls),
-        TRACKED(capture_check_always_asks_cuda),
-        TRACKED(own_cache_is_released_on_out_of_memory),
-        FX(trim_returns_memory_to_the_device),
-        TRACKED(failing_driver_calls_leave_state_intact),
-        TRACKED(refused_give_back_keeps_the_segment),
-        FX(miss_gives_back_on_its_own_stream_without_waiting),
-        FX(huge_given_back_at_free_is_reused_and_trimmed),
-        FX(a_miss_asks_once_and_leaves_a_busy_stream_to_its_owner),
-        FX(the_marked_owner_publishes_at_its_next_step_and_the_next_miss_reuses_with_no_call),
-        FX(a_busy_owner_fences_its_frees_at_its_next_free_and_the_fence_settles_them),
-        FX(a_miss_that_would_raise_the_high_water_mark_asks_once_about_its_best_candidate),
-        FX(coalesce_asks_only_where_the_merge_would_fit),
-        TRACKED(released_streams_give_backs_are_trimmed),
-    };
-    return cmocka_run_group_tests_name("streampool_sim", tests, NULL, NULL);
-}
+TEST_MAIN("streampool_sim",
+    FX(steady_state_same_stream_makes_no_cuda_calls),
+    FX(known_complete_steals_make_no_cuda_calls),
+    TRACKED(capture_check_always_asks_cuda),
+    TRACKED(own_cache_is_released_on_out_of_memory),
+    FX(trim_returns_memory_to_the_device),
+    TRACKED(failing_driver_calls_leave_state_intact),
+    TRACKED(refused_give_back_keeps_the_segment),
+    FX(miss_gives_back_on_its_own_stream_without_waiting),
+    FX(huge_given_back_at_free_is_reused_and_trimmed),
+    FX(a_miss_asks_once_and_leaves_a_busy_stream_to_its_owner),
+    FX(the_marked_owner_publishes_at_its_next_step_and_the_next_miss_reuses_with_no_call),
+    FX(a_busy_owner_fences_its_frees_at_its_next_free_and_the_fence_settles_them),
+    FX(a_miss_that_would_raise_the_high_water_mark_asks_once_about_its_best_candidate),
+    FX(coalesce_asks_only_where_the_merge_would_fit),
+    TRACKED(released_streams_give_backs_are_trimmed)
+)

@@ -112,10 +112,6 @@ static void summaries_show_the_stats(void **state)
     SP(sp_runtime_destroy(rt));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        RESET(summaries_show_the_stats),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    RESET(summaries_show_the_stats)
+)

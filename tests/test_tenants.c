@@ -89,6 +89,17 @@ static void noisy_neighbour(void **state)
     drop_stream(fx.rt, sb);
 }
 
+/* n blocks of 256 MiB allocated on s and freed: the pool caches n x 256 MiB. */
+static void cache_quarters(sp_pool *pool, int n, cudaStream_t s)
+{
+    void *blk[16];
+    assert_true(n <= 16);
+    for (int i = 0; i < n; i++)
+        SP(sp_alloc(pool, &blk[i], 256 * MiB, s));
+    for (int i = 0; i < n; i++)
+        SP(sp_free(pool, blk[i], s));
+}
+
 /* X holds 3 GiB of idle cache on a 4 GiB device; Y's 2 GiB request succeeds by reclaiming it. */
 static void reclaim_across_pools(void **state)
 {
@@ -99,11 +110,7 @@ static void reclaim_across_pools(void **state)
     SP(sp_pool_create(fx.rt, "X", &cx, &x));
     SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t sx = new_stream(), sy = new_stream();
-    void *blk[12];
-    for (int i = 0; i < 12; i++)
-        SP(sp_alloc(x, &blk[i], 256 * MiB, sx));
-    for (int i = 0; i < 12; i++)
-        SP(sp_free(x, blk[i], sx));
+    cache_quarters(x, 12, sx);
     sp_stats before = stats_of(x);
     assert_int_equal(before.cached.current, 3 * GiB);
     void *big;
@@ -137,6 +144,24 @@ static void wait_until_idle(cudaStream_t s)
     CK(e);
 }
 
+/* X gives a huge segment back to the driver on sx, at the free of another size than the
+ * stream's last, and sx's frees then settle by a query: sx runs but is never observed by the
+ * host, and the 4 MiB block freed on it serves the same request on sx2. Returns that block. */
+static void *give_back_settled_by_a_query(sp_pool *x, cudaStream_t sx, cudaStream_t sx2)
+{
+    void *a, *b, *m, *m2;
+    SP(sp_alloc(x, &a, 1 * GiB, sx));
+    SP(sp_alloc(x, &m, 4 * MiB, sx));
+    SP(sp_free(x, a, sx));                 /* the stream's last huge free: kept */
+    SP(sp_alloc(x, &b, 2 * GiB, sx));      /* a's pages go back on sx and into b */
+    SP(sp_free(x, b, sx));                 /* another size: back to the driver at once, on sx */
+    SP(sp_free(x, m, sx));
+    wait_until_idle(sx);                   /* run, but never observed by the host */
+    SP(sp_alloc(x, &m2, 4 * MiB, sx2));    /* asks about sx: idle, so settled by the query */
+    assert_ptr_equal(m2, m);
+    return m2;
+}
+
 /* X gives a huge segment back to the driver at its free (another size than the stream's last),
  * and its stream's frees then settle by a query, not a synchronize. Y's request needs those
  * pages: the reclaim must synchronize X's stream, or X's cudaMemPool cannot release them. */
@@ -149,16 +174,8 @@ static void reclaim_observes_segments_given_back_on_a_stream(void **state)
     SP(sp_pool_create(fx.rt, "X", &cx, &x));
     SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t sx = new_stream(), sx2 = new_stream(), sy = new_stream();
-    void *a, *b, *m, *m2, *big;
-    SP(sp_alloc(x, &a, 1 * GiB, sx));
-    SP(sp_alloc(x, &m, 4 * MiB, sx));
-    SP(sp_free(x, a, sx));                 /* the stream's last huge free: kept */
-    SP(sp_alloc(x, &b, 2 * GiB, sx));      /* a's pages go back on sx and into b */
-    SP(sp_free(x, b, sx));                 /* another size: back to the driver at once, on sx */
-    SP(sp_free(x, m, sx));
-    wait_until_idle(sx);                   /* run, but never observed by the host */
-    SP(sp_alloc(x, &m2, 4 * MiB, sx2));    /* asks about sx: idle, so settled by the query */
-    assert_ptr_equal(m2, m);
+    void *big;
+    void *m2 = give_back_settled_by_a_query(x, sx, sx2);
     sp_stats st = stats_of(x);
     assert_int_equal(st.held.current, 4 * MiB);
     assert_int_equal(st.pool_reserved, 2 * GiB + 4 * MiB);
@@ -184,16 +201,7 @@ static void released_stream_give_back_observed_once(void **state)
     cudaStream_t sx = new_stream(), sx2 = new_stream();
     sp_pool *x;
     SP(sp_pool_create(fx.rt, "X", NULL, &x));
-    void *a, *b, *m, *m2;
-    SP(sp_alloc(x, &a, 1 * GiB, sx));
-    SP(sp_alloc(x, &m, 4 * MiB, sx));
-    SP(sp_free(x, a, sx));                 /* the stream's last huge free: kept */
-    SP(sp_alloc(x, &b, 2 * GiB, sx));      /* a's pages go back on sx and into b */
-    SP(sp_free(x, b, sx));                 /* another size: back to the driver at once, on sx */
-    SP(sp_free(x, m, sx));
-    wait_until_idle(sx);                   /* run, but never observed by the host */
-    SP(sp_alloc(x, &m2, 4 * MiB, sx2));    /* asks about sx: idle, so settled by the query */
-    assert_ptr_equal(m2, m);
+    void *m2 = give_back_settled_by_a_query(x, sx, sx2);
     drop_stream(fx.rt, sx);                /* released with its give-backs unobserved */
     assert_int_equal(stats_of(x).pool_reserved, 2 * GiB + 4 * MiB);
     cudasimResetCallCounts();
@@ -434,6 +442,19 @@ static long run_fault_workers(sp_pool *pool, unsigned seed_step, fault_worker *w
     return ooms;
 }
 
+/* The end of a faults test: the workers' streams dropped and the runtime destroyed, after which
+ * the device has every byte back (no driver memory lost). */
+static void end_fault_workers(sp_runtime *rt, fault_worker *w)
+{
+    for (int i = 0; i < FAULT_WORKERS; i++)
+        drop_stream(rt, w[i].stream);
+    destroy_runtime(rt);
+    CK(cudaDeviceSynchronize());
+    size_t free_b, total;
+    CK(cudaMemGetInfo(&free_b, &total));
+    assert_int_equal(free_b, total); /* no driver memory lost */
+}
+
 static void random_driver_failures(void **state)
 {
     (void)state;
@@ -457,13 +478,7 @@ static void random_driver_failures(void **state)
                   "out of %llu attempts; driver allocations %llu, retries %llu\n",
                   ooms, (unsigned long long)(st.allocs + (uint64_t)ooms),
                   (unsigned long long)st.driver_allocs, (unsigned long long)st.oom_retries);
-    for (int i = 0; i < FAULT_WORKERS; i++)
-        drop_stream(rt, w[i].stream);
-    destroy_runtime(rt);
-    CK(cudaDeviceSynchronize());
-    size_t free_b, total;
-    CK(cudaMemGetInfo(&free_b, &total));
-    assert_int_equal(free_b, total); /* no driver memory lost */
+    end_fault_workers(rt, w);
 }
 
 /* Faults at every CUDA call the library makes on its own behalf (allocations, frees given back,
@@ -496,13 +511,7 @@ static void random_faults_everywhere_lose_nothing(void **state)
     print_message("# random faults everywhere: %ld OOMs, %llu skipped steps, %llu refused "
                   "give-backs\n", ooms, (unsigned long long)st.skipped_steps,
                   (unsigned long long)st.give_back_failures);
-    for (int i = 0; i < FAULT_WORKERS; i++)
-        drop_stream(rt, w[i].stream);
-    destroy_runtime(rt);
-    CK(cudaDeviceSynchronize());
-    size_t free_b, total;
-    CK(cudaMemGetInfo(&free_b, &total));
-    assert_int_equal(free_b, total); /* no driver memory lost */
+    end_fault_workers(rt, w);
 }
 
 static int callback_calls;
@@ -769,11 +778,8 @@ static void free_reservation_is_not_counted_against_the_limit(void **state)
     SP(sp_pool_create(fx.rt, "A", &ca, &a));
     SP(sp_pool_create(fx.rt, "B", NULL, &b));
     cudaStream_t sa = new_stream(), sb = new_stream();
-    void *blk[12], *p = NULL;
-    for (int i = 0; i < 12; i++)
-        SP(sp_alloc(b, &blk[i], 256 * MiB, sb));
-    for (int i = 0; i < 12; i++)
-        SP(sp_free(b, blk[i], sb));
+    void *p = NULL;
+    cache_quarters(b, 12, sb);
     assert_int_equal(stats_of(b).cached.current, 3 * GiB);
     SP(sp_alloc(a, &p, 1536 * MiB, sa));
     sp_stats st_a = stats_of(a), st_b = stats_of(b);
@@ -833,15 +839,9 @@ static void reclaim_stops_below_higher_priorities_once_the_request_fits(void **s
     SP(sp_pool_create(fx.rt, "H", &ch, &h));
     SP(sp_pool_create(fx.rt, "Y", NULL, &y));
     cudaStream_t s = new_stream();
-    void *blk[6], *live, *big;
-    for (int i = 0; i < 6; i++)
-        SP(sp_alloc(h, &blk[i], 256 * MiB, s));
-    for (int i = 0; i < 6; i++)
-        SP(sp_free(h, blk[i], s));
-    for (int i = 0; i < 3; i++)
-        SP(sp_alloc(l, &blk[i], 256 * MiB, s));
-    for (int i = 0; i < 3; i++)
-        SP(sp_free(l, blk[i], s));
+    void *live, *big;
+    cache_quarters(h, 6, s);
+    cache_quarters(l, 3, s);
     SP(sp_alloc(y, &live, 768 * MiB, s));
     SP(sp_alloc(y, &big, 1536 * MiB, s));
     sp_stats sl = stats_of(l), sh = stats_of(h);
@@ -1050,30 +1050,25 @@ static void long_random_faults_at_every_rate(void **state)
     }
 }
 
-int main(void)
-{
-    unsetenv("SP_ALLOC_CONF");
-    const struct CMUnitTest tests[] = {
-        FX_DEVICE(noisy_neighbour, 4 * GiB),
-        FX_DEVICE(reclaim_across_pools, 4 * GiB),
-        FX_DEVICE(reclaim_observes_segments_given_back_on_a_stream, 4 * GiB),
-        FX_DEVICE(released_stream_give_back_observed_once, 4 * GiB),
-        FX_DEVICE(limit_rejects_then_recovers, 4 * GiB),
-        FX_DEVICE(limit_reuses_ranges_its_synchronize_settled, 4 * GiB),
-        FX_DEVICE(oom_callback_and_report, 4 * GiB),
-        TRACKED(random_driver_failures),
-        TRACKED(random_faults_everywhere_lose_nothing),
-        FX_DEVICE(larger_than_device_fails_fast, 4 * GiB),
-        FX_DEVICE(limit_between_driver_pages, 1 * GiB),
-        FX_DEVICE(oom_callback_retry_reclaims_every_pool, 1 * GiB),
-        FX_DEVICE(refused_request_changes_no_figure, 1 * GiB),
-        cmocka_unit_test_prestate_setup_teardown(read_during_a_refused_request_counts_no_claim,
-                                                 fx_setup_device, teardown_held_malloc,
-                                                 &(uint64_t){1 * GiB}),
-        FX_DEVICE(free_reservation_is_not_counted_against_the_limit, 4 * GiB),
-        FX_DEVICE(capture_limit_rejection_is_reported, 1 * GiB),
-        FX_DEVICE(reclaim_stops_below_higher_priorities_once_the_request_fits, 4 * GiB),
-        TRACKED(long_random_faults_at_every_rate),
-    };
-    return cmocka_run_group_tests_name("tenants", tests, NULL, NULL);
-}
+TEST_MAIN_WITHOUT_ALLOC_CONF("tenants",
+    FX_DEVICE(noisy_neighbour, 4 * GiB),
+    FX_DEVICE(reclaim_across_pools, 4 * GiB),
+    FX_DEVICE(reclaim_observes_segments_given_back_on_a_stream, 4 * GiB),
+    FX_DEVICE(released_stream_give_back_observed_once, 4 * GiB),
+    FX_DEVICE(limit_rejects_then_recovers, 4 * GiB),
+    FX_DEVICE(limit_reuses_ranges_its_synchronize_settled, 4 * GiB),
+    FX_DEVICE(oom_callback_and_report, 4 * GiB),
+    TRACKED(random_driver_failures),
+    TRACKED(random_faults_everywhere_lose_nothing),
+    FX_DEVICE(larger_than_device_fails_fast, 4 * GiB),
+    FX_DEVICE(limit_between_driver_pages, 1 * GiB),
+    FX_DEVICE(oom_callback_retry_reclaims_every_pool, 1 * GiB),
+    FX_DEVICE(refused_request_changes_no_figure, 1 * GiB),
+    cmocka_unit_test_prestate_setup_teardown(read_during_a_refused_request_counts_no_claim,
+                                             fx_setup_device, teardown_held_malloc,
+                                             &(uint64_t){1 * GiB}),
+    FX_DEVICE(free_reservation_is_not_counted_against_the_limit, 4 * GiB),
+    FX_DEVICE(capture_limit_rejection_is_reported, 1 * GiB),
+    FX_DEVICE(reclaim_stops_below_higher_priorities_once_the_request_fits, 4 * GiB),
+    TRACKED(long_random_faults_at_every_rate)
+)

@@ -213,21 +213,16 @@ static void one_call_forms_give_the_text_their_print_writes(void **state)
     end_busy_runtime(r);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
 #define PRINTS(name, which)                                                                    \
     {#name, prints_as_its_buffer_form, NULL, teardown_runtimes, &(report){which}}
-        PRINTS(stats_json_prints_as_its_buffer_form, STATS_JSON),
-        PRINTS(stats_summary_prints_as_its_buffer_form, STATS_SUMMARY),
-        PRINTS(oom_report_json_prints_as_its_buffer_form, OOM_JSON),
-        PRINTS(pool_summary_prints_as_its_buffer_form, POOL_SUMMARY),
-        PRINTS(runtime_summary_prints_as_its_buffer_form, RUNTIME_SUMMARY),
-        PRINTS(prometheus_text_prints_as_its_buffer_form, PROMETHEUS),
-#undef PRINTS
-        TRACKED(a_writer_that_stops_ends_the_print_with_sp_err_io),
-        TRACKED(a_format_the_subject_has_not_is_refused_before_any_write),
-        TRACKED(one_call_forms_give_the_text_their_print_writes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    PRINTS(stats_json_prints_as_its_buffer_form, STATS_JSON),
+    PRINTS(stats_summary_prints_as_its_buffer_form, STATS_SUMMARY),
+    PRINTS(oom_report_json_prints_as_its_buffer_form, OOM_JSON),
+    PRINTS(pool_summary_prints_as_its_buffer_form, POOL_SUMMARY),
+    PRINTS(runtime_summary_prints_as_its_buffer_form, RUNTIME_SUMMARY),
+    PRINTS(prometheus_text_prints_as_its_buffer_form, PROMETHEUS),
+    TRACKED(a_writer_that_stops_ends_the_print_with_sp_err_io),
+    TRACKED(a_format_the_subject_has_not_is_refused_before_any_write),
+    TRACKED(one_call_forms_give_the_text_their_print_writes)
+)

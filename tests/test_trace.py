@@ -12,20 +12,11 @@ import subprocess
 import sys
 import tempfile
 
+import tap
+from tap import check
+
 sp_bench, workload = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix="sp-trace-test-")
-n = 0
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global n, failed
-    n += 1
-    print(("ok" if ok else "not ok") + f" {n} - {name}")
-    if not ok:
-        failed += 1
-        for line in str(detail).splitlines()[:20]:
-            print("# " + line)
 
 
 def read_csv(path):
@@ -134,5 +125,4 @@ check("replay ran streampool and the raw allocators",
       {"streampool", "cudaMallocAsync"} <= {row["allocator"] for row in replayed}, replayed)
 check_chrome_trace(trace + ".json", "workload JSON")
 
-print(f"1..{n}")
-sys.exit(1 if failed else 0)
+tap.done()

@@ -7,9 +7,23 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "support/sp_test_support.h"
+#include "support/fixtures.h"
 
 static char dir[] = "/tmp/sp-trace-XXXXXX";
+
+/* The files of the trace named `name` in the suite's directory: the CSV at that path, and the
+ * JSON that the runtime writes beside it. */
+typedef struct {
+    char csv[64], json[80];
+} trace_files;
+
+static trace_files trace_named(const char *name)
+{
+    trace_files t;
+    snprintf(t.csv, sizeof t.csv, "%s/%s", dir, name);
+    snprintf(t.json, sizeof t.json, "%s.json", t.csv);
+    return t;
+}
 
 static char *slurp(const char *path)
 {
@@ -134,17 +148,12 @@ static void *pairs(void *arg)
 static void trace_keeps_a_buffer_per_thread(void **state)
 {
     (void)state;
-    sp_runtime *rt;
-    sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
-    SP(sp_runtime_default_pool(rt, &pool));
-    char path[64];
-    snprintf(path, sizeof path, "%s/threads.csv", dir);
-    SP(sp_runtime_trace_start(rt, path));
+    trace_files tf = trace_named("threads.csv");
+    SP(sp_runtime_trace_start(fx.rt, tf.csv));
     pthread_t t[THREADS];
     worker w[THREADS];
     for (int i = 0; i < THREADS; i++) {
-        w[i] = (worker){pool, new_stream()};
+        w[i] = (worker){fx.pool, new_stream()};
         assert_int_equal(pthread_create(&t[i], NULL, pairs, &w[i]), 0);
     }
     for (int i = 0; i < THREADS; i++) {
@@ -152,8 +161,8 @@ static void trace_keeps_a_buffer_per_thread(void **state)
         pthread_join(t[i], &res);
         assert_null(res);
     }
-    SP(sp_runtime_trace_stop(rt));
-    char *csv = slurp(path);
+    SP(sp_runtime_trace_stop(fx.rt));
+    char *csv = slurp(tf.csv);
     /* per thread: PAIRS allocations and frees, on its own stream, in its own order */
     char *threads[THREADS] = {0};
     int rows = 0, per_thread[THREADS] = {0};
@@ -171,8 +180,7 @@ static void trace_keeps_a_buffer_per_thread(void **state)
         assert_int_equal(per_thread[k], 2 * PAIRS);
     free(csv);
     for (int i = 0; i < THREADS; i++)
-        drop_stream(rt, w[i].stream);
-    SP(sp_runtime_destroy(rt));
+        drop_stream(fx.rt, w[i].stream);
 }
 
 /* The JSON's process_name metadata names the process its events are on (pid = device + 1:
@@ -180,26 +188,18 @@ static void trace_keeps_a_buffer_per_thread(void **state)
 static void trace_names_the_process_of_its_events(void **state)
 {
     (void)state;
-    sp_runtime *rt;
-    sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
-    SP(sp_runtime_default_pool(rt, &pool));
-    char path[64], jpath[80];
-    snprintf(path, sizeof path, "%s/pid.csv", dir);
-    snprintf(jpath, sizeof jpath, "%s.json", path);
-    cudaStream_t s = new_stream();
-    SP(sp_runtime_trace_start(rt, path));
+    trace_files tf = trace_named("pid.csv");
+    cudaStream_t s = fx.a;
+    SP(sp_runtime_trace_start(fx.rt, tf.csv));
     void *p;
-    SP(sp_alloc(pool, &p, 1000, s));
-    SP(sp_free(pool, p, s));
-    SP(sp_runtime_trace_stop(rt));
-    char *json = slurp(jpath);
+    SP(sp_alloc(fx.pool, &p, 1000, s));
+    SP(sp_free(fx.pool, p, s));
+    SP(sp_runtime_trace_stop(fx.rt));
+    char *json = slurp(tf.json);
     assert_non_null(strstr(json, "{\"name\":\"alloc\",\"ph\":\"i\",\"s\":\"t\",\"pid\":1,"));
     assert_non_null(strstr(json, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,"));
     assert_null(strstr(json, "\"pid\":0,"));
     free(json);
-    drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
 }
 
 /* Tracing turned on and off while other threads allocate: every restart is a new trace the
@@ -225,28 +225,22 @@ static void *pairs_until_stopped(void *arg)
 static void trace_restarts_while_threads_allocate(void **state)
 {
     (void)state;
-    sp_runtime *rt;
-    sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
-    SP(sp_runtime_default_pool(rt, &pool));
-    char path[64], jpath[80];
-    snprintf(path, sizeof path, "%s/restarts.csv", dir);
-    snprintf(jpath, sizeof jpath, "%s.json", path);
+    trace_files tf = trace_named("restarts.csv");
     atomic_bool stop = false;
     pthread_t t[2];
     looping l[2];
     for (int i = 0; i < 2; i++) {
-        l[i] = (looping){{pool, new_stream()}, &stop};
+        l[i] = (looping){{fx.pool, new_stream()}, &stop};
         assert_int_equal(pthread_create(&t[i], NULL, pairs_until_stopped, &l[i]), 0);
     }
     for (int round = 0; round < 200; round++) {
-        SP(sp_runtime_trace_start(rt, path));
-        SP(sp_runtime_trace_stop(rt));
-        char *csv = slurp(path);
+        SP(sp_runtime_trace_start(fx.rt, tf.csv));
+        SP(sp_runtime_trace_stop(fx.rt));
+        char *csv = slurp(tf.csv);
         assert_int_equal(strncmp(csv, "Thread,Time,", 12), 0);
         assert_true(csv[strlen(csv) - 1] == '\n');
         free(csv);
-        char *json = slurp(jpath);
+        char *json = slurp(tf.json);
         assert_non_null(strstr(json, "\n]}\n"));
         free(json);
     }
@@ -255,9 +249,8 @@ static void trace_restarts_while_threads_allocate(void **state)
         void *res;
         pthread_join(t[i], &res);
         assert_null(res);
-        drop_stream(rt, l[i].w.stream);
+        drop_stream(fx.rt, l[i].w.stream);
     }
-    SP(sp_runtime_destroy(rt));
 }
 
 static void trace_from_alloc_conf(void **state)
@@ -300,23 +293,17 @@ static void trace_from_alloc_conf(void **state)
 static void trace_started_mid_run_records_a_baseline(void **state)
 {
     (void)state;
-    sp_runtime *rt;
-    sp_pool *pool;
-    SP(sp_runtime_create(0, NULL, &rt));
-    SP(sp_runtime_default_pool(rt, &pool));
-    cudaStream_t s = new_stream();
+    cudaStream_t s = fx.a;
     void *big, *p;
-    SP(sp_alloc(pool, &big, 60 << 20, s));
-    sp_stats st = stats_of(pool);
+    SP(sp_alloc(fx.pool, &big, 60 << 20, s));
+    sp_stats st = stats_of(fx.pool);
     assert_true(st.held.current >= 60u << 20);
-    char path[64], jpath[80];
-    snprintf(path, sizeof path, "%s/midrun.csv", dir);
-    snprintf(jpath, sizeof jpath, "%s.json", path);
-    SP(sp_runtime_trace_start(rt, path));
-    SP(sp_alloc(pool, &p, 1000, s));
-    SP(sp_free(pool, p, s));
-    SP(sp_runtime_trace_stop(rt));
-    char *json = slurp(jpath);
+    trace_files tf = trace_named("midrun.csv");
+    SP(sp_runtime_trace_start(fx.rt, tf.csv));
+    SP(sp_alloc(fx.pool, &p, 1000, s));
+    SP(sp_free(fx.pool, p, s));
+    SP(sp_runtime_trace_stop(fx.rt));
+    char *json = slurp(tf.json);
     char expect[256];
     snprintf(expect, sizeof expect,
              "{\"name\":\"pool default\",\"ph\":\"C\",\"pid\":1,\"tid\":0,\"ts\":0.000,"
@@ -327,7 +314,7 @@ static void trace_started_mid_run_records_a_baseline(void **state)
     assert_non_null(base);
     assert_true(first_counter == base + strlen("{\"name\":\"pool default\","));
     /* the allocation's row and its instant: the same moment in both files */
-    char *csv = slurp(path);
+    char *csv = slurp(tf.csv);
     char *row = strchr(csv, '\n') + 1;
     unsigned long long sec, usec;
     assert_int_equal(sscanf(strchr(row, ',') + 1, "%llu.%llu,allocate", &sec, &usec), 2);
@@ -346,9 +333,7 @@ static void trace_started_mid_run_records_a_baseline(void **state)
     assert_true(held >= 60u << 20);
     free(csv);
     free(json);
-    SP(sp_free(pool, big, s));
-    drop_stream(rt, s);
-    SP(sp_runtime_destroy(rt));
+    SP(sp_free(fx.pool, big, s));
 }
 
 /* Stream labels are copied as the calls are recorded (issue 27 item 7): README's teardown order
@@ -442,15 +427,14 @@ static void trace_records_calls_made_by_the_oom_callback(void **state)
     cudaStream_t s = new_stream();
     oom_help h = {pool, NULL, s};
     SP(sp_runtime_set_oom_callback(rt, free_victim, &h));
-    char path[64];
-    snprintf(path, sizeof path, "%s/oom.csv", dir);
-    SP(sp_runtime_trace_start(rt, path));
+    trace_files tf = trace_named("oom.csv");
+    SP(sp_runtime_trace_start(rt, tf.csv));
     void *big;
     SP(sp_alloc(pool, &h.victim, 40 << 20, s));
     SP(sp_alloc(pool, &big, 40 << 20, s)); /* out of memory until the callback frees victim */
     SP(sp_free(pool, big, s));
     SP(sp_runtime_trace_stop(rt));
-    char *csv = slurp(path);
+    char *csv = slurp(tf.csv);
     char *rows = rows_without_thread_and_time(csv);
     char expect[512];
     snprintf(expect, sizeof expect,
@@ -462,9 +446,7 @@ static void trace_records_calls_made_by_the_oom_callback(void **state)
     assert_string_equal(rows, expect);
     free(rows);
     free(csv);
-    char jpath[80];
-    snprintf(jpath, sizeof jpath, "%s.json", path);
-    char *json = slurp(jpath);
+    char *json = slurp(tf.json);
     assert_null(strstr(json, "\"name\":\"oom\"")); /* the retry succeeded */
     free(json);
     drop_stream(rt, s);
@@ -486,11 +468,11 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         RESET(trace_records_outcomes),
-        RESET(trace_keeps_a_buffer_per_thread),
-        RESET(trace_restarts_while_threads_allocate),
-        RESET(trace_names_the_process_of_its_events),
+        FX(trace_keeps_a_buffer_per_thread),
+        FX(trace_restarts_while_threads_allocate),
+        FX(trace_names_the_process_of_its_events),
         RESET(trace_from_alloc_conf),
-        RESET(trace_started_mid_run_records_a_baseline),
+        FX(trace_started_mid_run_records_a_baseline),
         RESET(trace_keeps_stream_names_set_before_release),
 #ifdef SP_CUDASIM
         RESET(trace_records_calls_made_by_the_oom_callback),

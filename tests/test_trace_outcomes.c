@@ -24,14 +24,9 @@ typedef struct {
  * few live at once, freed on the stream that allocated them; now and then the host waits for
  * the stream (so that other threads' misses may find its frees settled) and hands a block to
  * the next round's other pool. */
-static void *work(void *arg)
+static void work(void *arg, cudaStream_t s)
 {
     worker *w = arg;
-    cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        w->failures++;
-        return NULL;
-    }
     void *live[LIVE] = {0};
     sp_pool *owner[LIVE] = {0};
     for (int r = 0; r < ROUNDS; r++) {
@@ -58,7 +53,6 @@ static void *work(void *arg)
     if (sp_stream_release(w->rt, s) != SP_OK)
         w->failures++;
     (void)cudaStreamDestroy(s);
-    return NULL;
 }
 
 typedef struct {
@@ -81,22 +75,18 @@ static tally count_outcomes(const char *path, const char *pool)
         p = strchr(p, ',');
         assert_non_null(p);
         p++;
-        if (!strncmp(p, "hit,", 4))
-            t.hit++;
-        else if (!strncmp(p, "reuse,", 6))
-            t.reuse++;
-        else if (!strncmp(p, "steal,", 6))
-            t.steal++;
-        else if (!strncmp(p, "wait,", 5))
-            t.wait++;
-        else if (!strncmp(p, "fresh,", 6))
-            t.fresh++;
-        else if (!strncmp(p, "bypass,", 7))
-            t.bypass++;
-        else if (!strncmp(p, "fail,", 5))
-            t.fail++;
-        else
+        const struct {
+            const char *field; /* the outcome and the comma after it */
+            uint64_t *count;
+        } outcomes[] = {{"hit,", &t.hit},     {"reuse,", &t.reuse},   {"steal,", &t.steal},
+                        {"wait,", &t.wait},   {"fresh,", &t.fresh},   {"bypass,", &t.bypass},
+                        {"fail,", &t.fail}};
+        size_t k = 0, n = sizeof outcomes / sizeof outcomes[0];
+        while (k < n && strncmp(p, outcomes[k].field, strlen(outcomes[k].field)) != 0)
+            k++;
+        if (k == n)
             fail_msg("an outcome the trace should not write: %s", line);
+        (*outcomes[k].count)++;
     }
     fclose(f);
     return t;
@@ -116,13 +106,13 @@ static void trace_outcomes_equal_the_counters_under_threads(void **state)
     snprintf(path, sizeof path, "%s/t.csv", dir);
     SP(sp_runtime_trace_start(rt, path));
     worker w[THREADS];
-    pthread_t t[THREADS];
+    stream_thread t[THREADS];
     for (int i = 0; i < THREADS; i++) {
         w[i] = (worker){rt, {pools[0], pools[1]}, 7919u * (unsigned)(i + 1), 0};
-        assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
+        stream_thread_start(&t[i], work, &w[i]);
     }
     for (int i = 0; i < THREADS; i++) {
-        assert_int_equal(pthread_join(t[i], NULL), 0);
+        stream_thread_join(&t[i]);
         assert_int_equal(w[i].failures, 0);
     }
     SP(sp_runtime_trace_stop(rt));
@@ -148,11 +138,7 @@ static void trace_outcomes_equal_the_counters_under_threads(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(trace_outcomes_equal_the_counters_under_threads,
-                                  teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    cmocka_unit_test_teardown(trace_outcomes_equal_the_counters_under_threads,
+                              teardown_runtimes)
+)

@@ -306,18 +306,14 @@ static void structs_laid_out_by_an_older_header_keep_working(void **state)
     destroy_runtime(rt);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        TRACKED(every_init_macro_sets_its_structs_size),
-        FX(stats_of_the_previous_version_are_filled_and_nothing_past_them),
-        FX(stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_size),
-        FX(oom_report_of_the_previous_version_is_filled_and_nothing_past_it),
-        FX(request_end_fills_a_shorter_request_stats_up_to_its_size),
-        cmocka_unit_test_teardown(configs_shorter_than_today_get_the_defaults_for_what_they_lack,
-                                  teardown_runtimes),
-        cmocka_unit_test_teardown(structs_laid_out_by_an_older_header_keep_working,
-                                  teardown_runtimes),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN("tests",
+    TRACKED(every_init_macro_sets_its_structs_size),
+    FX(stats_of_the_previous_version_are_filled_and_nothing_past_them),
+    FX(stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_size),
+    FX(oom_report_of_the_previous_version_is_filled_and_nothing_past_it),
+    FX(request_end_fills_a_shorter_request_stats_up_to_its_size),
+    cmocka_unit_test_teardown(configs_shorter_than_today_get_the_defaults_for_what_they_lack,
+                              teardown_runtimes),
+    cmocka_unit_test_teardown(structs_laid_out_by_an_older_header_keep_working,
+                              teardown_runtimes)
+)

@@ -4,12 +4,12 @@
 // clang++ (tests/cxx/compilers.sh) and by the build's own C++ compiler. Prints TAP.
 #include "streampool.hpp"
 
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <vector>
+
+#include "tap.hpp"
 
 static_assert(STREAMPOOL_HPP_HAS_CUDA_MR, "CCCL's <cuda/memory_resource> must be found");
 #if STREAMPOOL_HPP_CCCL_STREAM_ORDERED // CCCL 3.1 and later
@@ -35,42 +35,6 @@ static_assert(!std::is_copy_constructible<streampool::pool>::value &&
               "runtimes and pools are owned once");
 
 namespace {
-
-int failures = 0;
-int checks = 0;
-
-void check(bool ok, const char *what, int line)
-{
-    ++checks;
-    if (!ok) {
-        ++failures;
-        std::printf("# line %d: %s\n", line, what);
-    }
-}
-#define CHECK(cond) check((cond), #cond, __LINE__)
-
-constexpr std::size_t MiB = std::size_t(1) << 20;
-
-// A host function holds a stream until the test opens it.
-struct gate {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool open = false;
-    static void wait(void *arg)
-    {
-        gate *g = static_cast<gate *>(arg);
-        std::unique_lock<std::mutex> lock(g->mu);
-        g->cv.wait(lock, [g] { return g->open; });
-    }
-    void release()
-    {
-        {
-            std::lock_guard<std::mutex> lock(mu);
-            open = true;
-        }
-        cv.notify_all();
-    }
-};
 
 // Expects `body` to throw streampool::error with `want`.
 void expect_error(streampool::status want, const std::function<void()> &body, int line)
@@ -226,10 +190,7 @@ void memory_resource_calls(cudaStream_t s)
     int not_ours = 0;
     other.deallocate(cuda::stream_ref(s), &not_ours, sizeof not_ours); // refused, counted
     CHECK(b.stats().bad_frees == 1);
-    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
-    CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
-    rt.release_stream(s);
-    rt.release_stream(cudaStreamPerThread);
+    release_both_streams(rt, s, __LINE__);
 }
 
 } // namespace
@@ -240,32 +201,13 @@ int main()
                 CCCL_PATCH_VERSION,
                 STREAMPOOL_HPP_CCCL_STREAM_ORDERED ? "stream-ordered (3.1+)" : "async (3.0)");
     cudaStream_t s = nullptr;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        std::printf("Bail out! no CUDA stream\n");
+    if (!tap_stream(&s))
         return 1;
-    }
-    struct {
-        const char *name;
-        std::function<void()> run;
-    } tests[] = {
+    const tap_test tests[] = {
         {"error_category_names_every_status", error_category_names_every_status},
         {"raii_and_exceptions", [s] { raii_and_exceptions(s); }},
         {"buffer_freed_in_stream_order", [s] { buffer_freed_in_stream_order(s); }},
         {"memory_resource_calls", [s] { memory_resource_calls(s); }},
     };
-    std::printf("1..%zu\n", sizeof tests / sizeof tests[0]);
-    int n = 0;
-    for (auto &t : tests) {
-        int before = failures;
-        try {
-            t.run();
-        } catch (const std::exception &e) {
-            ++failures;
-            std::printf("# unexpected exception: %s\n", e.what());
-        }
-        std::printf("%s %d - %s\n", failures == before ? "ok" : "not ok", ++n, t.name);
-    }
-    std::printf("# %d checks\n", checks);
-    bool clean = cudaStreamSynchronize(s) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess;
-    return failures == 0 && clean ? 0 : 1;
+    return tap_run(tests, s);
 }

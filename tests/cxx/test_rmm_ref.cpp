@@ -12,14 +12,14 @@
 #include <streampool.hpp>
 #include <streampool_rmm.hpp>
 
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "tap.hpp"
 
 static_assert(CCCL_MAJOR_VERSION == 3 && CCCL_MINOR_VERSION >= 5, "the CCCL of librmm 26.10");
 static_assert(STREAMPOOL_HPP_HAS_CUDA_MR && STREAMPOOL_HPP_CCCL_STREAM_ORDERED,
@@ -36,46 +36,10 @@ static_assert(std::is_constructible_v<rmm::device_async_resource_ref, streampool
 
 namespace {
 
-int failures = 0;
-int checks = 0;
-
-void check(bool ok, const char *what, int line)
-{
-    ++checks;
-    if (!ok) {
-        ++failures;
-        std::printf("# line %d: %s\n", line, what);
-    }
-}
-#define CHECK(cond) check((cond), #cond, __LINE__)
-
-constexpr std::size_t MiB = std::size_t(1) << 20;
-
 bool aligned(const void *p, std::size_t to)
 {
     return reinterpret_cast<std::uintptr_t>(p) % to == 0;
 }
-
-// A host function holds a stream until the test opens it.
-struct gate {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool open = false;
-    static void wait(void *arg)
-    {
-        gate *g = static_cast<gate *>(arg);
-        std::unique_lock<std::mutex> lock(g->mu);
-        g->cv.wait(lock, [g] { return g->open; });
-    }
-    void release()
-    {
-        {
-            std::lock_guard<std::mutex> lock(mu);
-            open = true;
-        }
-        cv.notify_all();
-    }
-};
 
 // Allocates and frees through rmm::device_async_resource_ref on a stream; the bytes written by a
 // host-to-device copy, a device-to-device copy and a memset come back exactly; the pool counts
@@ -320,10 +284,7 @@ void rmm_resource_exceptions(cudaStream_t s)
     sp_stats st = tenant.stats();
     CHECK(st.allocs == 4 && st.frees == 4 && st.requested.current == 0);
     CHECK(st.limit_rejections == 2);
-    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
-    CHECK(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
-    rt.release_stream(s);
-    rt.release_stream(cudaStreamPerThread);
+    release_both_streams(rt, s, __LINE__);
 }
 
 } // namespace
@@ -333,14 +294,9 @@ int main()
     std::printf("# CCCL %d.%d.%d, RMM %d.%d\n", CCCL_MAJOR_VERSION, CCCL_MINOR_VERSION,
                 CCCL_PATCH_VERSION, RMM_VERSION_MAJOR, RMM_VERSION_MINOR);
     cudaStream_t s = nullptr;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-        std::printf("Bail out! no CUDA stream\n");
+    if (!tap_stream(&s))
         return 1;
-    }
-    struct {
-        const char *name;
-        std::function<void()> run;
-    } tests[] = {
+    const tap_test tests[] = {
         {"async_ref_round_trip", [s] { async_ref_round_trip(s); }},
         {"ref_free_in_stream_order", [s] { ref_free_in_stream_order(s); }},
         {"sync_calls", [s] { sync_calls(s); }},
@@ -348,19 +304,5 @@ int main()
         {"copies_share_one_pool", [s] { copies_share_one_pool(s); }},
         {"rmm_resource_exceptions", [s] { rmm_resource_exceptions(s); }},
     };
-    std::printf("1..%zu\n", sizeof tests / sizeof tests[0]);
-    int n = 0;
-    for (auto &t : tests) {
-        int before = failures;
-        try {
-            t.run();
-        } catch (const std::exception &e) {
-            ++failures;
-            std::printf("# unexpected exception: %s\n", e.what());
-        }
-        std::printf("%s %d - %s\n", failures == before ? "ok" : "not ok", ++n, t.name);
-    }
-    std::printf("# %d checks\n", checks);
-    bool clean = cudaStreamSynchronize(s) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess;
-    return failures == 0 && clean ? 0 : 1;
+    return tap_run(tests, s);
 }

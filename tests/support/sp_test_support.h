@@ -5,6 +5,8 @@
 #ifndef SP_TEST_SP_SUPPORT_H
 #define SP_TEST_SP_SUPPORT_H
 
+#include <stdio.h>
+
 #include "streampool.h"
 #include "test_support.h"
 
@@ -57,6 +59,14 @@ static inline sp_pool *pool_of(sp_runtime *rt, const char *name, uint64_t limit,
     return pool;
 }
 
+/* The limit in force of a pool (sp_pool_get_config). */
+static inline uint64_t limit_of(sp_pool *pool)
+{
+    sp_pool_config c = {.size = sizeof c};
+    SP(sp_pool_get_config(pool, &c));
+    return c.limit;
+}
+
 static inline cudaStream_t new_stream(void)
 {
     return cuda_stream(cudaStreamNonBlocking);
@@ -90,6 +100,25 @@ static inline void destroy_runtime(sp_runtime *rt)
         if (tracked_runtimes[i] == rt)
             tracked_runtimes[i] = tracked_runtimes[--tracked_count];
     SP(sp_runtime_destroy(rt));
+}
+
+/* The end of a test on its own runtime: the pool and then the runtime destroyed, and the device
+ * has every byte back. */
+static inline void destroy_leaving_the_device_empty(sp_runtime *rt, sp_pool *pool)
+{
+    SP(sp_pool_destroy(pool));
+    destroy_runtime(rt);
+    assert_int_equal(device_bytes_used(), 0);
+}
+
+/* The end of a long test on its own runtime: the runtime destroyed, the device's bytes still in
+ * use printed as a TAP comment, and there may be none. */
+static inline void destroy_runtime_reporting_bytes_left(sp_runtime *rt)
+{
+    destroy_runtime(rt);
+    printf("# bytes left on the device after destroy: %llu\n",
+           (unsigned long long)device_bytes_used());
+    assert_int_equal(device_bytes_used(), 0);
 }
 
 /* Opens the gates a failed test left closed, waits for the device, and destroys what is left;

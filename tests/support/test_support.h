@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
@@ -21,8 +22,62 @@
 
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
+/* A suite's main: runs the group `name` of the tests listed (FX, CFX, RESET, ... entries), in
+ * their order, and exits with the number that failed. */
+#define TEST_MAIN(name, ...)                                                                   \
+    int main(void)                                                                             \
+    {                                                                                          \
+        const struct CMUnitTest tests[] = {__VA_ARGS__};                                       \
+        return cmocka_run_group_tests_name(name, tests, NULL, NULL);                           \
+    }
+
+/* TEST_MAIN for the suites whose runtimes must not read an SP_ALLOC_CONF from the environment
+ * that runs them: it is unset before the first test. */
+#define TEST_MAIN_WITHOUT_ALLOC_CONF(name, ...)                                                \
+    int main(void)                                                                             \
+    {                                                                                          \
+        unsetenv("SP_ALLOC_CONF");                                                             \
+        const struct CMUnitTest tests[] = {__VA_ARGS__};                                       \
+        return cmocka_run_group_tests_name(name, tests, NULL, NULL);                           \
+    }
+
 /* A test registered with a fresh device after it (reset_device, below) as its only teardown. */
 #define RESET(fn) cmocka_unit_test_teardown(fn, reset_device)
+
+/* A thread that runs fn(arg, s) on a non-blocking stream of its own, made on that thread as an
+ * application's worker would make it: stream_thread_start, then stream_thread_join, which fails
+ * the test if the thread could not be joined or its stream not made. What happens to the stream
+ * at the end (released, synchronized, destroyed, or handed back through arg) is fn's. */
+typedef struct {
+    pthread_t thread;
+    void (*fn)(void *arg, cudaStream_t s);
+    void *arg;
+    bool no_stream; /* the stream could not be made: fn did not run */
+} stream_thread;
+
+static inline void *stream_thread_main(void *p)
+{
+    stream_thread *t = p;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        t->no_stream = true;
+    else
+        t->fn(t->arg, s);
+    return NULL;
+}
+
+static inline void stream_thread_start(stream_thread *t, void (*fn)(void *, cudaStream_t),
+                                       void *arg)
+{
+    *t = (stream_thread){.fn = fn, .arg = arg};
+    assert_int_equal(pthread_create(&t->thread, NULL, stream_thread_main, t), 0);
+}
+
+static inline void stream_thread_join(stream_thread *t)
+{
+    assert_int_equal(pthread_join(t->thread, NULL), 0);
+    assert_false(t->no_stream);
+}
 
 /* A stream with these flags (sp_test_support.h's new_stream: non-blocking). */
 static inline cudaStream_t cuda_stream(unsigned flags)
@@ -155,6 +210,44 @@ static inline int reset_device(void **state)
 #endif
     (void)cudaGetLastError();
     return 0;
+}
+
+/* The device's free bytes, and its bytes in use (cudaMemGetInfo). */
+static inline uint64_t device_bytes_free(void)
+{
+    size_t free_b = 0, total = 0;
+    CK(cudaMemGetInfo(&free_b, &total));
+    return free_b;
+}
+
+static inline uint64_t device_bytes_used(void)
+{
+    size_t free_b = 0, total = 0;
+    CK(cudaMemGetInfo(&free_b, &total));
+    return total - free_b;
+}
+
+/* Ends the capture on s into *g and instantiates the graph: its executable graph. */
+static inline cudaGraphExec_t end_capture_and_instantiate(cudaStream_t s, cudaGraph_t *g)
+{
+    CK(cudaStreamEndCapture(s, g));
+    cudaGraphExec_t x;
+    CK(cudaGraphInstantiate(&x, *g, 0));
+    return x;
+}
+
+/* One launch of an executable graph on s, waited for. */
+static inline void graph_launch_and_wait(cudaGraphExec_t x, cudaStream_t s)
+{
+    CK(cudaGraphLaunch(x, s));
+    CK(cudaStreamSynchronize(s));
+}
+
+/* An executable graph and the graph it was made from, destroyed. */
+static inline void graph_destroy(cudaGraphExec_t x, cudaGraph_t g)
+{
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphDestroy(g));
 }
 
 static inline cudaMemPool_t new_pool(uint64_t threshold)
