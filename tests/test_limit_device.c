@@ -218,10 +218,7 @@ static void threads_never_pass_a_96_mib_limit(void **state)
 static void a_refusal_at_the_cap_is_the_limit(void **state)
 {
     (void)state;
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 96 * MiB;
-    sp_pool *pool;
-    SP(sp_pool_create(fx.rt, "capped", &cfg, &pool));
+    sp_pool *pool = pool_of(fx.rt, "capped", 96 * MiB, 0, UINT64_MAX);
     cudaStream_t s = fx.a;
     void *p = NULL;
     SP(sp_alloc(pool, &p, 8 * MiB, s));

@@ -130,10 +130,7 @@ static void stream_usage_and_ptr_info_shorter_than_today_are_filled_up_to_their_
 static void oom_report_of_the_previous_version_is_filled_and_nothing_past_it(void **state)
 {
     (void)state;
-    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-    cfg.limit = 2 * MiB;
-    sp_pool *pool;
-    SP(sp_pool_create(fx.rt, "small", &cfg, &pool));
+    sp_pool *pool = pool_of(fx.rt, "small", 2 * MiB, 0, UINT64_MAX);
     void *p = NULL;
     assert_int_equal(sp_alloc(pool, &p, 4 * MiB, cudaStreamPerThread), SP_ERR_NEVER_FITS);
     const size_t before_status = offsetof(sp_oom_report, status);
