@@ -10,7 +10,7 @@
 
 static const uint64_t MiB = 1024 * 1024;
 
-enum { POOLS = 3, STREAMS = 3, FREES = 9 };
+enum { POOLS = POOL_KINDS, STREAMS = 3, FREES = 9 };
 
 /* 3 pools and 3 streams; the first stream captures (declared) three allocations per pool and
  * frees them inside the capture: 9 cudaFreeAsync calls, the `nth` of which the driver refuses.
@@ -21,15 +21,10 @@ static uint64_t left_after_destroy(unsigned long nth, int persistent, int *free_
     rcfg.capture_check = SP_CAPTURE_DECLARED;
     CK(cudasimSetDeviceMemory(0, 512 * MiB));
     sp_runtime *rt = track_runtime(0, &rcfg);
-    static const char *const names[POOLS] = {"plain", "limited", "reserved"};
     sp_pool *pool[POOLS];
     for (int i = 0; i < POOLS; i++) {
-        sp_pool_config c = SP_POOL_CONFIG_INIT;
-        if (i == 1)
-            c.limit = 96 * MiB;
-        if (i == 2)
-            c.reserve = 32 * MiB;
-        SP(sp_pool_create(rt, names[i], &c, &pool[i]));
+        sp_pool_config c = pool_kind_config(i);
+        pool[i] = pool_with_config(rt, pool_kind_name(i), &c);
     }
     cudaStream_t s[STREAMS];
     for (int i = 0; i < STREAMS; i++)

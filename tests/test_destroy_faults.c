@@ -174,7 +174,7 @@ static uint64_t next_rand(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-enum { POOLS = 3, STREAMS = 3, LIVE = 24, STEPS = 200, TRIES = 50 };
+enum { POOLS = POOL_KINDS, STREAMS = 3, LIVE = 24, STEPS = 200, TRIES = 50 };
 
 typedef struct {
     void *ptr;
@@ -209,15 +209,10 @@ static void run_workload(workload *w, uint64_t *rng)
         if (sp_runtime_create(0, NULL, &w->rt) != SP_OK)
             w->rt = NULL;
     assert_non_null(w->rt);
-    static const char *const names[POOLS] = {"plain", "limited", "reserved"};
     for (int i = 0; i < POOLS; i++) {
-        sp_pool_config cfg = SP_POOL_CONFIG_INIT;
-        if (i == 1)
-            cfg.limit = 96 * MiB;
-        if (i == 2)
-            cfg.reserve = 32 * MiB;
+        sp_pool_config cfg = pool_kind_config(i);
         for (int tries = 0; !w->pool[i] && tries < TRIES; tries++)
-            if (sp_pool_create(w->rt, names[i], &cfg, &w->pool[i]) != SP_OK)
+            if (sp_pool_create(w->rt, pool_kind_name(i), &cfg, &w->pool[i]) != SP_OK)
                 w->pool[i] = NULL;
         assert_non_null(w->pool[i]);
     }

@@ -44,9 +44,7 @@ static sp_pool *pool_on_0(sp_runtime *rt, const char *name, uint64_t rw, uint64_
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.peers_read_write = rw;
     cfg.peers_read = ro;
-    sp_pool *pool = NULL;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
+    return pool_with_config(rt, name, &cfg);
 }
 
 /* The end of a test with a stream on each device: both released (s1 destroyed as it is, on

@@ -106,9 +106,7 @@ static sp_pool *shared_pool(sp_runtime *rt, const char *name, uint64_t limit)
     sp_pool_config cfg = SP_POOL_CONFIG_INIT;
     cfg.share = SP_SHARE_POSIX_FD;
     cfg.limit = limit;
-    sp_pool *pool = NULL;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
+    return pool_with_config(rt, name, &cfg);
 }
 
 static void fill(void *p, int byte, size_t len, cudaStream_t s)

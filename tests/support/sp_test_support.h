@@ -45,6 +45,14 @@ static inline sp_pool *default_pool(sp_runtime *rt)
     return pool;
 }
 
+/* A pool named `name` of rt with this configuration, its creation asserted. */
+static inline sp_pool *pool_with_config(sp_runtime *rt, const char *name, const sp_pool_config *cfg)
+{
+    sp_pool *pool = NULL;
+    SP(sp_pool_create(rt, name, cfg, &pool));
+    return pool;
+}
+
 /* A pool named `name` of rt with this limit, reservation and cache limit (0, 0 and UINT64_MAX
  * are the defaults); the rest of its configuration the defaults. */
 static inline sp_pool *pool_of(sp_runtime *rt, const char *name, uint64_t limit, uint64_t reserve,
@@ -54,9 +62,37 @@ static inline sp_pool *pool_of(sp_runtime *rt, const char *name, uint64_t limit,
     cfg.limit = limit;
     cfg.reserve = reserve;
     cfg.cache_limit = cache_limit;
-    sp_pool *pool;
-    SP(sp_pool_create(rt, name, &cfg, &pool));
-    return pool;
+    return pool_with_config(rt, name, &cfg);
+}
+
+/* The three kinds of pool the fault suites spread their work over, by index: 0 "plain" (the
+ * defaults), 1 "limited" (a 96 MiB limit), 2 "reserved" (32 MiB reserved). */
+enum { POOL_KINDS = 3 };
+
+static inline const char *pool_kind_name(int i)
+{
+    return i == 0 ? "plain" : i == 1 ? "limited" : "reserved";
+}
+
+static inline sp_pool_config pool_kind_config(int i)
+{
+    sp_pool_config cfg = SP_POOL_CONFIG_INIT;
+    if (i == 1)
+        cfg.limit = (uint64_t)96 << 20;
+    if (i == 2)
+        cfg.reserve = (uint64_t)32 << 20;
+    return cfg;
+}
+
+/* A worker thread's error count, asserted 0; when it is not, the worker (`who` and its index)
+ * and the status of its first error are printed first, so that the failure names them. */
+static inline void assert_no_worker_errors(const char *who, int i, uint64_t errors,
+                                           int first_error)
+{
+    if (errors)
+        fprintf(stderr, "%s %d: %llu errors, the first %d (%s)\n", who, i,
+                (unsigned long long)errors, first_error, sp_status_name(first_error));
+    assert_int_equal(errors, 0);
 }
 
 /* The limit in force of a pool (sp_pool_get_config). */
