@@ -136,10 +136,7 @@ static void two_tenant_server_finishes(void **state)
     uint64_t served = 0, refusals = 0, max_tries = 0;
     for (int i = 0; i < SERVER_THREADS; i++) {
         stream_thread_join(&th[i]);
-        if (w[i].errors)
-            fprintf(stderr, "server %d: %llu errors, the first %s\n", i,
-                    (unsigned long long)w[i].errors, sp_status_name(w[i].first_error));
-        assert_int_equal(w[i].errors, 0);
+        assert_no_worker_errors("server", i, w[i].errors, w[i].first_error);
         served += w[i].served;
         refusals += w[i].refusals;
         max_tries = w[i].max_tries > max_tries ? w[i].max_tries : max_tries;

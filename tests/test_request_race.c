@@ -133,11 +133,7 @@ static void allocations_racing_the_end_join_or_are_refused(void **state)
         joined_total += joined;
     }
     for (int i = 0; i < ALLOCATORS; i++) {
-        if (w[i].errors)
-            fprintf(stderr, "worker %d: %llu errors, the first %d (%s)\n", i,
-                    (unsigned long long)w[i].errors, w[i].first_error,
-                    sp_status_name(w[i].first_error));
-        assert_int_equal(w[i].errors, 0);
+        assert_no_worker_errors("worker", i, w[i].errors, w[i].first_error);
         assert_int_equal(w[i].own_frees, ROUNDS);
         ended_total += w[i].ended;
     }

@@ -201,10 +201,7 @@ static void threads_allocate_while_the_limit_moves(void **state)
     for (int i = 0; i < WORKERS; i++) {
         assert_int_equal(pthread_join(th[i], NULL), 0);
         drop_stream(rt, w[i].stream);
-        if (w[i].errors)
-            fprintf(stderr, "worker %d: %llu errors, the first %s\n", i,
-                    (unsigned long long)w[i].errors, sp_status_name(w[i].first_error));
-        assert_int_equal(w[i].errors, 0);
+        assert_no_worker_errors("worker", i, w[i].errors, w[i].first_error);
         allocs += w[i].allocs;
         refusals += w[i].refusals;
     }
