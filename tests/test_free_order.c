@@ -35,44 +35,64 @@ static void no_fault(void)
     CK(cudaGetLastError());
 }
 
+/* What the ordering tests run on: a runtime with this SP_ALLOC_CONF, its default pool, the stream
+ * that allocates (s0), the stream that frees (s1) and the event that orders s1 after s0's use. */
+typedef struct {
+    sp_runtime *rt;
+    sp_pool *pool;
+    cudaStream_t s0, s1;
+    cudaEvent_t used;
+} two_streams;
+
+static two_streams two_streams_open(const char *alloc_conf)
+{
+    two_streams o = {.rt = runtime_with(alloc_conf)};
+    o.pool = default_pool(o.rt);
+    o.s0 = new_stream();
+    o.s1 = new_stream();
+    CK(cudaEventCreateWithFlags(&o.used, cudaEventDisableTiming));
+    return o;
+}
+
+static void two_streams_close(two_streams *o)
+{
+    CK(cudaEventDestroy(o->used));
+    drop_stream(o->rt, o->s0);
+    drop_stream(o->rt, o->s1);
+    destroy_runtime(o->rt);
+}
+
 /* s0 writes and reads the block behind a gate; the free on s1 waits for an event recorded after
  * that read; s1 then reuses the block at once (its own bin) and overwrites it. The read saw s0's
  * bytes, the reuse holds s1's, and nothing faulted. */
 static void event_between_streams(const char *alloc_conf, size_t n)
 {
-    sp_runtime *rt = runtime_with(alloc_conf);
-    sp_pool *pool = default_pool(rt);
-    cudaStream_t s0 = new_stream(), s1 = new_stream();
-    cudaEvent_t used;
-    CK(cudaEventCreateWithFlags(&used, cudaEventDisableTiming));
+    two_streams o = two_streams_open(alloc_conf);
     unsigned char *host;
     CK(cudaMallocHost((void **)&host, n));
     memset(host, 0, n);
     gate *g = gate_new();
-    gate_hold(g, s0);
+    gate_hold(g, o.s0);
     void *p;
-    SP(sp_alloc(pool, &p, n, s0));
-    CK(cudaMemsetAsync(p, 0xab, n, s0));
-    CK(cudaMemcpyAsync(host, p, n, cudaMemcpyDeviceToHost, s0));
-    CK(cudaEventRecord(used, s0));
-    CK(cudaStreamWaitEvent(s1, used, 0));
-    SP(sp_free(pool, p, s1));
+    SP(sp_alloc(o.pool, &p, n, o.s0));
+    CK(cudaMemsetAsync(p, 0xab, n, o.s0));
+    CK(cudaMemcpyAsync(host, p, n, cudaMemcpyDeviceToHost, o.s0));
+    CK(cudaEventRecord(o.used, o.s0));
+    CK(cudaStreamWaitEvent(o.s1, o.used, 0));
+    SP(sp_free(o.pool, p, o.s1));
     void *q;
-    SP(sp_alloc(pool, &q, n, s1));
+    SP(sp_alloc(o.pool, &q, n, o.s1));
     assert_ptr_equal(q, p); /* reused on s1 without a driver call: the contract is what orders it */
-    CK(cudaMemsetAsync(q, 0xcd, n, s1));
+    CK(cudaMemsetAsync(q, 0xcd, n, o.s1));
     gate_open(g);
-    CK(cudaStreamSynchronize(s0));
+    CK(cudaStreamSynchronize(o.s0));
     for (size_t i = 0; i < n; i++)
         assert_int_equal(host[i], 0xab);
-    assert_true(device_bytes_are(q, n, 0xcd, s1));
-    SP(sp_free(pool, q, s1));
+    assert_true(device_bytes_are(q, n, 0xcd, o.s1));
+    SP(sp_free(o.pool, q, o.s1));
     no_fault();
     CK(cudaFreeHost(host));
-    CK(cudaEventDestroy(used));
-    drop_stream(rt, s0);
-    drop_stream(rt, s1);
-    destroy_runtime(rt);
+    two_streams_close(&o);
 }
 
 static void event_between_streams_keeps_the_data(void **state)
@@ -89,50 +109,43 @@ static void event_between_streams_keeps_the_data(void **state)
 static void missing_order_is_an_error(void **state)
 {
     (void)state;
-    sp_runtime *rt = runtime_with("check_free_order:1");
-    sp_pool *pool = default_pool(rt);
-    cudaStream_t s0 = new_stream(), s1 = new_stream();
-    cudaEvent_t used;
-    CK(cudaEventCreateWithFlags(&used, cudaEventDisableTiming));
+    two_streams o = two_streams_open("check_free_order:1");
     for (int large = 0; large < 2; large++) {
         size_t n = large ? 3 * 1024 * KiB : 64 * KiB;
         gate *g = gate_new();
-        gate_hold(g, s0);
+        gate_hold(g, o.s0);
         void *p;
-        SP(sp_alloc(pool, &p, n, s0));
-        CK(cudaMemsetAsync(p, 1, n, s0));
-        sp_stats before = stats_of(pool);
-        assert_int_equal(sp_free(pool, p, s1), SP_ERR_UNORDERED_FREE);
+        SP(sp_alloc(o.pool, &p, n, o.s0));
+        CK(cudaMemsetAsync(p, 1, n, o.s0));
+        sp_stats before = stats_of(o.pool);
+        assert_int_equal(sp_free(o.pool, p, o.s1), SP_ERR_UNORDERED_FREE);
         assert_non_null(strstr(sp_config_error(), "cudaStreamWaitEvent"));
-        assert_int_equal(state_of(rt, p), SP_POINTER_LIVE);
-        sp_stats after = stats_of(pool);
+        assert_int_equal(state_of(o.rt, p), SP_POINTER_LIVE);
+        sp_stats after = stats_of(o.pool);
         assert_int_equal(after.active.current, before.active.current);
         assert_int_equal(after.frees, before.frees);
         assert_int_equal(after.bad_frees, before.bad_frees);
         /* the same free, ordered */
-        CK(cudaEventRecord(used, s0));
-        CK(cudaStreamWaitEvent(s1, used, 0));
-        SP(sp_free(pool, p, s1));
-        assert_int_equal(state_of(rt, p), SP_POINTER_CACHED);
+        CK(cudaEventRecord(o.used, o.s0));
+        CK(cudaStreamWaitEvent(o.s1, o.used, 0));
+        SP(sp_free(o.pool, p, o.s1));
+        assert_int_equal(state_of(o.rt, p), SP_POINTER_CACHED);
         gate_open(g);
         no_fault();
     }
     /* s0 done with the allocation (synchronized): nothing left to order after */
     void *p;
-    SP(sp_alloc(pool, &p, 64 * KiB, s0));
-    CK(cudaStreamSynchronize(s0));
-    SP(sp_free(pool, p, s1));
+    SP(sp_alloc(o.pool, &p, 64 * KiB, o.s0));
+    CK(cudaStreamSynchronize(o.s0));
+    SP(sp_free(o.pool, p, o.s1));
     /* and on its own stream, held: its own order */
     gate *g = gate_new();
-    gate_hold(g, s0);
-    SP(sp_alloc(pool, &p, 64 * KiB, s0));
-    SP(sp_free(pool, p, s0));
+    gate_hold(g, o.s0);
+    SP(sp_alloc(o.pool, &p, 64 * KiB, o.s0));
+    SP(sp_free(o.pool, p, o.s0));
     gate_open(g);
     no_fault();
-    CK(cudaEventDestroy(used));
-    drop_stream(rt, s0);
-    drop_stream(rt, s1);
-    destroy_runtime(rt);
+    two_streams_close(&o);
 }
 
 static void status_and_config(void **state)
