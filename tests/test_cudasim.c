@@ -9,6 +9,14 @@
 
 static const size_t MiB = (size_t)1 << 20;
 
+/* cudaDeviceCanAccessPeer(device, peer) succeeds and answers `can`. */
+static void assert_can_access_peer(int device, int peer, int can)
+{
+    int got = -1;
+    CK(cudaDeviceCanAccessPeer(&got, device, peer));
+    assert_int_equal(got, can);
+}
+
 static void capacity_limits_allocation_and_mem_get_info(void **state)
 {
     (void)state;
@@ -356,13 +364,9 @@ static void two_devices_are_not_peers(void **state)
     (void)state;
     setenv("CUDASIM_DEVICE_COUNT", "2", 1);
     cudasimReset();
-    int can = -1;
-    CK(cudaDeviceCanAccessPeer(&can, 0, 1));
-    assert_int_equal(can, 0);
-    CK(cudaDeviceCanAccessPeer(&can, 1, 0));
-    assert_int_equal(can, 0);
-    CK(cudaDeviceCanAccessPeer(&can, 1, 1)); /* the documented choice for a device and itself */
-    assert_int_equal(can, 0);
+    assert_can_access_peer(0, 1, 0);
+    assert_can_access_peer(1, 0, 0);
+    assert_can_access_peer(1, 1, 0); /* the documented choice for a device and itself */
     cudaMemPool_t pool;
     CK(cudaDeviceGetDefaultMemPool(&pool, 0));
     struct cudaMemAccessDesc desc = {.location = {.type = cudaMemLocationTypeDevice, .id = 1},
@@ -421,9 +425,7 @@ static void memcpy_refusals_and_peer_copies_without_peer_access(void **state)
     CK(cudaMemcpy(back, p2, N, cudaMemcpyDeviceToHost));
     assert_memory_equal(back, h, N);
 
-    int can = -1;
-    CK(cudaDeviceCanAccessPeer(&can, 0, 1));
-    assert_int_equal(can, 0);
+    assert_can_access_peer(0, 1, 0);
     void *r;
     CK(cudaSetDevice(1));
     CK(cudaMallocAsync(&r, N, 0));
@@ -486,13 +488,9 @@ static void peer_access_grants_and_enforcement(void **state)
     setenv("CUDASIM_DEVICE_COUNT", "2", 1);
     setenv("CUDASIM_PEER_ACCESS", "1", 1);
     cudasimReset();
-    int can = -1;
-    CK(cudaDeviceCanAccessPeer(&can, 0, 1));
-    assert_int_equal(can, 1);
-    CK(cudaDeviceCanAccessPeer(&can, 1, 0));
-    assert_int_equal(can, 1);
-    CK(cudaDeviceCanAccessPeer(&can, 1, 1));
-    assert_int_equal(can, 0);
+    assert_can_access_peer(0, 1, 1);
+    assert_can_access_peer(1, 0, 1);
+    assert_can_access_peer(1, 1, 0);
     CK(cudaDeviceEnablePeerAccess(1, 0));
     assert_int_equal(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
     assert_int_equal(cudaDeviceEnablePeerAccess(0, 0), cudaErrorInvalidDevice);
