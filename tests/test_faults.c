@@ -214,9 +214,7 @@ static void fresh_memory_despite(const char *api, size_t n)
         SP(sp_free(pool, e, a));
     for (size_t i = 0; i < warms; i++)
         SP(sp_free(pool, warm[i], b));
-    drop_stream(rt, a);
-    drop_stream(rt, b);
-    destroy_runtime(rt);
+    drop_streams_and_runtime(rt, a, b);
     reset_device(NULL);
 }
 

@@ -107,9 +107,7 @@ static void footprint_admitted_requests_never_fail(void **state)
     assert_true(fail_sum > 0); /* the workload does tell the two apart */
     sp_stats st = stats_of(pool);
     assert_int_equal(st.active.current, 0);
-    drop_stream(rt, s);
-    drop_stream(rt, other);
-    destroy_runtime(rt);
+    drop_streams_and_runtime(rt, s, other);
 }
 
 TEST_MAIN("footprint",

@@ -57,9 +57,7 @@ static two_streams two_streams_open(const char *alloc_conf)
 static void two_streams_close(two_streams *o)
 {
     CK(cudaEventDestroy(o->used));
-    drop_stream(o->rt, o->s0);
-    drop_stream(o->rt, o->s1);
-    destroy_runtime(o->rt);
+    drop_streams_and_runtime(o->rt, o->s0, o->s1);
 }
 
 /* s0 writes and reads the block behind a gate; the free on s1 waits for an event recorded after
@@ -173,9 +171,7 @@ static void status_and_config(void **state)
     SP(sp_free(pool, p, s1)); /* the bug, not caught; nothing used the block, so no fault */
     gate_open(g);
     no_fault();
-    drop_stream(rt, s0);
-    drop_stream(rt, s1);
-    destroy_runtime(rt);
+    drop_streams_and_runtime(rt, s0, s1);
 }
 
 static unsigned long long calls(void)
@@ -219,9 +215,7 @@ static void off_the_hot_path_makes_no_call(void **state)
             assert_int_equal(cudasimCallCount("cudaEventRecord"), 2);
         }
         CK(cudaStreamSynchronize(s1));
-        drop_stream(rt, s0);
-        drop_stream(rt, s1);
-        destroy_runtime(rt);
+        drop_streams_and_runtime(rt, s0, s1);
     }
 }
 
@@ -276,9 +270,7 @@ static int end_after_a_pending_free(const char *alloc_conf, uint64_t *fences)
     }
     gate_open(g);
     no_fault();
-    drop_stream(rt, s);
-    drop_stream(rt, other);
-    destroy_runtime(rt);
+    drop_streams_and_runtime(rt, s, other);
     return rc;
 }
 

@@ -100,9 +100,7 @@ static void a_range_in_flight_to_the_heap_is_still_the_reserved_pools(void **sta
     SP(sp_free(reserved, a, s));
     for (int i = 0; i < n; i++)
         SP(sp_free(noisy, flood[i], t));
-    drop_stream(rt, s);
-    drop_stream(rt, t);
-    destroy_runtime(rt);
+    drop_streams_and_runtime(rt, s, t);
 }
 
 static int teardown(void **state)

@@ -138,6 +138,15 @@ static inline void destroy_runtime(sp_runtime *rt)
     SP(sp_runtime_destroy(rt));
 }
 
+/* The end of a test on its own runtime and two streams: both streams released from every pool
+ * and destroyed, then the runtime. */
+static inline void drop_streams_and_runtime(sp_runtime *rt, cudaStream_t a, cudaStream_t b)
+{
+    drop_stream(rt, a);
+    drop_stream(rt, b);
+    destroy_runtime(rt);
+}
+
 /* The end of a test on its own runtime: the pool and then the runtime destroyed, and the device
  * has every byte back. */
 static inline void destroy_leaving_the_device_empty(sp_runtime *rt, sp_pool *pool)
