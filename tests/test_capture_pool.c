@@ -514,14 +514,9 @@ static void *per_thread_frees(void *arg)
     return NULL;
 }
 
-typedef struct {
-    sp_pool *pool;
-    int rc;
-} destroy_arg;
-
 static void *destroy_held(void *arg)
 {
-    destroy_arg *d = arg;
+    thread_call *d = arg;
     hold_at_lock = 3;
     d->rc = sp_pool_destroy(d->pool);
     hold_at_lock = 0;
@@ -544,7 +539,7 @@ static void capture_declared_during_a_pool_destroy_waits_for_it(void **state)
     SP(pt.rc);
     cudaStream_t a = new_stream();
     hold_arm(NULL);
-    destroy_arg d = {victim, -1};
+    thread_call d = {.pool = victim, .rc = -1};
     assert_int_equal(pthread_create(&w, NULL, destroy_held, &d), 0);
     hold_wait_arrival();
     declare_and_begin_capture(f, a);
@@ -758,14 +753,6 @@ static void pool_reads_and_trims_during_a_global_capture_leave_it_valid(void **s
  * the device (a capture may be under way). The give-back must leave a fence behind itself on the
  * released stream, for a trim to synchronize. The freeing thread is held inside its
  * cudaFreeAsync until the release has returned. */
-
-static void *free_thread(void *arg)
-{
-    thread_call *a = arg;
-    a->rc = sp_free(a->pool, a->ptr, a->stream);
-    return NULL;
-}
-
 static void give_back_racing_a_release_is_trimmed(void **state)
 {
     fixture *f = *state;
@@ -781,7 +768,7 @@ static void give_back_racing_a_release_is_trimmed(void **state)
     pthread_mutex_unlock(&held_query.mu);
     thread_call a = {.pool = pool, .stream = s, .ptr = big, .rc = -1};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, free_thread, &a), 0);
+    assert_int_equal(pthread_create(&t, NULL, thread_call_free, &a), 0);
     hold_wait_arrival(); /* inside cudaFreeAsync of big's segment on s */
     SP(sp_stream_release(f->rt, s));
     hold_release();

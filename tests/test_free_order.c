@@ -224,20 +224,6 @@ static void off_the_hot_path_makes_no_call(void **state)
  * Another thread frees a block on the request's stream after the server's synchronize, behind
  * work still queued there (a gate): ending the request with the hint breaks the promise. */
 
-typedef struct {
-    sp_pool *pool;
-    void *ptr;
-    cudaStream_t stream;
-    int rc;
-} free_job;
-
-static void *free_on_thread(void *arg)
-{
-    free_job *j = arg;
-    j->rc = sp_free(j->pool, j->ptr, j->stream);
-    return NULL;
-}
-
 /* Returns sp_request_end's status, and the request's fences in *fences. The block the other
  * thread freed is never handed to another stream before its stream got past the free. */
 static int end_after_a_pending_free(const char *alloc_conf, uint64_t *fences)
@@ -253,9 +239,9 @@ static int end_after_a_pending_free(const char *alloc_conf, uint64_t *fences)
     CK(cudaStreamSynchronize(s));             /* the server's synchronize */
     gate *g = gate_new();
     gate_hold(g, s);                          /* s still has work that uses `shared` */
-    free_job j = {pool, shared, s, -1};
+    thread_call j = {.pool = pool, .ptr = shared, .stream = s, .rc = -1};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, free_on_thread, &j), 0);
+    assert_int_equal(pthread_create(&t, NULL, thread_call_free, &j), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     SP(j.rc);
     sp_request_stats st = {.size = sizeof st};
@@ -302,9 +288,9 @@ static void synchronized_end_after_a_completed_free_passes(void **state)
     void *kv, *shared;
     SP(sp_request_alloc(pool, req, &kv, 64 * KiB));
     SP(sp_alloc(pool, &shared, 64 * KiB, s));
-    free_job j = {pool, shared, s, -1};
+    thread_call j = {.pool = pool, .ptr = shared, .stream = s, .rc = -1};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, free_on_thread, &j), 0);
+    assert_int_equal(pthread_create(&t, NULL, thread_call_free, &j), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
     SP(j.rc);
     CK(cudaStreamSynchronize(s));

@@ -22,6 +22,14 @@ typedef struct {
     int rc;
 } thread_call;
 
+/* A thread's body: sp_free(pool, ptr, stream) of its thread_call, the status in rc. */
+static inline void *thread_call_free(void *arg)
+{
+    thread_call *a = arg;
+    a->rc = sp_free(a->pool, a->ptr, a->stream);
+    return NULL;
+}
+
 static inline sp_stats stats_of(sp_pool *pool)
 {
     sp_stats st = {.size = sizeof st};
