@@ -41,15 +41,23 @@ bool aligned(const void *p, std::size_t to)
     return reinterpret_cast<std::uintptr_t>(p) % to == 0;
 }
 
+// What most tests here run on: a runtime on device 0, a pool of its own (its name given), a
+// streampool::memory_resource on that pool and RAPIDS' async ref to the resource.
+struct tenant_ref {
+    streampool::runtime rt{0};
+    streampool::pool tenant;
+    streampool::memory_resource mr;
+    rmm::device_async_resource_ref ref;
+    explicit tenant_ref(const char *name) : tenant(rt, name), mr(tenant), ref{mr} {}
+};
+
 // Allocates and frees through rmm::device_async_resource_ref on a stream; the bytes written by a
 // host-to-device copy, a device-to-device copy and a memset come back exactly; the pool counts
 // each call and the exact bytes asked for.
 void async_ref_round_trip(cudaStream_t s)
 {
-    streampool::runtime rt(0);
-    streampool::pool tenant(rt, "rmm-tenant");
-    streampool::memory_resource mr(tenant);
-    rmm::device_async_resource_ref ref{mr};
+    tenant_ref f("rmm-tenant");
+    auto &[rt, tenant, mr, ref] = f;
     cuda::stream_ref stream{s}; // RMM 26 deprecates rmm::cuda_stream_view for it
 
     const std::size_t n = 5 * MiB + 1000; // not a size class: requested counts it exactly
@@ -113,10 +121,8 @@ void ref_free_in_stream_order(cudaStream_t s)
 // any stream when the call returns; deallocate_sync gives it back to the pool.
 void sync_calls(cudaStream_t s)
 {
-    streampool::runtime rt(0);
-    streampool::pool tenant(rt, "rmm-sync");
-    streampool::memory_resource mr(tenant);
-    rmm::device_async_resource_ref ref{mr};
+    tenant_ref f("rmm-sync");
+    auto &[rt, tenant, mr, ref] = f;
     rmm::device_resource_ref sync_ref{mr};
 
     void *p = ref.allocate_sync(4096, 256);
@@ -144,10 +150,8 @@ void sync_calls(cudaStream_t s)
 // streampool::error with status::INVALID through the ref and allocate nothing.
 void alignment(cudaStream_t s)
 {
-    streampool::runtime rt(0);
-    streampool::pool tenant(rt, "rmm-align");
-    streampool::memory_resource mr(tenant);
-    rmm::device_async_resource_ref ref{mr};
+    tenant_ref f("rmm-align");
+    auto &[rt, tenant, mr, ref] = f;
     std::vector<void *> got;
     for (std::size_t a = 1; a <= 256; a *= 2) {
         void *p = ref.allocate(s, 24 + a, a);
