@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "support/fixtures.h"
+#include "support/hold_point.h"
 
 static const uint64_t MiB = 1024 * 1024, GiB = 1024ull * 1024 * 1024;
 
@@ -668,11 +669,7 @@ static void refused_request_changes_no_figure(void **state)
 
 /* ---- holding a thread inside the driver's allocation ---- */
 
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool inside, proceed;
-} in_malloc = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+static hold_point in_malloc = HOLD_POINT_INIT;
 static _Thread_local bool hold_next_malloc; /* armed in the allocating thread only */
 
 cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t mem_pool,
@@ -683,27 +680,14 @@ cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t mem_p
         *(void **)&real = dlsym(RTLD_NEXT, "cudaMallocFromPoolAsync");
     if (hold_next_malloc) {
         hold_next_malloc = false;
-        pthread_mutex_lock(&in_malloc.mu);
-        in_malloc.inside = true;
-        pthread_cond_broadcast(&in_malloc.cv);
-        while (!in_malloc.proceed)
-            pthread_cond_wait(&in_malloc.cv, &in_malloc.mu);
-        pthread_mutex_unlock(&in_malloc.mu);
+        hold_point_here(&in_malloc);
     }
     return real(ptr, size, mem_pool, stream);
 }
 
-static void let_malloc_go(void)
-{
-    pthread_mutex_lock(&in_malloc.mu);
-    in_malloc.proceed = true;
-    pthread_cond_broadcast(&in_malloc.cv);
-    pthread_mutex_unlock(&in_malloc.mu);
-}
-
 static int teardown_held_malloc(void **state)
 {
-    let_malloc_go(); /* a failed assertion left the allocating thread held */
+    hold_point_let_go(&in_malloc); /* a failed assertion left the allocating thread held */
     return fx_teardown(state);
 }
 
@@ -734,13 +718,10 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
     assert_int_equal(before.held.current, 200 * MiB);
 
     thread_call a = {.pool = pool, .stream = fx.a, .rc = -1};
-    in_malloc.inside = in_malloc.proceed = false;
+    hold_point_reset(&in_malloc);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, alloc_held_in_driver, &a), 0);
-    pthread_mutex_lock(&in_malloc.mu);
-    while (!in_malloc.inside)
-        pthread_cond_wait(&in_malloc.cv, &in_malloc.mu);
-    pthread_mutex_unlock(&in_malloc.mu);
+    hold_point_wait(&in_malloc); /* inside the driver's allocation */
 
     sp_stats during = stats_of(pool), rt_during = {.size = sizeof rt_during};
     SP(sp_runtime_stats(fx.rt, &rt_during)); /* the driver has not answered the claim yet */
@@ -751,7 +732,7 @@ static void read_during_a_refused_request_counts_no_claim(void **state)
     assert_int_equal(rt_during.held.current, rt_before.held.current);
     assert_int_equal(rt_during.held.peak, rt_before.held.peak);
 
-    let_malloc_go();
+    hold_point_let_go(&in_malloc);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(a.rc, SP_ERR_OUT_OF_MEMORY); /* 200 + 900 MiB on a 1 GiB device */
     sp_stats after = stats_of(pool);

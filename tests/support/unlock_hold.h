@@ -11,14 +11,10 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
-#include <pthread.h>
-#include <stdbool.h>
 
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool held, proceed;
-} unlock_hold = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+#include "hold_point.h"
+
+static hold_point unlock_hold = HOLD_POINT_INIT;
 static _Thread_local int unlock_hold_after; /* unlocks left before this thread is held */
 
 int pthread_mutex_unlock(pthread_mutex_t *m)
@@ -27,14 +23,9 @@ int pthread_mutex_unlock(pthread_mutex_t *m)
     if (!real)
         *(void **)&real = dlsym(RTLD_NEXT, "pthread_mutex_unlock");
     int rc = real(m);
-    if (unlock_hold_after > 0 && m != &unlock_hold.mu && --unlock_hold_after == 0) {
-        pthread_mutex_lock(&unlock_hold.mu);
-        unlock_hold.held = true;
-        pthread_cond_broadcast(&unlock_hold.cv);
-        while (!unlock_hold.proceed)
-            pthread_cond_wait(&unlock_hold.cv, &unlock_hold.mu);
-        real(&unlock_hold.mu);
-    }
+    /* the hold's own unlocks come back here with this thread disarmed (its count is 0 then) */
+    if (unlock_hold_after > 0 && m != &unlock_hold.mu && --unlock_hold_after == 0)
+        hold_point_here(&unlock_hold);
     return rc;
 }
 
@@ -47,23 +38,18 @@ static inline void unlock_hold_arm(int unlocks)
 /* In the test thread, before it starts the thread to hold. */
 static inline void unlock_hold_reset(void)
 {
-    unlock_hold.held = unlock_hold.proceed = false;
+    hold_point_reset(&unlock_hold);
 }
 
+/* In the test thread, which is not armed: its unlocks are only the real ones. */
 static inline void unlock_hold_wait(void)
 {
-    pthread_mutex_lock(&unlock_hold.mu);
-    while (!unlock_hold.held)
-        pthread_cond_wait(&unlock_hold.cv, &unlock_hold.mu);
-    pthread_mutex_unlock(&unlock_hold.mu); /* not armed in this thread: the real unlock */
+    hold_point_wait(&unlock_hold);
 }
 
 static inline void unlock_hold_let_go(void)
 {
-    pthread_mutex_lock(&unlock_hold.mu);
-    unlock_hold.proceed = true;
-    pthread_cond_broadcast(&unlock_hold.cv);
-    pthread_mutex_unlock(&unlock_hold.mu);
+    hold_point_let_go(&unlock_hold);
 }
 
 #endif
