@@ -2,8 +2,9 @@
  * hold_point_here (it tells the test thread it arrived, then waits); the test thread waits for
  * the arrival with hold_point_wait and resumes it with hold_point_let_go; hold_point_reset, in the
  * test thread before the thread to hold starts, makes the point ready for another round. The
- * interposed calls that hold a thread inside the library (support/unlock_hold.h, test_tenants.c's
- * driver allocation) stop there. */
+ * stream gates of test_support.h (a host function held) and the interposed calls that hold a
+ * thread inside the library (support/unlock_hold.h, test_tenants.c's driver allocation) stop
+ * there. */
 #ifndef SP_TEST_HOLD_POINT_H
 #define SP_TEST_HOLD_POINT_H
 

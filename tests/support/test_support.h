@@ -20,6 +20,8 @@
 #include "cudasim.h"
 #endif
 
+#include "hold_point.h"
+
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
 /* A suite's main: runs the group `name` of the tests listed (FX, CFX, RESET, ... entries), in
@@ -101,13 +103,10 @@ static inline enum cudaStreamCaptureStatus status_of(cudaStream_t s)
     return st;
 }
 
-/* A gate: a host function on a stream blocks there until gate_open() from the test thread. */
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool open;
-    bool arrived; /* the stream's work reached the gate: everything before it is done */
-} gate;
+/* A gate: a host function on a stream blocks there until gate_open() from the test thread. The
+ * host function is the thread held at the hold point; its arrival means the stream's work
+ * before the gate is done. */
+typedef hold_point gate;
 
 /* Gates come from a static pool, not the test's stack: a failed assertion leaves the test early,
  * and teardown opens every gate it handed out so that it can synchronize instead of hanging. */
@@ -120,20 +119,13 @@ static inline gate *gate_new(void)
     gate *g = &gate_pool[gate_pool_used++];
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
-    g->open = false;
-    g->arrived = false;
+    hold_point_reset(g);
     return g;
 }
 
 static inline void gate_wait_fn(void *arg)
 {
-    gate *g = arg;
-    pthread_mutex_lock(&g->mu);
-    g->arrived = true;
-    pthread_cond_broadcast(&g->cv);
-    while (!g->open)
-        pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
+    hold_point_here(arg);
 }
 
 static inline void gate_hold(gate *g, cudaStream_t s)
@@ -144,18 +136,12 @@ static inline void gate_hold(gate *g, cudaStream_t s)
 /* Blocks the test thread until the gated stream's work reaches the gate. */
 static inline void gate_wait_arrival(gate *g)
 {
-    pthread_mutex_lock(&g->mu);
-    while (!g->arrived)
-        pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
+    hold_point_wait(g);
 }
 
 static inline void gate_open(gate *g)
 {
-    pthread_mutex_lock(&g->mu);
-    g->open = true;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
+    hold_point_let_go(g);
 }
 
 /* Records the order in which host functions ran, across streams. */
