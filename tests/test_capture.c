@@ -15,6 +15,34 @@ static bool host_bytes_are(const unsigned char *h, size_t n, unsigned char byte)
     return true;
 }
 
+/* The buffers of the tests that check data, on top of the shared streams (cfx): 8 KiB of device
+ * memory (cudaMalloc, outside every pool) and 64 KiB of pinned host memory, zeroed. Register a
+ * test with BUF(fn). */
+static struct {
+    unsigned char *dev, *host;
+} buf;
+
+static int buf_setup(void **state)
+{
+    if (cfx_setup(state) != 0 || cudaMalloc((void **)&buf.dev, 8 * KiB) != cudaSuccess ||
+        cudaMallocHost((void **)&buf.host, 64 * KiB) != cudaSuccess)
+        return -1;
+    memset(buf.host, 0, 64 * KiB);
+    return 0;
+}
+
+static int buf_teardown(void **state)
+{
+    for (int i = 0; i < gate_pool_used; i++) /* a failed test's gate would hold the frees */
+        gate_open(&gate_pool[i]);
+    int failed = (buf.host && cudaFreeHost(buf.host) != cudaSuccess) +
+                 (buf.dev && cudaFree(buf.dev) != cudaSuccess);
+    buf.dev = buf.host = NULL;
+    return cfx_teardown(state) != 0 || failed ? -1 : 0;
+}
+
+#define BUF(fn) cmocka_unit_test_setup_teardown(fn, buf_setup, buf_teardown)
+
 /* Ends a capture that must have been invalidated: no graph, cudaErrorStreamCaptureInvalidated
  * (Runtime API, cudaStreamEndCapture: "If capture was invalidated ... a NULL graph"). */
 static void end_invalidated(cudaStream_t s)
@@ -34,9 +62,7 @@ static void captured_work_runs_only_when_launched(void **state)
     (void)state;
     cudaStream_t s = cfx.a;
     atomic_int runs = 0;
-    unsigned char *dev, *host;
-    CK(cudaMalloc((void **)&dev, 4 * KiB));
-    CK(cudaMallocHost((void **)&host, 4 * KiB));
+    unsigned char *dev = buf.dev;
     CK(cudaMemsetAsync(dev, 0x00, 4 * KiB, s));
     CK(cudaStreamSynchronize(s));
 
@@ -61,8 +87,6 @@ static void captured_work_runs_only_when_launched(void **state)
     assert_true(device_bytes_are(dev, 4 * KiB, 0x7e, s));
 
     graph_destroy(x, g);
-    CK(cudaFreeHost(host));
-    CK(cudaFree(dev));
 }
 
 /* Programming Guide, "Stream Capture": each launch replays the captured copies, reading the
@@ -72,12 +96,9 @@ static void graph_replay_copies_current_data(void **state)
 {
     (void)state;
     cudaStream_t s = cfx.a;
-    unsigned char *dev, *src, *dst;
-    CK(cudaMalloc((void **)&dev, 8 * KiB));
+    unsigned char *dev = buf.dev, *src, *dst = buf.host;
     CK(cudaMallocHost((void **)&src, 8 * KiB));
-    CK(cudaMallocHost((void **)&dst, 8 * KiB));
     memset(src, 0x11, 8 * KiB);
-    memset(dst, 0, 8 * KiB);
 
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CK(cudaMemcpyAsync(dev, src, 8 * KiB, cudaMemcpyHostToDevice, s));
@@ -105,8 +126,6 @@ static void graph_replay_copies_current_data(void **state)
 
     graph_destroy(x, g);
     CK(cudaFreeHost(src));
-    CK(cudaFreeHost(dst));
-    CK(cudaFree(dev));
 }
 
 /* Runtime API cudaStreamGetCaptureInfo: status, a per-sequence id unique in the process, the
@@ -166,10 +185,7 @@ static void fork_and_join_through_events(void **state)
     cudaEvent_t fork, join;
     CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-    unsigned char *dev, *host;
-    CK(cudaMalloc((void **)&dev, 8 * KiB));
-    CK(cudaMallocHost((void **)&host, 8 * KiB));
-    memset(host, 0, 8 * KiB);
+    unsigned char *dev = buf.dev, *host = buf.host;
 
     CK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
     CK(cudaMemsetAsync(dev, 0x01, 8 * KiB, s1));
@@ -199,8 +215,6 @@ static void fork_and_join_through_events(void **state)
     graph_destroy(x, g);
     CK(cudaEventDestroy(fork));
     CK(cudaEventDestroy(join));
-    CK(cudaFreeHost(host));
-    CK(cudaFree(dev));
 }
 
 /* Runtime API cudaStreamEndCapture / error cudaErrorStreamCaptureUnjoined: a fork whose work is
@@ -236,8 +250,7 @@ static void allocation_nodes_give_graph_memory_each_launch(void **state)
     cudaStream_t s = cfx.a;
     cudaMemPool_t pool;
     CK(cudaDeviceGetDefaultMemPool(&pool, 0));
-    unsigned char *host;
-    CK(cudaMallocHost((void **)&host, 64 * KiB));
+    unsigned char *host = buf.host;
     void *p = NULL, *q = NULL;
 
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -265,7 +278,6 @@ static void allocation_nodes_give_graph_memory_each_launch(void **state)
         assert_true(host_bytes_are(host + 16 * KiB, 48 * KiB, 0x5c));
     }
     graph_destroy(x, g);
-    CK(cudaFreeHost(host));
 }
 
 /* Runtime API cudaGraphLaunch: relaunching while a previous launch's allocations are unfreed
@@ -276,8 +288,7 @@ static void relaunch_needs_allocations_freed(void **state)
 {
     (void)state;
     cudaStream_t s = cfx.a;
-    unsigned char *host;
-    CK(cudaMallocHost((void **)&host, 4 * KiB));
+    unsigned char *host = buf.host;
     void *p = NULL;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CK(cudaMallocAsync(&p, 4 * KiB, s));
@@ -304,7 +315,6 @@ static void relaunch_needs_allocations_freed(void **state)
     CK(cudaStreamSynchronize(s));
     assert_true(host_bytes_are(host, 4 * KiB, 0x42));
     graph_destroy(x, g);
-    CK(cudaFreeHost(host));
 }
 
 /* Runtime API cudaGraphAddMemFreeNode ("an address that was not returned by an allocation
@@ -515,13 +525,13 @@ static void captured_event_cannot_be_queried(void **state)
 }
 
 TEST_MAIN("capture",
-    CFX(captured_work_runs_only_when_launched),
-    CFX(graph_replay_copies_current_data),
+    BUF(captured_work_runs_only_when_launched),
+    BUF(graph_replay_copies_current_data),
     CFX(capture_info_reports_sequence_and_dependencies),
-    CFX(fork_and_join_through_events),
+    BUF(fork_and_join_through_events),
     CFX(unjoined_fork_fails_end_capture),
-    CFX(allocation_nodes_give_graph_memory_each_launch),
-    CFX(relaunch_needs_allocations_freed),
+    BUF(allocation_nodes_give_graph_memory_each_launch),
+    BUF(relaunch_needs_allocations_freed),
     CFX(freeing_non_graph_memory_in_capture_invalidates),
     CFX(sync_and_query_of_capture_fail),
     RESET(legacy_stream_during_blocking_capture),
