@@ -760,7 +760,7 @@ int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len)
     size_t used = 0, count = 0;
     if (len)
         buf[0] = '\0';
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     for (size_t i = 1; rt->conf && i < rt->conf->ngroups; i++) {
         const conf_group *g = &rt->conf->groups[i];
         if (g->state != POOL_NOT_SEEN)

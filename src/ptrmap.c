@@ -143,6 +143,15 @@ int sp__ptrmap_take_for_free(sp_ptrmap *m, const void *ptr, const sp_pool *pool,
     return rc;
 }
 
+void sp__ptrmap_init(sp_ptrmap *m)
+{
+    for (int i = 0; i < SP_PTRMAP_SHARDS; i++) {
+        sp_spin_init(&m->shards[i].lock, SP_RANK_SPIN, "ptrmap shard->lock");
+        m->shards[i].slots = NULL;
+        m->shards[i].cap = m->shards[i].len = 0;
+    }
+}
+
 void sp__ptrmap_free(sp_ptrmap *m)
 {
     for (int i = 0; i < SP_PTRMAP_SHARDS; i++) {

@@ -24,6 +24,8 @@ typedef struct {
     sp_ptrmap_shard shards[SP_PTRMAP_SHARDS];
 } sp_ptrmap;
 
+/* m empty, its shard locks set up: once, before its first use */
+void sp__ptrmap_init(sp_ptrmap *m);
 int sp__ptrmap_insert(sp_ptrmap *m, sp_block *b);
 void sp__ptrmap_remove(sp_ptrmap *m, const void *ptr);
 /* Looks ptr up and, if it is a live block of `pool`, marks it cached; all under the shard's

@@ -13,7 +13,7 @@
 struct sp_runtime {
     int device;
     sp_runtime_config cfg;
-    pthread_mutex_t lock;                /* pools list and names, capture list */
+    sp_mutex lock;                       /* pools list and names, capture list */
     sp_pool *pools;
     sp_pool *default_pool;
     cudaStream_t service;                /* non-blocking: frees of released streams' blocks */

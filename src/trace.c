@@ -89,7 +89,7 @@ typedef struct {
 typedef char stream_name[SP_STREAM_NAME_MAX + 1];
 
 struct sp_trace {
-    pthread_mutex_t lock;            /* thread list, pool names, start and stop */
+    sp_mutex lock;                   /* thread list, pool names, start and stop */
     atomic_bool on;
     /* unique for the process: threads' memos key on it. Atomic: a thread still inside a call
      * of the last trace compares it while a restart renews it under `lock` */
@@ -131,11 +131,12 @@ static thread_buf *my_buf(struct sp_trace *t)
     if (sp_likely(memo.uid == uid))
         return memo.buf;
     long tid = (long)syscall(SYS_gettid);
-    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+    sp_mutex_lock(&t->lock);
     thread_buf *b = t->threads;
     while (b && b->tid != tid) /* a thread id reused after an exit takes over its buffer */
         b = b->next;
     if (!b && (b = calloc(1, sizeof *b))) {
+        sp_spin_init(&b->lock, SP_RANK_SPIN, "trace buffer->lock");
         b->tid = tid;
         b->order = t->nthreads++;
         b->next = t->threads;
@@ -153,6 +154,7 @@ static thread_buf *my_buf(struct sp_trace *t)
 /* pool_index under t->lock, without the thread's memo */
 static uint32_t pool_index_locked(struct sp_trace *t, const sp_pool *pool)
 {
+    sp_mutex_assert_owner(&t->lock);
     uint32_t i;
     for (i = 0; i < t->npools && t->pools[i].id != pool->id; i++)
         ;
@@ -178,7 +180,7 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
     unsigned slot = (unsigned)(pool->id % 8);
     if (b->memo_pool_id[slot] == pool->id)
         return b->memo_index[slot];
-    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+    sp_mutex_lock(&t->lock);
     uint32_t i = pool_index_locked(t, pool);
     sp_mutex_unlock(&t->lock);
     if (i == UINT32_MAX)
@@ -207,7 +209,7 @@ static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *
     sp__stream_label(rt, sp__stream_key(stream), label, sizeof label);
     uint32_t i = 0;
     if (label[0]) {
-        sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+        sp_mutex_lock(&t->lock);
         for (i = 1; i < t->nnames && strcmp(t->names[i], label) != 0; i++)
             ;
         if (i == t->nnames || t->nnames == 0) {
@@ -406,12 +408,12 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     struct sp_trace *t = atomic_load(&rt->trace);
     if (!t) {
         struct sp_trace *fresh = calloc(1, sizeof *fresh);
-        if (!fresh || pthread_mutex_init(&fresh->lock, NULL) != 0) {
+        if (!fresh || sp_mutex_init(&fresh->lock, SP_RANK_TRACE, "trace->lock") != 0) {
             free(fresh);
             return SP_ERR_NO_HOST_MEMORY;
         }
         if (!atomic_compare_exchange_strong(&rt->trace, &t, fresh)) {
-            pthread_mutex_destroy(&fresh->lock); /* another thread won: use its trace */
+            sp_mutex_destroy(&fresh->lock); /* another thread won: use its trace */
             free(fresh);
         } else {
             t = fresh;
@@ -421,8 +423,8 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     if (!copy)
         return SP_ERR_NO_HOST_MEMORY;
     /* runtime->lock keeps the pool list still while the baseline is read */
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
-    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+    sp_mutex_lock(&rt->lock);
+    sp_mutex_lock(&t->lock);
     if (atomic_load(&t->on)) {
         sp_mutex_unlock(&t->lock);
         sp_mutex_unlock(&rt->lock);
@@ -675,7 +677,7 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     struct sp_trace *t = atomic_load(&rt->trace);
     if (!t)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+    sp_mutex_lock(&t->lock);
     if (!atomic_load(&t->on)) {
         sp_mutex_unlock(&t->lock);
         return SP_ERR_INVALID;
@@ -773,7 +775,7 @@ void sp__trace_destroy(sp_runtime *rt)
     free(t->base_held);
     free(t->base_reserved);
     free(t->path);
-    pthread_mutex_destroy(&t->lock);
+    sp_mutex_destroy(&t->lock);
     free(t);
     atomic_store(&rt->trace, NULL);
 }
