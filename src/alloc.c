@@ -752,7 +752,7 @@ static int alloc_bypass(sp_alloc_call *a)
     size_t bytes = a->bytes;
     sp_block *b = NULL;
     int rc = sp__pool_bypass_alloc(pool, bytes, a->stream, a->req, &b);
-    if (rc == SP_ERR_LIMIT && sp__round_up(bytes, 256) > pool->limit_bytes)
+    if (rc == SP_ERR_LIMIT && sp__round_up(bytes, SP_BYPASS_ALIGN) > pool->limit_bytes)
         rc = SP_ERR_NEVER_FITS; /* larger than the limit itself */
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS)
         sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
@@ -760,7 +760,7 @@ static int alloc_bypass(sp_alloc_call *a)
         sp__pool_count(pool, SP_COUNT_ooms, 1);
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS || rc == SP_ERR_OUT_OF_MEMORY)
         /* reported like the ladder's failures; no driver call a capture forbids */
-        sp__oom_record(pool, bytes, sp__round_up(bytes, 256), a->stream, rc);
+        sp__oom_record(pool, bytes, sp__round_up(bytes, SP_BYPASS_ALIGN), a->stream, rc);
     if (rc != SP_OK)
         return rc;
     b->bypass_stream = a->stream; /* for sp_pointer_info and sp_free_any; no cache owns it */

@@ -367,7 +367,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
 int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, struct sp_req *req,
                           sp_block **out)
 {
-    size_t size = sp__round_up(bytes, 256);
+    size_t size = sp__round_up(bytes, SP_BYPASS_ALIGN);
     claim k = {.req = req};
     if (!held_claim(pool, size, &k))
         return SP_ERR_LIMIT;

@@ -25,7 +25,7 @@ static uint64_t hash_ptr(const void *p)
 
 static sp_ptrmap_shard *shard_of(sp_ptrmap *m, uint64_t h)
 {
-    return &m->shards[h >> 58]; /* top 6 bits: 64 shards; the low bits index the slots */
+    return &m->shards[h >> (64 - SP_PTRMAP_SHARD_BITS)];
 }
 
 static size_t find_slot(const sp_ptrmap_shard *s, const void *key, uint64_t h)

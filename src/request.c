@@ -24,7 +24,7 @@
 
 static sp_req **bucket(sp_pool *pool, sp_request id)
 {
-    return &pool->requests[(id * 0x9E3779B97F4A7C15ull) >> 58 & (SP_REQ_BUCKETS - 1)];
+    return &pool->requests[(id * 0x9E3779B97F4A7C15ull) >> (64 - SP_REQ_BUCKET_BITS)];
 }
 
 static uint64_t pool_tag(const sp_pool *pool)

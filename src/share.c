@@ -141,7 +141,7 @@ int sp_pool_share_poll(sp_pool *pool, size_t *freed)
     size_t total = 0;
     int err = SP_OK;
     sp_share_freed batch[64];
-    for (size_t n; (n = sp__share_reap(pool, batch, 64)) > 0;) {
+    for (size_t n; (n = sp__share_reap(pool, batch, sizeof batch / sizeof *batch)) > 0;) {
         for (size_t i = 0; i < n; i++) {
             /* its slots are free now: sp_free finds nothing held and frees it as usual */
             int rc = sp_free(pool, batch[i].ptr, batch[i].stream);
@@ -160,7 +160,7 @@ int sp_pool_share_poll(sp_pool *pool, size_t *freed)
 
 /* A driver allocation of the exporter mapped here: its blocks share it. */
 typedef struct {
-    unsigned char cuda[64];
+    unsigned char cuda[sizeof ((sp_block_handle *)0)->cuda]; /* the handle's export data */
     char *base;
     uint32_t imports;          /* live imports of its blocks: unmapped at 0 */
 } mapping;
@@ -316,7 +316,7 @@ static int map_of(sp_import *imp, const sp_block_handle *h, size_t *out)
 {
     sp_mutex_assert_owner(&imp->lock);
     for (size_t i = 0; i < imp->nmaps; i++)
-        if (imp->maps[i].imports && memcmp(imp->maps[i].cuda, h->cuda, 64) == 0) {
+        if (imp->maps[i].imports && memcmp(imp->maps[i].cuda, h->cuda, sizeof h->cuda) == 0) {
             *out = i;
             return SP_OK;
         }
@@ -333,7 +333,7 @@ static int map_of(sp_import *imp, const sp_block_handle *h, size_t *out)
         return rc;
     if (slot == imp->nmaps)
         imp->nmaps++;
-    memcpy(imp->maps[slot].cuda, h->cuda, 64);
+    memcpy(imp->maps[slot].cuda, h->cuda, sizeof h->cuda);
     imp->maps[slot].base = base;
     imp->maps[slot].imports = 0;
     *out = slot;

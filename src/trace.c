@@ -64,20 +64,25 @@ typedef struct {
     int16_t status;
 } trace_event;
 
+/* A thread's memo of its recent pools (pool id -> index, direct-mapped by id) and of the labels
+ * of its recent streams (round robin): sizes its array and the slot it picks both follow. */
+#define MEMO_POOLS 8
+#define MEMO_STREAMS 4
+
 typedef struct thread_buf {
     sp_spin lock;                    /* the owner per event; stop, once */
     long tid;
     uint32_t order;                  /* creation order: breaks ties between equal times */
     size_t count, dropped, since_sample;
     trace_event *chunks[MAX_CHUNKS];
-    uint64_t memo_pool_id[8];        /* pool id -> index, for this thread's recent pools */
-    uint32_t memo_index[8];
+    uint64_t memo_pool_id[MEMO_POOLS]; /* pool id -> index, for this thread's recent pools */
+    uint32_t memo_index[MEMO_POOLS];
     /* the labels of the streams this thread last recorded on (an index into trace->names), as
      * of sp__stream_labels_changes == name_changes (owner only); a thread that allocates on one
      * stream and frees on another looks neither up again */
     unsigned name_changes, name_known, name_next;
-    uint64_t name_stream[4];
-    uint32_t name_index[4];
+    uint64_t name_stream[MEMO_STREAMS];
+    uint32_t name_index[MEMO_STREAMS];
     struct thread_buf *next;
 } thread_buf;
 
@@ -177,7 +182,7 @@ static uint32_t pool_index_locked(struct sp_trace *t, const sp_pool *pool)
 /* The pool's index in the trace's name table; UINT32_MAX if host memory ran out. */
 static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *pool)
 {
-    unsigned slot = (unsigned)(pool->id % 8);
+    unsigned slot = (unsigned)(pool->id % MEMO_POOLS);
     if (b->memo_pool_id[slot] == pool->id)
         return b->memo_index[slot];
     sp_mutex_lock(&t->lock);
@@ -232,7 +237,7 @@ static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *
         }
         sp_mutex_unlock(&t->lock);
     }
-    unsigned k = b->name_known < 4 ? b->name_known++ : b->name_next++ % 4;
+    unsigned k = b->name_known < MEMO_STREAMS ? b->name_known++ : b->name_next++ % MEMO_STREAMS;
     b->name_stream[k] = (uint64_t)(uintptr_t)stream;
     b->name_index[k] = i;
     return i;

@@ -87,19 +87,14 @@ static void a_released_lock_no_longer_counts(void **state)
     sp_mutex_unlock(&pool_lock);
 }
 
-/* "pool->lock (rank 6 SP_RANK_POOL," : how a message names a lock (its address follows) */
-static const char *named(char *buf, size_t len, const char *name, sp_rank rank, const char *rank_id)
-{
-    snprintf(buf, len, "%s (rank %d %s, ", name, (int)rank, rank_id);
-    return buf;
-}
-
-/* err holds `before`, then the named lock */
+/* err holds `before`, then the lock named as a message names it: "pool->lock (rank 6
+ * SP_RANK_POOL, " (its address follows) */
 static void assert_names(const char *err, const char *before, const char *name, sp_rank rank,
                          const char *rank_id)
 {
-    char want[160], lock[120];
-    snprintf(want, sizeof want, "%s%s", before, named(lock, sizeof lock, name, rank, rank_id));
+    char want[256];
+    int n = snprintf(want, sizeof want, "%s%s (rank %d %s, ", before, name, (int)rank, rank_id);
+    assert_true(n > 0 && (size_t)n < sizeof want);
     if (!strstr(err, want))
         fail_msg("\"%s\" not in \"%s\"", want, err);
 }
