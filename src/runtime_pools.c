@@ -23,6 +23,7 @@ int sp_runtime_pools(sp_runtime *rt, sp_pool_callback cb, void *user)
     if (!list)
         return SP_ERR_NO_HOST_MEMORY;
     /* called with no lock held, so that cb may call anything of the runtime */
+    sp_assert_lockless();
     for (i = 0; i < n && cb(list[i], user) == 0; i++)
         ;
     free(list);
