@@ -1,7 +1,7 @@
 /* What every layer of the core shares: the error policy, branch hints, rounding, the spin lock
  * (with its rank and name: witness.h) and the names of the core's structs, each defined in its
- * layer's header: block.h, cache.h, fence.h, heap.h, pool.h, runtime.h. Public names are sp_*, cross-file
- * internal ones sp__*, file-local ones static. */
+ * layer's header: block.h, cache.h, fence.h, heap.h, pool.h, runtime.h. Public names are sp_*,
+ * cross-file internal ones sp__*, file-local ones static. */
 #ifndef SP_BASE_H
 #define SP_BASE_H
 

@@ -115,8 +115,9 @@ void sp__witness_assert_lockless(const char *where)
 {
     if (held_count > 0) {
         char a[DESCRIBED];
-        fprintf(stderr, "streampool: %s needs no lock held, and this thread holds %d, the last %s\n",
-                where, held_count, describe(held[held_count - 1], a, sizeof a));
+        fprintf(stderr,
+                "streampool: %s needs no lock held, and this thread holds %d, the last %s\n", where,
+                held_count, describe(held[held_count - 1], a, sizeof a));
         abort();
     }
 }
