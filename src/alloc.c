@@ -9,7 +9,6 @@
 #include "cuda_calls.h"
 #include "ptrmap.h"
 #include "reclaim.h"
-#include "runtime.h"
 #include "status.h"
 #include "trace.h"
 #include "introspect.h"
@@ -84,7 +83,7 @@ static int free_wrapped(sp_pool *pool, void *ptr, cudaStream_t stream, unsigned 
 /* The wrappers an allocation goes through: check_free_order:1 and a trace, if on. */
 static inline unsigned wrappers(const sp_pool *pool)
 {
-    unsigned w = sp_unlikely(pool != NULL && sp__free_order_wanted(pool->rt)) ? CHECKED : 0;
+    unsigned w = sp_unlikely(pool != NULL && sp__free_order_wanted(pool->dev)) ? CHECKED : 0;
     return w | (sp__trace_wanted() ? TRACED : 0);
 }
 
@@ -122,7 +121,7 @@ static inline int alloc_in(sp_alloc_call *a)
         return SP_ERR_INVALID;
     /* zero bytes, a large request, or a capture that may be under way: TO_BINS if the request
      * is a small one for the stream's bins after all */
-    if (sp_unlikely(bytes - 1 >= SP_SMALL_MAX || sp__capture_possible(pool->rt))) {
+    if (sp_unlikely(bytes - 1 >= SP_SMALL_MAX || sp__capture_possible(pool->dev))) {
         int rc = alloc_off_bins(a);
         if (rc != TO_BINS)
             return rc;
@@ -183,9 +182,9 @@ static inline int free_in(sp_pool *pool, void *ptr, cudaStream_t stream)
             return held > 0 ? SP_OK : held;
     }
     sp_block *b = NULL;
-    int rc = sp__ptrmap_take_for_free(&pool->rt->ptrmap, ptr, pool, &b);
+    int rc = sp__ptrmap_take_for_free(&pool->dev->ptrmap, ptr, pool, &b);
     if (sp_unlikely(rc != SP_OK)) {
-        sp__pool_count(pool, SP_COUNT_bad_frees, 1);
+        sp__pool_count(&pool->fig, SP_COUNT_bad_frees, 1);
         return rc;
     }
     /* an allocation of an open request leaves it, before the block can reach a bin */
@@ -240,8 +239,8 @@ static inline int free_in(sp_pool *pool, void *ptr, cudaStream_t stream)
 static int free_bypass(sp_pool *pool, sp_block *b, cudaStream_t stream)
 {
     /* a capture's own allocation: straight back to the driver (rule 24) */
-    sp__usage_add(pool, -(int64_t)b->requested, -(int64_t)b->size, 0);
-    sp__pool_count(pool, SP_COUNT_frees, 1);
+    sp__usage_add(&pool->fig, -(int64_t)b->requested, -(int64_t)b->size, 0);
+    sp__pool_count(&pool->fig, SP_COUNT_frees, 1);
     sp__pool_bypass_free(pool, b, stream);
     return SP_OK;
 }
@@ -260,7 +259,7 @@ static sp_stream_cache *cache_locked_for_free(sp_pool *pool, sp_block *b, cudaSt
         c = sp__cache_get(pool, key);
         if (sp_unlikely(!c))
             return NULL;
-        if (sp_unlikely(sp__capture_possible(pool->rt)) &&
+        if (sp_unlikely(sp__capture_possible(pool->dev)) &&
             sp__cache_capturing(c, &capturing) != SP_OK)
             capturing = true; /* unknown: the careful choice */
         /* asked before the spin lock: under SP_CAPTURE_ALWAYS it is a CUDA call */
@@ -324,7 +323,7 @@ static int alloc_off_bins(sp_alloc_call *a)
     if (sp_unlikely(bytes > SP_MAX_ALLOC))
         return SP_ERR_TOO_LARGE;
     sp_stream_key key = sp__stream_key(stream);
-    if (sp_unlikely(sp__capture_possible(pool->rt))) {
+    if (sp_unlikely(sp__capture_possible(pool->dev))) {
         /* the stream's own cache says whether it is declared capturing: no lock, so that other
          * streams' hot path stays as it is while a capture is under way */
         sp_stream_cache *c = sp__cache_get(pool, key);
@@ -405,7 +404,7 @@ int sp_free_any(sp_pool *pool, void *ptr)
         return SP_ERR_INVALID;
     if (!ptr)
         return SP_OK;
-    sp_ptr_lookup l = sp__ptrmap_lookup(&pool->rt->ptrmap, ptr);
+    sp_ptr_lookup l = sp__ptrmap_lookup(&pool->dev->ptrmap, ptr);
     int rc = SP_OK;
     if (l.info.state == SP_POINTER_UNKNOWN)
         rc = SP_ERR_BAD_POINTER;
@@ -416,7 +415,7 @@ int sp_free_any(sp_pool *pool, void *ptr)
     else if (l.owner && !sp__this_threads_stream(l.owner->key))
         return SP_ERR_NOT_SUPPORTED; /* not a bad free: the pointer stays live */
     if (rc != SP_OK) { /* as sp_free would have answered, without a stream to free on */
-        sp__pool_count(pool, SP_COUNT_bad_frees, 1);
+        sp__pool_count(&pool->fig, SP_COUNT_bad_frees, 1);
         return rc;
     }
     /* through the public call, so that a trace records it on the allocation stream */
@@ -437,7 +436,7 @@ static int alloc_wrapped(sp_alloc_call *a, unsigned wrap)
     int rc = alloc_in(a);
     void *p = rc == SP_OK && a->block ? a->block->ptr : NULL;
     if ((wrap & CHECKED) && p)
-        sp__free_order_note(a->pool->rt, p, a->stream);
+        sp__free_order_note(a->pool->dev, p, a->stream);
     if ((wrap & TRACED) && a->pool)
         sp__trace_alloc_done(&m, a->pool, p, a->bytes, a->stream, rc, a->outcome);
     return rc;
@@ -453,15 +452,15 @@ static int free_wrapped(sp_pool *pool, void *ptr, cudaStream_t stream, unsigned 
     sp_free_mark *fm = NULL;
     if ((wrap & CHECKED) && ptr) {
         sp__cuda_error_clear();
-        int rc = sp__free_order_check(pool->rt, ptr, stream, &fm);
+        int rc = sp__free_order_check(pool->dev, ptr, stream, &fm);
         if (rc != SP_OK) /* the block stays live: nothing was freed */
             return rc;
     }
     int rc = free_in(pool, ptr, stream);
     if ((wrap & CHECKED) && rc == SP_OK)
-        sp__free_order_drop(pool->rt, fm);
+        sp__free_order_drop(pool->dev, fm);
     else if (wrap & CHECKED)
-        sp__free_order_put_back(pool->rt, fm);
+        sp__free_order_put_back(pool->dev, fm);
     if ((wrap & TRACED) && pool)
         sp__trace_free_done(&m, pool, ptr, stream, rc);
     return rc;
@@ -475,7 +474,7 @@ static int free_wrapped(sp_pool *pool, void *ptr, cudaStream_t stream, unsigned 
 static void count_miss(sp_pool *pool, const sp_block *b, size_t bytes, bool fresh)
 {
     if (!fresh)
-        sp__usage_add(pool, (int64_t)bytes, (int64_t)b->size, 0);
+        sp__usage_add(&pool->fig, (int64_t)bytes, (int64_t)b->size, 0);
     atomic_fetch_add_explicit(&pool->miss_allocs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool->miss_requested_total, bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool->miss_active_total, b->size, memory_order_relaxed);
@@ -496,14 +495,14 @@ static int served_off_cache(sp_alloc_call *a, sp_stream_cache *c, sp_block *b, s
 
 static bool held_would_peak(sp_pool *pool, size_t size)
 {
-    uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
-    return held + size > atomic_load_explicit(&pool->usage.held.peak, memory_order_relaxed);
+    uint64_t held = atomic_load_explicit(&pool->fig.usage.held.current, memory_order_relaxed);
+    return held + size > atomic_load_explicit(&pool->fig.usage.held.peak, memory_order_relaxed);
 }
 
 static bool larger_than_device(sp_pool *pool, size_t size)
 {
     uint64_t free_bytes = 0, total = 0;
-    return sp__cuda_mem_info(pool->rt->device, &free_bytes, &total) == SP_OK && size > total;
+    return sp__cuda_mem_info(pool->dev->device, &free_bytes, &total) == SP_OK && size > total;
 }
 
 /* ---- the miss ladder ----
@@ -619,7 +618,7 @@ static int rung_limit(miss *m, int rc)
     if (rc != SP_ERR_LIMIT || m->size > m->limit)
         return rc;
     (void)sp__pool_give_back(m->a->pool, m->limit - m->size, false, NULL);
-    sp__pool_count(m->a->pool, SP_COUNT_limit_retries, 1);
+    sp__pool_count(&m->a->pool->fig, SP_COUNT_limit_retries, 1);
     return fresh(m);
 }
 
@@ -658,7 +657,8 @@ static int rung_give_back(miss *m, int rc)
     if ((rc == SP_ERR_OUT_OF_MEMORY && !m->hopeless) || limited) {
         (void)sp__pool_give_back(m->a->pool, limited && m->limit ? m->limit - m->size : 0, true,
                                  NULL);
-        sp__pool_count(m->a->pool, limited ? SP_COUNT_limit_retries : SP_COUNT_oom_retries, 1);
+        sp__pool_count(&m->a->pool->fig,
+                       limited ? SP_COUNT_limit_retries : SP_COUNT_oom_retries, 1);
         rc = retry_settled(m);
     }
     return at_its_cap(m, rc);
@@ -668,7 +668,7 @@ static int rung_reclaim(miss *m, int rc)
 {
     if (rc != SP_ERR_OUT_OF_MEMORY || m->hopeless || !sp__reclaim_others(m->a->pool, m->size))
         return rc;
-    sp__pool_count(m->a->pool, SP_COUNT_oom_retries, 1);
+    sp__pool_count(&m->a->pool->fig, SP_COUNT_oom_retries, 1);
     return fresh(m);
 }
 
@@ -680,14 +680,14 @@ static int rung_callback(miss *m, int rc)
         /* what the callback freed, into any pool's cache, reaches the device */
         (void)sp__pool_give_back(pool, 0, true, NULL);
         (void)sp__reclaim_others(pool, m->size);
-        sp__pool_count(pool, SP_COUNT_oom_retries, 1);
+        sp__pool_count(&pool->fig, SP_COUNT_oom_retries, 1);
         return retry_settled(m);
     }
     if (rc == SP_ERR_LIMIT && sp__oom_callback(pool, m->a->bytes, m->a->stream)) {
         /* a limit rejection: only what the callback freed in this pool can help; no other
          * pool is touched */
         (void)sp__pool_give_back(pool, m->limit - m->size, true, NULL);
-        sp__pool_count(pool, SP_COUNT_limit_retries, 1);
+        sp__pool_count(&pool->fig, SP_COUNT_limit_retries, 1);
         return retry_settled(m);
     }
     return rc;
@@ -704,7 +704,7 @@ static int (*const ladder[])(miss *, int) = {
 static void at_the_limit(miss *m)
 {
     size_t rounded = large_size(m->a->bytes);
-    uint64_t held = atomic_load_explicit(&m->a->pool->limit_used, memory_order_relaxed);
+    uint64_t held = atomic_load_explicit(&m->a->pool->fig.limit_used, memory_order_relaxed);
     uint64_t room = held < m->limit ? m->limit - held : 0;
     if (m->size > room && rounded <= room) {
         m->small = false;
@@ -723,7 +723,7 @@ static int alloc_miss(sp_alloc_call *a, sp_stream_cache *c, sp_idle own_idle)
     if (!m.small) /* every stream's parked ranges: this miss may reuse, merge or give them back */
         sp__park_flush_all(pool);
     if (m.limit && m.size > m.limit) { /* over the limit on its own: nothing can help, ever */
-        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
+        sp__pool_count(&pool->fig, SP_COUNT_limit_rejections, 1);
         sp__oom_record(pool, a->bytes, m.size, a->stream, SP_ERR_NEVER_FITS);
         return SP_ERR_NEVER_FITS;
     }
@@ -735,7 +735,8 @@ static int alloc_miss(sp_alloc_call *a, sp_stream_cache *c, sp_idle own_idle)
     for (size_t i = 0; i < sizeof ladder / sizeof *ladder && rc != SP_OK; i++)
         rc = ladder[i](&m, rc);
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) {
-        sp__pool_count(pool, rc == SP_ERR_LIMIT ? SP_COUNT_limit_rejections : SP_COUNT_ooms, 1);
+        sp__pool_count(&pool->fig, rc == SP_ERR_LIMIT ? SP_COUNT_limit_rejections : SP_COUNT_ooms,
+                       1);
         sp__oom_record(pool, a->bytes, m.size, a->stream, rc);
     }
     if (rc != SP_OK)
@@ -755,9 +756,9 @@ static int alloc_bypass(sp_alloc_call *a)
     if (rc == SP_ERR_LIMIT && sp__round_up(bytes, SP_BYPASS_ALIGN) > pool->limit_bytes)
         rc = SP_ERR_NEVER_FITS; /* larger than the limit itself */
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS)
-        sp__pool_count(pool, SP_COUNT_limit_rejections, 1);
+        sp__pool_count(&pool->fig, SP_COUNT_limit_rejections, 1);
     else if (rc == SP_ERR_OUT_OF_MEMORY)
-        sp__pool_count(pool, SP_COUNT_ooms, 1);
+        sp__pool_count(&pool->fig, SP_COUNT_ooms, 1);
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS || rc == SP_ERR_OUT_OF_MEMORY)
         /* reported like the ladder's failures; no driver call a capture forbids */
         sp__oom_record(pool, bytes, sp__round_up(bytes, SP_BYPASS_ALIGN), a->stream, rc);
@@ -765,7 +766,7 @@ static int alloc_bypass(sp_alloc_call *a)
         return rc;
     b->bypass_stream = a->stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
     count_miss(pool, b, bytes, true);
-    sp__pool_count(pool, SP_COUNT_capture_bypasses, 1);
+    sp__pool_count(&pool->fig, SP_COUNT_capture_bypasses, 1);
     a->block = b;
     a->outcome = SP_OUTCOME_BYPASS;
     return SP_OK;

@@ -1,7 +1,10 @@
 /* What every layer of the core shares: the error policy, branch hints, rounding, the spin lock
  * (with its rank and name: witness.h) and the names of the core's structs, each defined in its
- * layer's header: block.h, cache.h, fence.h, heap.h, pool.h, runtime.h. Public names are sp_*,
- * cross-file internal ones sp__*, file-local ones static. */
+ * layer's header, bottom up: block.h, cache.h, fence.h, device.h (the device context every layer
+ * below the runtime is handed), heap.h, pool.h, runtime.h (the top: its pools, names and lock).
+ * Types point down: a layer below the runtime reaches the device through its sp_device, not
+ * through sp_runtime. Public names are sp_*, cross-file internal ones sp__*, file-local ones
+ * static. */
 #ifndef SP_BASE_H
 #define SP_BASE_H
 
@@ -109,7 +112,9 @@ static inline void sp__spin_assert_not_owner(const sp_spin *l, const char *where
 #define sp_spin_assert_owner(l) sp__spin_assert_owner((l), __func__)
 #define sp_spin_assert_not_owner(l) sp__spin_assert_not_owner((l), __func__)
 
-/* ---- the core's structs, each defined by its layer (fence.c, cache.h, heap.h) ---- */
+/* ---- the core's structs, each defined by its layer (fence.c, cache.h, heap.h, device.h) ---- */
+
+typedef struct sp_device sp_device;
 
 typedef struct sp_fence sp_fence;
 typedef struct sp_stream_cache sp_stream_cache;

@@ -63,7 +63,7 @@ struct sp_stream_cache {
     size_t last_huge_free;     /* the size of the stream's last huge free, under `lock` */
     /* counters of the hot path, under `lock`, merged by stats */
     uint64_t hits, frees, freed_bytes, requested_total, active_total;
-    /* byte changes not yet added to the pool's and runtime's shared figures: flushed past the
+    /* byte changes not yet added to the pool's and device's shared figures: flushed past the
      * runtime's stats_flush_bytes, on the slow path and on a stats read, so that threads on
      * different streams do not bounce one cache line on every call */
     int64_t requested_delta, active_delta;

@@ -6,11 +6,11 @@
 #include "heap.h"
 #include "cuda_calls.h"
 #include "pool.h"
-#include "runtime.h"
+#include "device.h"
 
 int sp__cache_capturing(sp_stream_cache *c, bool *capturing)
 {
-    if (c->pool->rt->cfg.capture_check != SP_CAPTURE_ALWAYS) {
+    if (c->pool->dev->cfg.capture_check != SP_CAPTURE_ALWAYS) {
         *capturing = atomic_load_explicit(&c->capturing, memory_order_acquire);
         return SP_OK;
     }

@@ -16,8 +16,7 @@
 #include "conf_keys.h"
 #include "classes.h"
 #include "cuda_calls.h"
-#include "pool.h"
-#include "runtime.h"
+#include "device.h"
 #include "status.h"
 #include "format.h"
 #include "versioned.h"
@@ -366,7 +365,8 @@ typedef struct {
     uint32_t first, last;   /* entries */
     uint32_t next, next_fold; /* hash chains */
     uint32_t set[2];        /* per source, a bit per key: one set twice is refused */
-    int state;              /* POOL_*: whether a pool of the name was created (under rt->lock) */
+    int state;              /* POOL_*: whether a pool of the name was created (under the
+                               runtime's lock) */
     int failed_status;      /* POOL_FAILED: what its creation returned */
     char near[SP_POOL_NAME_MAX + 1]; /* a pool created with this name in another case, or "" */
 } conf_group;
@@ -379,7 +379,8 @@ struct sp_conf {
     size_t ngroups;
     uint32_t *buckets, *fold_buckets;
     size_t mask;            /* buckets - 1, a power of two minus one */
-    conf_ctx ctx;           /* the runtime's device, its total read once (under rt->lock) */
+    conf_ctx ctx;           /* the runtime's device, its total read once (under the runtime's
+                               lock) */
 };
 
 static uint64_t hash_name(slice s, bool fold)
@@ -666,7 +667,7 @@ static const char *human(uint64_t b, char buf[32])
     return buf;
 }
 
-int sp__config_limit_in_force(sp_runtime *rt, const char *name, uint64_t *limit)
+int sp__config_limit_in_force(const sp_device *dev, const char *name, uint64_t *limit)
 {
     if (*limit && *limit < SP_DRIVER_GRANULARITY)
         return sp__errorf(SP_ERR_CONFIG,
@@ -676,8 +677,8 @@ int sp__config_limit_in_force(sp_runtime *rt, const char *name, uint64_t *limit)
                           name, (unsigned long long)*limit,
                           (unsigned long long)SP_DRIVER_GRANULARITY);
     uint64_t total = 0;
-    conf_ctx own = {rt->device, false, 0};
-    conf_ctx *ctx = rt->conf ? &rt->conf->ctx : &own;
+    conf_ctx own = {dev->device, false, 0};
+    conf_ctx *ctx = dev->conf ? &dev->conf->ctx : &own;
     if (*limit && device_total(ctx, &total) == SP_OK && total && *limit > total) {
         /* a limit the device cannot hold, however written (bytes, a suffix, a share above
          * 100%, code), is the device: said once, so that an operator who copied an 80 GiB
@@ -688,7 +689,7 @@ int sp__config_limit_in_force(sp_runtime *rt, const char *name, uint64_t *limit)
             fprintf(stderr,
                     "streampool: warning: pool '%s': its limit of %s is more than device %d's "
                     "memory; clamped to %s (the device in whole pages)\n",
-                    name, human(*limit, a), rt->device, human(in_pages, b));
+                    name, human(*limit, a), dev->device, human(in_pages, b));
         *limit = in_pages;
     }
     /* whole driver pages, what the pool can hold (a 3 MiB limit holds 2 MiB), so that every
@@ -697,7 +698,7 @@ int sp__config_limit_in_force(sp_runtime *rt, const char *name, uint64_t *limit)
     return SP_OK;
 }
 
-int sp__config_for_pool(sp_runtime *rt, const char *name, const sp_pool_config *code,
+int sp__config_for_pool(const sp_device *dev, const char *name, const sp_pool_config *code,
                         sp_pool_config *out)
 {
     sp_pool_config merged = SP_POOL_CONFIG_INIT;
@@ -709,11 +710,11 @@ int sp__config_for_pool(sp_runtime *rt, const char *name, const sp_pool_config *
         sp__struct_read(&merged, sizeof merged, code);
     }
     int rc = sp__config_check(&merged, NULL, 0);
-    if (rc == SP_OK && rt->conf)
-        rc = apply_conf(rt->conf, name, &merged, &rt->conf->ctx, NULL, 0);
+    if (rc == SP_OK && dev->conf)
+        rc = apply_conf(dev->conf, name, &merged, &dev->conf->ctx, NULL, 0);
     if (rc != SP_OK)
         return rc;
-    rc = sp__config_limit_in_force(rt, name, &merged.limit);
+    rc = sp__config_limit_in_force(dev, name, &merged.limit);
     if (rc != SP_OK)
         return rc;
     *out = merged;
@@ -726,9 +727,9 @@ int sp__config_for_pool(sp_runtime *rt, const char *name, const sp_pool_config *
 
 #define CONF_LISTED 64 /* names printed by sp__config_warn_unused */
 
-void sp__config_pool_created(sp_runtime *rt, const char *name, int status)
+void sp__config_pool_created(const sp_device *dev, const char *name, int status)
 {
-    sp_conf *c = rt->conf;
+    sp_conf *c = dev->conf;
     if (!c)
         return;
     slice s = {name, strlen(name)};
@@ -752,33 +753,29 @@ void sp__config_pool_created(sp_runtime *rt, const char *name, int status)
     }
 }
 
-int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len)
+size_t sp__config_unseen(const sp_device *dev, char *buf, size_t len)
 {
-    if (!rt || (!buf && len))
-        return SP_ERR_INVALID;
-    sp__cuda_error_clear();
     size_t used = 0, count = 0;
     if (len)
         buf[0] = '\0';
-    sp_mutex_lock(&rt->lock);
-    for (size_t i = 1; rt->conf && i < rt->conf->ngroups; i++) {
-        const conf_group *g = &rt->conf->groups[i];
+    const sp_conf *c = dev->conf;
+    for (size_t i = 1; c && i < c->ngroups; i++) {
+        const conf_group *g = &c->groups[i];
         if (g->state != POOL_NOT_SEEN)
             continue;
         sp__appendf(buf, len, &used, "%s%.*s", count ? "," : "", (int)g->name.n, g->name.p);
         count++;
     }
-    sp_mutex_unlock(&rt->lock);
-    return count > INT32_MAX ? INT32_MAX : (int)count;
+    return count;
 }
 
-void sp__config_warn_unused(sp_runtime *rt)
+void sp__config_warn_unused(const sp_device *dev)
 {
-    if (quiet() || !rt->conf)
+    if (quiet() || !dev->conf)
         return;
     size_t listed = 0, more = 0;
-    for (size_t i = 1; i < rt->conf->ngroups; i++) {
-        const conf_group *g = &rt->conf->groups[i];
+    for (size_t i = 1; i < dev->conf->ngroups; i++) {
+        const conf_group *g = &dev->conf->groups[i];
         if (g->state == POOL_CREATED)
             continue;
         if (listed == CONF_LISTED) {
@@ -807,9 +804,9 @@ void sp__config_warn_unused(sp_runtime *rt)
 /* ---- the runtime keys ---- */
 
 /* The value of runtime key `name`: SP_ALLOC_CONF's wins over alloc_conf's. */
-static bool runtime_value(const sp_runtime *rt, const char *name, slice *out)
+static bool runtime_value(const sp_device *dev, const char *name, slice *out)
 {
-    const sp_conf *c = rt->conf;
+    const sp_conf *c = dev->conf;
     bool found = false;
     uint32_t best = 0;
     for (uint32_t e = c && c->ngroups ? c->groups[0].first : NONE; e != NONE; e = c->entries[e].next) {
@@ -822,18 +819,18 @@ static bool runtime_value(const sp_runtime *rt, const char *name, slice *out)
     return found;
 }
 
-bool sp__config_trace_path(const sp_runtime *rt, char *out, size_t len)
+bool sp__config_trace_path(const sp_device *dev, char *out, size_t len)
 {
     slice v = {0}; /* set when found; initialized for gcc -O2's -Wmaybe-uninitialized */
-    if (!runtime_value(rt, "trace", &v) || len == 0 || v.n >= len)
+    if (!runtime_value(dev, "trace", &v) || len == 0 || v.n >= len)
         return false;
     memcpy(out, v.p, v.n);
     out[v.n] = '\0';
     return true;
 }
 
-bool sp__config_check_free_order(const sp_runtime *rt)
+bool sp__config_check_free_order(const sp_device *dev)
 {
     slice v = {0}; /* as above */
-    return runtime_value(rt, "check_free_order", &v) && equals(v, "1");
+    return runtime_value(dev, "check_free_order", &v) && equals(v, "1");
 }

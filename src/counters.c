@@ -1,13 +1,12 @@
 /* The figures every layer may bump: a pool's slow-path counters and the usage figures of a pool
- * and its runtime (requested, active and held bytes with their peaks). A leaf below the stream
- * caches, fences and tiers, so that none of them calls up into the pool ledger to count. */
+ * and its device (requested, active and held bytes with their peaks). A leaf below the stream
+ * caches, fences and tiers, so that none of them calls up into the pool ledger to count: it
+ * knows only its own types (sp_pool_figures, sp_usage), which the pool embeds. */
 #include "counters.h"
-#include "pool.h"
-#include "runtime.h"
 
-void sp__pool_count(sp_pool *pool, int counter, uint64_t n)
+void sp__pool_count(sp_pool_figures *f, int counter, uint64_t n)
 {
-    atomic_fetch_add_explicit(&pool->count[counter], n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&f->count[counter], n, memory_order_relaxed);
 }
 
 /* Adds a signed change to limit_used (claims and give-backs race outside any lock) and returns
@@ -82,25 +81,25 @@ static void usage_apply(sp_usage *u, int64_t requested, int64_t active, int64_t 
     sp_spin_unlock(&u->lock);
 }
 
-/* A change of the pool's and the runtime's figures, without limit_used: a driver allocation
+/* A change of the pool's and the device's figures, without limit_used: a driver allocation
  * claimed its bytes there before the driver was asked (held_claim). */
-void sp__usage_commit(sp_pool *pool, int64_t requested, int64_t active, int64_t held)
+void sp__usage_commit(sp_pool_figures *f, int64_t requested, int64_t active, int64_t held)
 {
-    usage_apply(&pool->usage, requested, active, held);
-    usage_apply(&pool->rt->usage, requested, active, held);
+    usage_apply(&f->usage, requested, active, held);
+    usage_apply(f->device, requested, active, held);
 }
 
-void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held)
+void sp__usage_add(sp_pool_figures *f, int64_t requested, int64_t active, int64_t held)
 {
     /* held never passes limit_used, which never passes the limit: bytes given back leave room
      * under the limit only once held shows them gone. Room let go first, another thread could
      * claim it and count its fresh bytes while held still showed these, and the figures (the
      * peak for good) would pass the limit the driver kept. */
     if (held > 0)
-        (void)sp__current_add(&pool->limit_used, held);
-    sp__usage_commit(pool, requested, active, held);
+        (void)sp__current_add(&f->limit_used, held);
+    sp__usage_commit(f, requested, active, held);
     if (held < 0)
-        (void)sp__current_add(&pool->limit_used, held);
+        (void)sp__current_add(&f->limit_used, held);
 }
 
 void sp__usage_init(sp_usage *u)

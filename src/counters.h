@@ -1,5 +1,5 @@
 /* The figures every layer may bump (counters.c): a pool's slow-path counters and the usage
- * figures of a pool and its runtime. A leaf. */
+ * figures of a pool and its device. A leaf: its functions take the figures they change. */
 #ifndef SP_COUNTERS_H
 #define SP_COUNTERS_H
 
@@ -16,7 +16,7 @@ enum {
     SP_COUNT_N
 };
 
-/* Live-memory figures kept for a pool and again for its runtime. Every change and every read
+/* Live-memory figures kept for a pool and again for its device. Every change and every read
  * of them is one step under `lock`, so that a read pairs figures of one moment (held ==
  * active + cached) and every peak, cached_peak too, has seen every state a read can see. The
  * hot path never takes it: its hits reach these figures through the caches' deltas. Readers
@@ -30,18 +30,30 @@ typedef struct {
     atomic_uint_least64_t cached_peak;
 } sp_usage;
 
+/* A pool's figures, embedded in its struct (sp_pool.fig) and counted here: its slow-path
+ * counters, its usage, and the bytes its limit is judged by. */
+typedef struct {
+    atomic_uint_least64_t count[SP_COUNT_N]; /* slow-path counters (hot ones live in caches) */
+    sp_usage usage;
+    /* held bytes plus the claims of driver allocations in flight: what the limit is judged by
+     * (held_claim). usage.held counts a claim only once the driver granted it */
+    atomic_uint_least64_t limit_used;
+    sp_usage *device;                        /* its device's figures (sp_device.usage): every
+                                              * change of `usage` is made there too */
+} sp_pool_figures;
+
 /* ---- counters.c: the figures every layer may bump ---- */
-void sp__pool_count(sp_pool *pool, int counter, uint64_t n);
+void sp__pool_count(sp_pool_figures *f, int counter, uint64_t n);
 /* Adds a signed change to a current figure outside any lock (limit_used: claims and give-backs
  * race); returns the new value. */
 uint64_t sp__current_add(atomic_uint_least64_t *cur, int64_t delta);
 /* sp__usage_add without limit_used: for a driver allocation that claimed its bytes there
  * before the driver was asked. */
-void sp__usage_commit(sp_pool *pool, int64_t requested, int64_t active, int64_t held);
+void sp__usage_commit(sp_pool_figures *f, int64_t requested, int64_t active, int64_t held);
 /* The one stat-update helper: signed changes of requested, active (live) and held bytes of a
- * pool and its runtime, keeping peaks (cached = held - active); a held change moves the pool's
+ * pool and its device, keeping peaks (cached = held - active); a held change moves the pool's
  * limit_used too: bytes given back leave it only after held, so held never passes it. */
-void sp__usage_add(sp_pool *pool, int64_t requested, int64_t active, int64_t held);
+void sp__usage_add(sp_pool_figures *f, int64_t requested, int64_t active, int64_t held);
 /* The figures of u as of one moment, as a stats read shows them: held >= active (cached = held
  * - active), every peak at least its current. */
 typedef struct {

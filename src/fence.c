@@ -10,7 +10,7 @@
 #include "counters.h"
 #include "cuda_calls.h"
 #include "pool.h"
-#include "runtime.h"
+#include "device.h"
 
 /* An event recorded on a stream after its frees up to `epoch` (fence.h). */
 struct sp_fence {
@@ -24,7 +24,7 @@ int sp__fence_pool_init(sp_fence_pool *fp, int device)
 {
     fp->device = device;
     fp->free_fences = NULL;
-    sp_spin_init(&fp->lock, SP_RANK_SPIN, "fence_pool->lock");
+    atomic_init(&fp->lock.held, 0);
     return SP_OK;
 }
 
@@ -80,12 +80,12 @@ void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f)
  * runtime after it counts the capture, so none that read no capture reaches CUDA after it. */
 static bool relaxed(const sp_stream_cache *c)
 {
-    return sp__capture_possible(c->pool->rt);
+    return sp__capture_possible(c->pool->dev);
 }
 
 static void skipped(sp_stream_cache *c)
 {
-    sp__pool_count(c->pool, SP_COUNT_skipped_steps, 1);
+    sp__pool_count(&c->pool->fig, SP_COUNT_skipped_steps, 1);
 }
 
 /* The stream has passed epoch: done_epoch rises to it, never back (fence_lock held). */
@@ -99,7 +99,7 @@ static void raise_done(sp_stream_cache *c, uint64_t epoch)
 /* Every fence from f on (f and older) is complete: the stream has passed f->epoch. */
 static void settle_through(sp_stream_cache *c, sp_fence *f)
 {
-    sp_fence_pool *fp = &c->pool->rt->fences;
+    sp_fence_pool *fp = &c->pool->dev->fences;
     raise_done(c, f->epoch);
     sp_fence **p = &c->fences;
     while (*p && *p != f)
@@ -144,11 +144,11 @@ static sp_fence *covering_fence(sp_stream_cache *c, uint64_t epoch, bool ask)
     if (f || !ask || !may_touch_stream(c) || c->fence_count >= SP_FENCE_CAP)
         return f;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-    if (sp__fence_record(&c->pool->rt->fences, c->key.stream, now, &f) != SP_OK) {
+    if (sp__fence_record(&c->pool->dev->fences, c->key.stream, now, &f) != SP_OK) {
         skipped(c);
         return NULL;
     }
-    sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+    sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
     f->next = c->fences;
     c->fences = f;
     c->fence_count++;
@@ -235,7 +235,7 @@ int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream)
 
 int sp__cache_final_fence(sp_stream_cache *c)
 {
-    sp_runtime *rt = c->pool->rt;
+    sp_device *dev = c->pool->dev;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     /* segments given back on the stream: the driver releases their pages only once a host
      * synchronize observed their frees (rule 13), which settled tags do not say, and which no
@@ -250,9 +250,9 @@ int sp__cache_final_fence(sp_stream_cache *c)
     bool touch = sp__may_touch_stream(c); /* released just now: named one last time */
     if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now) {
         sp_fence *f = NULL;
-        rc = touch ? sp__fence_record(&rt->fences, c->key.stream, now, &f) : SP_ERR_CUDA;
+        rc = touch ? sp__fence_record(&dev->fences, c->key.stream, now, &f) : SP_ERR_CUDA;
         if (rc == SP_OK) {
-            sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+            sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
             f->next = c->fences;
             c->fences = f;
             c->fence_count++;
@@ -261,8 +261,8 @@ int sp__cache_final_fence(sp_stream_cache *c)
     /* behind the give-backs, for a trim to synchronize (sp__cache_observe_driver_frees); kept
      * out of `fences`, which a settle by query recycles */
     if (rc == SP_OK && gave_back && touch && !c->final_fence &&
-        (rc = sp__fence_record(&rt->fences, c->key.stream, now, &c->final_fence)) == SP_OK)
-        sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+        (rc = sp__fence_record(&dev->fences, c->key.stream, now, &c->final_fence)) == SP_OK)
+        sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
     if (rc != SP_OK && touch && (rc = sp__cuda_stream_sync(c->key.stream)) == SP_OK) {
         raise_done(c, now);
         atomic_store_explicit(&c->driver_frees, false, memory_order_release);
@@ -279,14 +279,14 @@ void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on)
     /* released meanwhile: its final fence may have been recorded before this free, and no trim
      * can synchronize the stream any more. This thread has just freed on it, so may name it:
      * a final fence behind the free (it covers every earlier one too, in stream order). */
-    sp_runtime *rt = c->pool->rt;
+    sp_device *dev = c->pool->dev;
     sp_mutex_lock(&c->fence_lock);
     sp_fence *f = NULL;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-    if (sp__fence_record(&rt->fences, on, now, &f) == SP_OK) {
-        sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+    if (sp__fence_record(&dev->fences, on, now, &f) == SP_OK) {
+        sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
         if (c->final_fence)
-            sp__fence_recycle(&rt->fences, c->final_fence);
+            sp__fence_recycle(&dev->fences, c->final_fence);
         c->final_fence = f;
     } else {
         skipped(c);
@@ -300,11 +300,11 @@ static void cache_drop_fences(sp_stream_cache *c)
     while (c->fences) {
         sp_fence *f = c->fences;
         c->fences = f->next;
-        sp__fence_recycle(&c->pool->rt->fences, f);
+        sp__fence_recycle(&c->pool->dev->fences, f);
     }
     c->fence_count = 0;
     if (c->final_fence)
-        sp__fence_recycle(&c->pool->rt->fences, c->final_fence);
+        sp__fence_recycle(&c->pool->dev->fences, c->final_fence);
     c->final_fence = NULL;
     sp_mutex_unlock(&c->fence_lock);
 }
@@ -356,7 +356,7 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c)
     } else if (c->final_fence) { /* released: the fence recorded behind its give-backs */
         now = c->final_fence->epoch;
         if ((rc = sp__cuda_event_sync(c->final_fence->event, relaxed(c))) == SP_OK) {
-            sp__fence_recycle(&c->pool->rt->fences, c->final_fence);
+            sp__fence_recycle(&c->pool->dev->fences, c->final_fence);
             c->final_fence = NULL;
         }
     }
@@ -431,7 +431,7 @@ void sp__cache_offer_fence(sp_stream_cache *c)
     if (!covered && !covering_fence(c, now, true) && f && !f->done && may_touch_stream(c)) {
         if (sp__cuda_event_record(f->event, c->key.stream) == SP_OK) {
             f->epoch = now;
-            sp__pool_count(c->pool, SP_COUNT_fences_recorded, 1);
+            sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
         } else {
             skipped(c);
         }

@@ -127,11 +127,11 @@ static void insert_locked(sp_free_order *fo, sp_free_mark *m)
     *b = m;
 }
 
-void sp__free_order_note(sp_runtime *rt, void *ptr, cudaStream_t stream)
+void sp__free_order_note(sp_device *dev, void *ptr, cudaStream_t stream)
 {
-    sp_free_order *fo = rt->free_order;
+    sp_free_order *fo = dev->free_order;
     /* an event recorded on a capturing stream would join the capture (rule 25) */
-    if (!ptr || sp__capture_possible(rt))
+    if (!ptr || sp__capture_possible(dev))
         return;
     sp_mutex_lock(&fo->lock);
     sp_free_mark *m = fo->spares;
@@ -164,14 +164,14 @@ static bool is_legacy(cudaStream_t s)
 }
 
 /* Is a free of m's block on `stream` (key) certainly not ordered after the allocation? */
-static bool unordered(sp_runtime *rt, const sp_free_mark *m, cudaStream_t stream,
+static bool unordered(sp_device *dev, const sp_free_mark *m, cudaStream_t stream,
                       sp_stream_key key)
 {
     if (m->key.stream == key.stream && m->key.thread == key.thread)
         return false; /* the allocating stream itself: its own order */
     /* the legacy stream orders itself with blocking streams, which streampool cannot tell
      * from non-blocking ones; and no stream is asked about while a capture may be under way */
-    if (is_legacy(m->key.stream) || is_legacy(stream) || sp__capture_possible(rt))
+    if (is_legacy(m->key.stream) || is_legacy(stream) || sp__capture_possible(dev))
         return false;
     bool done = false, idle = false;
     if (sp__cuda_event_query(m->event, false, &done) != SP_OK || done)
@@ -202,9 +202,9 @@ static free_point *point_find_locked(sp_free_order *fo, sp_stream_key key)
 
 /* Records a free's place on `stream` (best effort: without an event, that stream's ends are not
  * checked). */
-static void note_free_point(sp_runtime *rt, cudaStream_t stream)
+static void note_free_point(sp_device *dev, cudaStream_t stream)
 {
-    sp_free_order *fo = rt->free_order;
+    sp_free_order *fo = dev->free_order;
     sp_stream_key key = sp__stream_key(stream);
     sp_mutex_lock(&fo->lock);
     free_point *fp = point_find_locked(fo, key);
@@ -239,10 +239,10 @@ static void note_free_point(sp_runtime *rt, cudaStream_t stream)
  * breach; a free behind the stream's real work stays pending far longer. */
 #define POINT_POLLS 256
 
-bool sp__free_order_settled(sp_runtime *rt, cudaStream_t stream, int *rc)
+bool sp__free_order_settled(sp_device *dev, cudaStream_t stream, int *rc)
 {
-    sp_free_order *fo = rt->free_order;
-    if (!fo || sp__capture_possible(rt))
+    sp_free_order *fo = dev->free_order;
+    if (!fo || sp__capture_possible(dev))
         return true;
     sp_mutex_lock(&fo->lock);
     free_point *fp = point_find_locked(fo, sp__stream_key(stream));
@@ -267,23 +267,23 @@ bool sp__free_order_settled(sp_runtime *rt, cudaStream_t stream, int *rc)
     return false;
 }
 
-int sp__free_order_check(sp_runtime *rt, void *ptr, cudaStream_t stream, sp_free_mark **taken)
+int sp__free_order_check(sp_device *dev, void *ptr, cudaStream_t stream, sp_free_mark **taken)
 {
-    sp_free_order *fo = rt->free_order;
+    sp_free_order *fo = dev->free_order;
     *taken = NULL;
     sp_mutex_lock(&fo->lock);
     sp_free_mark *m = take_locked(fo, ptr);
     sp_mutex_unlock(&fo->lock);
-    if (!m || !unordered(rt, m, stream, sp__stream_key(stream))) {
+    if (!m || !unordered(dev, m, stream, sp__stream_key(stream))) {
         /* the free goes ahead: its place on the stream, for an end with the hint (no event is
          * recorded on a capturing stream: it would join the capture) */
-        if (!sp__capture_possible(rt))
-            note_free_point(rt, stream);
+        if (!sp__capture_possible(dev))
+            note_free_point(dev, stream);
         *taken = m;
         return SP_OK;
     }
     cudaStream_t allocating = m->key.stream;
-    sp__free_order_put_back(rt, m);
+    sp__free_order_put_back(dev, m);
     /* (sp_config_error's 255 bytes) */
     return sp__errorf(SP_ERR_UNORDERED_FREE,
                       "sp_free(%p) on stream %p is not ordered after stream %p, which has not "
@@ -292,20 +292,20 @@ int sp__free_order_check(sp_runtime *rt, void *ptr, cudaStream_t stream, sp_free
                       ptr, (void *)stream, (void *)allocating, (void *)allocating, (void *)stream);
 }
 
-void sp__free_order_put_back(sp_runtime *rt, sp_free_mark *m)
+void sp__free_order_put_back(sp_device *dev, sp_free_mark *m)
 {
     if (!m)
         return;
-    sp_mutex_lock(&rt->free_order->lock);
-    insert_locked(rt->free_order, m);
-    sp_mutex_unlock(&rt->free_order->lock);
+    sp_mutex_lock(&dev->free_order->lock);
+    insert_locked(dev->free_order, m);
+    sp_mutex_unlock(&dev->free_order->lock);
 }
 
-void sp__free_order_drop(sp_runtime *rt, sp_free_mark *m)
+void sp__free_order_drop(sp_device *dev, sp_free_mark *m)
 {
     if (!m)
         return;
-    sp_mutex_lock(&rt->free_order->lock);
-    spare_locked(rt->free_order, m);
-    sp_mutex_unlock(&rt->free_order->lock);
+    sp_mutex_lock(&dev->free_order->lock);
+    spare_locked(dev->free_order, m);
+    sp_mutex_unlock(&dev->free_order->lock);
 }

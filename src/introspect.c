@@ -116,7 +116,7 @@ void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
 static void pool_reset(sp_pool *pool)
 {
     (void)sp__pool_active_bytes(pool); /* flushes every cache: the current figures are exact */
-    sp__usage_reset_peaks(&pool->usage);
+    sp__usage_reset_peaks(&pool->fig.usage);
     sp_mutex_lock(&pool->lock);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
@@ -145,7 +145,7 @@ int sp_runtime_reset_peaks(sp_runtime *rt)
     sp_mutex_lock(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next)
         pool_reset(p);
-    sp__usage_reset_peaks(&rt->usage);
+    sp__usage_reset_peaks(&rt->dev.usage);
     sp_mutex_unlock(&rt->lock);
     return SP_OK;
 }
@@ -158,7 +158,7 @@ int sp_pointer_info(sp_runtime *rt, const void *ptr, sp_ptr_info *out)
     int rc = sp__struct_check(out, SP__MIN_PTR_INFO, "sp_pointer_info", "sp_ptr_info");
     if (!rt || rc != SP_OK)
         return rt ? rc : SP_ERR_INVALID;
-    sp_ptr_lookup l = sp__ptrmap_lookup(&rt->ptrmap, ptr);
+    sp_ptr_lookup l = sp__ptrmap_lookup(&rt->dev.ptrmap, ptr);
     sp__struct_write(out, &l.info, sizeof l.info);
     return SP_OK;
 }
@@ -218,7 +218,7 @@ int sp_pool_dump_live(sp_pool *pool, sp_live_callback cb, void *user)
             return SP_ERR_NO_HOST_MEMORY;
         }
         l.n = l.missed = 0;
-        sp__ptrmap_each(&pool->rt->ptrmap, collect_live, &l);
+        sp__ptrmap_each(&pool->dev->ptrmap, collect_live, &l);
         if (!l.missed)
             break;
         free(l.rows), free(l.owners), free(l.seqs);

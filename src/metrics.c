@@ -130,7 +130,7 @@ int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t 
         pools[a] = pools[b];
         pools[b] = t;
     }
-    out o = {buf, len, 0, rt->device, pools, n};
+    out o = {buf, len, 0, rt->dev.device, pools, n};
     render(&o, n);
     free(pools);
     *needed = o.used;

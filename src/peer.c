@@ -6,7 +6,6 @@
 
 #include "peer.h"
 #include "cuda_calls.h"
-#include "runtime.h"
 #include "status.h"
 
 /* One grant change at a time, across its CUDA call, so that the pool's record and the driver's
@@ -21,13 +20,13 @@ int sp__peer_admit(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream)
     if (state == SP_PEER_UNKNOWN) {
         /* the NULL, legacy and per-thread handles name the current device's stream: CUDA
          * answers with it, which is kept like any other stream's */
-        int device = pool->rt->device;
+        int device = pool->dev->device;
         /* one device on the machine: every stream is the pool's, and no CUDA call is made */
         int rc = sp__cuda_known_device_count() == 1 ? SP_OK
                                                     : sp__cuda_stream_device(stream, &device);
         if (rc != SP_OK)
             return rc;
-        state = device == pool->rt->device ? SP_PEER_OWN : device + 1;
+        state = device == pool->dev->device ? SP_PEER_OWN : device + 1;
         atomic_store_explicit(&c->peer, state, memory_order_relaxed);
         if (state == SP_PEER_OWN)
             return SP_OK;
@@ -53,12 +52,12 @@ static int check_peer(sp_pool *pool, int device, sp_access access)
         sp__set_cuda_error((int)cudaErrorInvalidDevice); /* what CUDA says of such a device */
         return SP_ERR_NO_DEVICE;
     }
-    if (device == pool->rt->device) /* the owner always reads and writes */
+    if (device == pool->dev->device) /* the owner always reads and writes */
         return access == SP_ACCESS_READ_WRITE ? SP_OK : SP_ERR_INVALID;
     if (device >= MAX_PEERS)
         return SP_ERR_NOT_SUPPORTED;
     bool can = false;
-    if (access != SP_ACCESS_NONE && (rc = sp__cuda_can_access_peer(device, pool->rt->device,
+    if (access != SP_ACCESS_NONE && (rc = sp__cuda_can_access_peer(device, pool->dev->device,
                                                                    &can)) != SP_OK)
         return rc;
     return access == SP_ACCESS_NONE || can ? SP_OK : SP_ERR_NOT_SUPPORTED;
@@ -122,7 +121,7 @@ int sp_pool_set_access(sp_pool *pool, int device, sp_access access)
                   access != SP_ACCESS_READ_WRITE))
         return SP_ERR_INVALID;
     int rc = check_peer(pool, device, access);
-    if (rc != SP_OK || device == pool->rt->device)
+    if (rc != SP_OK || device == pool->dev->device)
         return rc;
     sp_mutex_lock(&grants_lock);
     rc = set_access_locked(pool, device, access);
@@ -143,7 +142,7 @@ int sp_pool_get_access(sp_pool *pool, int device, sp_access *out)
         return rc;
     if (device < 0 || device >= count)
         return SP_ERR_NO_DEVICE;
-    if (device == pool->rt->device) {
+    if (device == pool->dev->device) {
         *out = SP_ACCESS_READ_WRITE;
         return SP_OK;
     }
@@ -171,7 +170,7 @@ int sp__peer_grant_initial(sp_pool *pool)
     sp_mutex_lock(&grants_lock);
     for (int d = 0; d < MAX_PEERS && rc == SP_OK; d++) {
         uint64_t bit = (uint64_t)1 << d;
-        if (!((rw | ro) & bit) || d == pool->rt->device)
+        if (!((rw | ro) & bit) || d == pool->dev->device)
             continue;
         sp_access a = rw & bit ? SP_ACCESS_READ_WRITE : SP_ACCESS_READ;
         rc = check_peer(pool, d, a);

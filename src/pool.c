@@ -24,7 +24,7 @@ void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
     sp_spin_assert_owner(&c->lock);
     sp__note_flush_locked(c); /* the stream's own figures move with the shared ones */
     if (c->requested_delta || c->active_delta) {
-        sp__usage_add(pool, c->requested_delta, c->active_delta, 0);
+        sp__usage_add(&pool->fig, c->requested_delta, c->active_delta, 0);
         c->requested_delta = c->active_delta = 0;
     }
 }
@@ -38,12 +38,12 @@ uint64_t sp__pool_active_bytes(sp_pool *pool)
         sp_spin_unlock(&c->lock);
     }
     sp_mutex_unlock(&pool->lock);
-    return sp__usage_current(&pool->usage.active.current);
+    return sp__usage_current(&pool->fig.usage.active.current);
 }
 
 static void count(sp_pool *pool, int counter)
 {
-    sp__pool_count(pool, counter, 1);
+    sp__pool_count(&pool->fig, counter, 1);
 }
 
 /* Claims `size` bytes of the pool's limit before the driver is asked, so that concurrent
@@ -88,14 +88,14 @@ static bool held_claim(sp_pool *pool, uint64_t size, claim *k)
         return true;
     size -= k->drawn;
     uint64_t limit = pool->limit_bytes;
-    uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+    uint64_t cur = atomic_load_explicit(&pool->fig.limit_used, memory_order_relaxed);
     do {
         if (limit && (size > limit || cur > limit - size)) {
             return_request_claim(k);
             k->drawn = 0;
             return false;
         }
-    } while (!atomic_compare_exchange_weak_explicit(&pool->limit_used, &cur, cur + size,
+    } while (!atomic_compare_exchange_weak_explicit(&pool->fig.limit_used, &cur, cur + size,
                                                     memory_order_relaxed, memory_order_relaxed));
     return true;
 }
@@ -104,7 +104,7 @@ static bool held_claim(sp_pool *pool, uint64_t size, claim *k)
 static void held_unclaim(sp_pool *pool, uint64_t size, claim *k)
 {
     return_request_claim(k); /* a request's bytes go back to its claim */
-    (void)sp__current_add(&pool->limit_used, -(int64_t)(size - k->drawn));
+    (void)sp__current_add(&pool->fig.limit_used, -(int64_t)(size - k->drawn));
     k->drawn = 0;
 }
 
@@ -158,16 +158,16 @@ static int check_limit(const char *name, const sp_pool_config *cfg)
 static int take_reservation_in(sp_pool *pool, cudaMemPool_t cuda_pool, void **held)
 {
     void *p;
-    sp_runtime *rt = pool->rt;
+    sp_device *dev = pool->dev;
     *held = NULL;
-    int rc = sp__cuda_malloc(cuda_pool, &p, pool->cfg.reserve, rt->service);
+    int rc = sp__cuda_malloc(cuda_pool, &p, pool->cfg.reserve, dev->service);
     if (rc != SP_OK)
         return rc;
-    if ((rc = sp__cuda_free(p, rt->service)) != SP_OK) {
+    if ((rc = sp__cuda_free(p, dev->service)) != SP_OK) {
         *held = p;
         return rc;
     }
-    return sp__cuda_stream_sync(rt->service);
+    return sp__cuda_stream_sync(dev->service);
 }
 
 static int take_reservation(sp_pool *pool, void **held)
@@ -185,7 +185,7 @@ static int take_reservation(sp_pool *pool, void **held)
 static void discard_cuda_pool_of(sp_pool *pool, cudaMemPool_t cuda_pool, bool owned, void *held)
 {
     for (int tries = 0; tries < CLEANUP_TRIES; tries++) {
-        if (held && sp__cuda_free(held, pool->rt->service) == SP_OK)
+        if (held && sp__cuda_free(held, pool->dev->service) == SP_OK)
             held = NULL;
         if (!held && (!owned || sp__cuda_pool_destroy(cuda_pool) == SP_OK))
             return;
@@ -204,7 +204,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     if (len == 0 || len > SP_POOL_NAME_MAX)
         return SP_ERR_INVALID;
     sp_pool_config merged;
-    int rc = sp__config_for_pool(rt, name, cfg, &merged); /* the limit in force, in pages */
+    int rc = sp__config_for_pool(&rt->dev, name, cfg, &merged); /* the limit in force, in pages */
     if (rc == SP_OK)
         rc = check_limit(name, &merged);
     if (rc != SP_OK)
@@ -214,12 +214,14 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         return SP_ERR_NO_HOST_MEMORY;
     memcpy(pool->name, name, len + 1);
     pool->rt = rt;
+    pool->dev = &rt->dev;
+    pool->fig.device = &rt->dev.usage;
+    sp__usage_init(&pool->fig.usage);
     pool->cfg = merged;
-    sp__usage_init(&pool->usage);
     atomic_init(&pool->cache_limit, merged.cache_limit);
     pool->limit_bytes = limit_in_pages(&merged);
     atomic_flag_clear(&pool->limit_busy);
-    pool->stats_flush = rt->cfg.stats_flush_bytes;
+    pool->stats_flush = rt->dev.cfg.stats_flush_bytes;
     pool->id = atomic_fetch_add(&next_pool_id, 1);
     if (sp__heap_init(&pool->slabs, pool, true) != SP_OK ||
         sp__heap_init(&pool->segments, pool, false) != SP_OK) {
@@ -237,8 +239,8 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
          * moves to a new cudaMemPool: sp_pool_set_limit) */
         cudaMemPool_t made = NULL;
         rc = merged.share == SP_SHARE_POSIX_FD /* exportable: share.c */
-                 ? sp__cuda_pool_create_shareable(rt->device, pool->limit_bytes, &made)
-                 : sp__cuda_pool_create(rt->device, pool->limit_bytes, &made);
+                 ? sp__cuda_pool_create_shareable(rt->dev.device, pool->limit_bytes, &made)
+                 : sp__cuda_pool_create(rt->dev.device, pool->limit_bytes, &made);
         pool->cuda_pool = made;
         pool->cuda_cap = pool->limit_bytes;
         pool->owns_cuda_pool = rc == SP_OK;
@@ -277,7 +279,7 @@ static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
 {
     size_t want = sp__fresh_size(h->small, size);
     uint64_t limit = pool->limit_bytes;
-    uint64_t held = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+    uint64_t held = atomic_load_explicit(&pool->fig.limit_used, memory_order_relaxed);
     if (limit && held < limit && want > limit - held && size <= limit - held) {
         size_t rounded = sp__round_up(size, SP_SEGMENT_ROUND);
         want = limit - held >= rounded ? rounded : size;
@@ -295,7 +297,7 @@ static size_t grow_size(sp_pool *pool, const sp_heap *h, size_t size)
 static int cap_or_device(sp_pool *pool, uint64_t bytes)
 {
     uint64_t free_b = 0, total = 0;
-    if (pool->cuda_cap && sp__cuda_mem_info(pool->rt->device, &free_b, &total) == SP_OK &&
+    if (pool->cuda_cap && sp__cuda_mem_info(pool->dev->device, &free_b, &total) == SP_OK &&
         free_b >= sp__round_up(bytes, SP_DRIVER_GRANULARITY))
         return SP_ERR_LIMIT;
     return SP_ERR_OUT_OF_MEMORY;
@@ -341,7 +343,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     if (b) /* held and live together, before another thread can carve the rest */
         b->requested = requested;
     if (rc == SP_OK)
-        sp__usage_commit(pool, b ? (int64_t)requested : 0, b ? (int64_t)b->size : 0,
+        sp__usage_commit(&pool->fig, b ? (int64_t)requested : 0, b ? (int64_t)b->size : 0,
                      (int64_t)bytes);
     sp_mutex_unlock(&h->lock);
     *out = b;
@@ -356,7 +358,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
             count(pool, SP_COUNT_give_back_failures);
             sp_mutex_lock(&h->lock);
             sp__heap_keep_unmapped(h, s, ptr, bytes, huge, me, epoch);
-            sp__usage_commit(pool, 0, 0, (int64_t)bytes);
+            sp__usage_commit(&pool->fig, 0, 0, (int64_t)bytes);
             sp_mutex_unlock(&h->lock);
         }
         return rc;
@@ -378,7 +380,7 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, stru
         b->cls = SP_CLASS_COUNT;
         b->pool = pool;
         atomic_init(&b->state, SP_BLOCK_BYPASS);
-        if ((rc = sp__ptrmap_insert(&pool->rt->ptrmap, b)) != SP_OK)
+        if ((rc = sp__ptrmap_insert(&pool->dev->ptrmap, b)) != SP_OK)
             (void)sp__cuda_free(b->ptr, stream);
     }
     if (rc != SP_OK) {
@@ -387,7 +389,7 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, stru
         return rc;
     }
     b->requested = bytes;
-    sp__usage_commit(pool, (int64_t)bytes, (int64_t)size, (int64_t)size);
+    sp__usage_commit(&pool->fig, (int64_t)bytes, (int64_t)size, (int64_t)size);
     count(pool, SP_COUNT_driver_allocs);
     *out = b;
     return SP_OK;
@@ -400,7 +402,7 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
     for (int tries = 0; tries < CLEANUP_TRIES; tries++) {
         if (sp__cuda_free(b->ptr, stream) == SP_OK) {
             count(pool, SP_COUNT_driver_frees);
-            sp__usage_add(pool, 0, 0, -(int64_t)b->size);
+            sp__usage_add(&pool->fig, 0, 0, -(int64_t)b->size);
             free(b);
             return;
         }
@@ -427,10 +429,10 @@ static int give_back_refused_frees(sp_pool *pool)
     sp_mutex_unlock(&pool->lock);
     for (sp_block *b = list, *next; b; b = next) {
         next = b->next;
-        int rc = sp__cuda_free(b->ptr, pool->rt->service);
+        int rc = sp__cuda_free(b->ptr, pool->dev->service);
         if (rc == SP_OK || sp_last_cuda_error() == cudaErrorInvalidValue) {
             count(pool, rc == SP_OK ? SP_COUNT_driver_frees : SP_COUNT_give_back_failures);
-            sp__usage_add(pool, 0, 0, -(int64_t)b->size);
+            sp__usage_add(&pool->fig, 0, 0, -(int64_t)b->size);
             free(b);
             continue;
         }
@@ -462,7 +464,7 @@ static void settle_by_device_sync(sp_pool *pool, int *err)
     /* asked again under the lock, held through the synchronize: sp_stream_capture_begin counts
      * its capture before it takes every pool's lock, so a capture declared since the caller
      * asked is seen here, and one declared later is begun only after the synchronize (rule 25) */
-    if (atomic_load_explicit(&pool->rt->captures, memory_order_acquire) != 0) {
+    if (atomic_load_explicit(&pool->dev->captures, memory_order_acquire) != 0) {
         sp_mutex_unlock(&pool->lock);
         return;
     }
@@ -483,7 +485,7 @@ static void settle_by_device_sync(sp_pool *pool, int *err)
                 snap[i].driver_frees = atomic_exchange_explicit(&c->driver_frees, false,
                                                                 memory_order_acq_rel);
             }
-    int rc = snap ? sp__cuda_device_sync(pool->rt->device) : SP_ERR_NO_HOST_MEMORY;
+    int rc = snap ? sp__cuda_device_sync(pool->dev->device) : SP_ERR_NO_HOST_MEMORY;
     i = 0;
     if (snap)
         for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
@@ -532,8 +534,8 @@ static void settle_all(sp_pool *pool, int *err)
     /* Frees this thread cannot order one by one (another live thread's cudaStreamPerThread, a
      * released stream whose final fence failed): a device synchronize settles them all, unless
      * a capture may be under way (rule 25: it would fail and invalidate the capture). */
-    if (unsettled && pool->rt->cfg.capture_check == SP_CAPTURE_DECLARED &&
-        atomic_load_explicit(&pool->rt->captures, memory_order_acquire) == 0)
+    if (unsettled && pool->dev->cfg.capture_check == SP_CAPTURE_DECLARED &&
+        atomic_load_explicit(&pool->dev->captures, memory_order_acquire) == 0)
         settle_by_device_sync(pool, err);
 }
 
@@ -567,7 +569,8 @@ int sp__pool_cuda_usage(sp_pool *pool, uint64_t *reserved, uint64_t *used)
 static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_cache *me,
                              cudaStream_t stream, int *err)
 {
-    uint64_t held_before = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+    uint64_t held_before =
+        atomic_load_explicit(&pool->fig.usage.held.current, memory_order_relaxed);
     if (held_before <= keep && !sync)
         return 0;
     uint64_t reserved_before = 0, used = 0;
@@ -585,7 +588,7 @@ static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_
             break;
     }
     if (sync) {
-        int rc = sp__cuda_stream_sync(pool->rt->service);
+        int rc = sp__cuda_stream_sync(pool->dev->service);
         if (err && *err == SP_OK)
             *err = rc;
         uint64_t floor = held > keep ? held : keep;
@@ -596,7 +599,7 @@ static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_
             *err = rc;
         trim_retired(pool);
     }
-    held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+    held = atomic_load_explicit(&pool->fig.usage.held.current, memory_order_relaxed);
     uint64_t released = held_before > held ? held_before - held : 0;
     /* the trim also releases pages the cudaMemPool kept from segments given back before */
     uint64_t reserved = 0;
@@ -613,8 +616,8 @@ uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err)
 
 static uint64_t cached_now(sp_pool *pool)
 {
-    uint64_t held = sp__usage_current(&pool->usage.held.current);
-    uint64_t active = sp__usage_current(&pool->usage.active.current);
+    uint64_t held = sp__usage_current(&pool->fig.usage.held.current);
+    uint64_t active = sp__usage_current(&pool->fig.usage.active.current);
     return held > active ? held - active : 0;
 }
 
@@ -640,15 +643,16 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream
         atomic_flag_clear_explicit(&pool->limit_busy, memory_order_release);
         return;
     }
-    uint64_t active = sp__usage_current(&pool->usage.active.current);
+    uint64_t active = sp__usage_current(&pool->fig.usage.active.current);
     /* what the freeing stream freed goes back on it even with its work still queued */
     uint64_t released = give_back_on(pool, active + cache_limit, false, me, stream, NULL);
     if (released) {
         count(pool, SP_COUNT_cache_limit_releases);
-        sp__pool_count(pool, SP_COUNT_cache_released_bytes, released);
+        sp__pool_count(&pool->fig, SP_COUNT_cache_released_bytes, released);
         /* rule 13: the cudaMemPool releases only frees the host has seen complete */
-        if (sp__cuda_stream_sync(pool->rt->service) == SP_OK) {
-            uint64_t held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed);
+        if (sp__cuda_stream_sync(pool->dev->service) == SP_OK) {
+            uint64_t held =
+                atomic_load_explicit(&pool->fig.usage.held.current, memory_order_relaxed);
             (void)sp__cuda_pool_trim(pool->cuda_pool, held > pool->cfg.reserve ? held
                                                                                : pool->cfg.reserve);
             trim_retired(pool);
@@ -697,7 +701,7 @@ static int give_back_everything(sp_pool *pool)
         err = rrc;
     /* what went back on the service stream: a failed synchronize loses nothing (a destroyed
      * cudaMemPool releases its memory once its frees are done, rule 7) */
-    int rc = sp__cuda_stream_sync(pool->rt->service);
+    int rc = sp__cuda_stream_sync(pool->dev->service);
     if (err == SP_OK)
         err = rc;
     if (!pool->segments.segments && !pool->slabs.segments && !pool->refused_frees)
@@ -823,7 +827,7 @@ static int move_cuda_pool(sp_pool *pool, uint64_t cap, const sp_pool_config *cfg
         return SP_ERR_NO_HOST_MEMORY;
     cudaMemPool_t fresh = NULL;
     void *held = NULL;
-    int rc = sp__cuda_pool_create(pool->rt->device, cap, &fresh);
+    int rc = sp__cuda_pool_create(pool->dev->device, cap, &fresh);
     if (rc == SP_OK)
         rc = sp__cuda_pool_set_threshold(fresh, effective_threshold(cfg));
     if (rc == SP_OK && cfg->reserve && (rc = take_reservation_in(pool, fresh, &held)) != SP_OK)
@@ -858,7 +862,7 @@ int sp_pool_set_limit(sp_pool *pool, uint64_t bytes)
     /* the limit in force, as a pool created with it would have: clamped to the device (with a
      * warning), in whole pages (config.c, under rt->lock, which ranks before pool->lock) */
     sp_mutex_lock(&pool->rt->lock);
-    int rc = bytes ? sp__config_limit_in_force(pool->rt, pool->name, &bytes) : SP_OK;
+    int rc = bytes ? sp__config_limit_in_force(pool->dev, pool->name, &bytes) : SP_OK;
     sp_mutex_unlock(&pool->rt->lock);
     if (rc != SP_OK)
         return rc;
@@ -937,7 +941,7 @@ int sp_pool_trim(sp_pool *pool, size_t keep_bytes)
         return SP_ERR_INVALID;
     count(pool, SP_COUNT_trims);
     int err = SP_OK;
-    sp__pool_count(pool, SP_COUNT_trimmed_bytes, sp__pool_give_back(pool, keep_bytes, true, &err));
+    sp__pool_count(&pool->fig, SP_COUNT_trimmed_bytes, sp__pool_give_back(pool, keep_bytes, true, &err));
     sp__trace_trim(pool);
     return err;
 }
@@ -956,7 +960,7 @@ int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
         sp__fresh_size(expected <= SP_SMALL_MAX, sp__round_up(expected, SP_LARGE_ALIGN));
     if (limit && fresh > limit)
         fresh = limit; /* near the limit a fresh allocation takes only what it needs */
-    uint64_t cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+    uint64_t cur = atomic_load_explicit(&pool->fig.limit_used, memory_order_relaxed);
     /* Judged from exact figures: the streams' caches keep their live-byte deltas back (up to
      * stats_flush_bytes each) for speed, and a free still unflushed there makes its bytes look
      * live, not cached: a request that only the pool's cache keeps out would be refused
@@ -968,20 +972,20 @@ int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
          * as a trim settles them (the pool's driver calls, none of the request's). Where even
          * all of it would not, the refusal below comes from the figures alone, with no CUDA
          * call */
-        uint64_t held = sp__usage_current(&pool->usage.held.current);
+        uint64_t held = sp__usage_current(&pool->fig.usage.held.current);
         uint64_t need = cur + fresh - limit;
         (void)sp__pool_give_back(pool, held > need ? held - need : 0, true, NULL);
-        cur = atomic_load_explicit(&pool->limit_used, memory_order_relaxed);
+        cur = atomic_load_explicit(&pool->fig.limit_used, memory_order_relaxed);
     }
     do {
         if (limit && cur > limit - fresh) {
             count(pool, SP_COUNT_admission_refusals);
             return SP_ERR_LIMIT;
         }
-    } while (!atomic_compare_exchange_weak_explicit(&pool->limit_used, &cur, cur + fresh,
+    } while (!atomic_compare_exchange_weak_explicit(&pool->fig.limit_used, &cur, cur + fresh,
                                                     memory_order_relaxed, memory_order_relaxed));
     count(pool, SP_COUNT_admissions);
-    sp__pool_count(pool, SP_COUNT_admitted_bytes, fresh);
+    sp__pool_count(&pool->fig, SP_COUNT_admitted_bytes, fresh);
     *claim = fresh;
     return SP_OK;
 }
@@ -989,7 +993,7 @@ int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
 void sp__pool_admit_release(sp_pool *pool, uint64_t claim)
 {
     if (claim)
-        (void)sp__current_add(&pool->limit_used, -(int64_t)claim);
+        (void)sp__current_add(&pool->fig.limit_used, -(int64_t)claim);
 }
 
 bool sp__pool_tag_given(uint64_t tag)
@@ -1006,11 +1010,11 @@ bool sp__pool_reported(sp_pool *pool)
     /* The default pool exists from sp_runtime_create on, whether or not the program ever uses
      * it: until it has held memory or counted a call, showing it would only say "one more pool"
      * than the program made. */
-    if (!pool->is_default || atomic_load(&pool->usage.held.total) != 0 ||
+    if (!pool->is_default || atomic_load(&pool->fig.usage.held.total) != 0 ||
         atomic_load(&pool->miss_allocs) != 0)
         return true;
     for (int i = 0; i < SP_COUNT_N; i++)
-        if (atomic_load(&pool->count[i]) != 0)
+        if (atomic_load(&pool->fig.count[i]) != 0)
             return true;
     return false;
 }

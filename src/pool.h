@@ -1,9 +1,14 @@
 /* The pool ledger (pool.c): what a pool holds from the device (limit, reservation, cache limit,
- * give back), its stream table and its two heaps. Above the tiers, below the allocator. */
+ * give back), its stream table, its two heaps and its figures (counters.h). Above the tiers,
+ * below the allocator. What the layers below the runtime need of the device they reach through
+ * `dev` (device.h), handed down at the pool's creation; `rt` is for the API's top only (its pools
+ * list, names and lock). The stream caches, fences and tiers still read the struct for the
+ * stream table, the heaps and the figures (the next split: those into a type of their own). */
 #ifndef SP_POOL_H
 #define SP_POOL_H
 
 #include "counters.h"
+#include "device.h"
 #include "heap.h"
 #include "request.h"
 
@@ -15,7 +20,8 @@ struct sp_retired_cuda_pool {
 };
 
 struct sp_pool {
-    sp_runtime *rt;
+    sp_runtime *rt;                      /* for the API's top only (runtime.c, reports) */
+    sp_device *dev;                      /* &rt->dev: what the layers below reach of the device */
     char name[SP_POOL_NAME_MAX + 1];
     uint64_t id;                         /* unique for the process: per-thread memos key on it */
     /* where new driver allocations go. Atomic: sp_pool_set_limit replaces it (a plain read of
@@ -36,9 +42,6 @@ struct sp_pool {
     /* atomic: sp_pool_set_limit changes it while other threads read it (plain reads of an
      * _Atomic are atomic loads) */
     _Atomic uint64_t limit_bytes;
-    /* held bytes plus the claims of driver allocations in flight: what the limit is judged by
-     * (held_claim). usage.held counts a claim only once the driver granted it */
-    atomic_uint_least64_t limit_used;
     atomic_uint_least64_t cache_limit;   /* cfg.cache_limit, read on the hot path */
     uint64_t stats_flush;                /* the runtime's stats_flush_bytes */
     /* set at the pool's first sp_request_begin, never cleared: until then sp_free need not
@@ -55,8 +58,7 @@ struct sp_pool {
     atomic_uint_least64_t stream_gen;    /* bumped when a cache is detached */
     sp_heap slabs;                       /* small blocks */
     sp_heap segments;                    /* large ranges */
-    sp_usage usage;
-    atomic_uint_least64_t count[SP_COUNT_N]; /* slow-path counters (hot ones live in caches) */
+    sp_pool_figures fig;                 /* counters.c: counters, usage and limit_used */
     atomic_uint_least64_t miss_allocs, miss_requested_total, miss_active_total;
     /* the cache limit: one thread gives back at a time, and a pass that left the cache over the
      * limit (pending frees) is not repeated until the cache grew by a slab or a miss came */
@@ -109,7 +111,7 @@ int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, stru
                           sp_block **out);
 /* Gives a bypass block straight back to the driver on `stream`. */
 void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream);
-/* Adds a cache's unflushed byte deltas to the pool and runtime figures (c->lock held). */
+/* Adds a cache's unflushed byte deltas to the pool and device figures (c->lock held). */
 void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c);
 /* The pool's live bytes, every cache flushed first: 0 iff it has no live allocation. */
 uint64_t sp__pool_active_bytes(sp_pool *pool);

@@ -30,7 +30,7 @@ static int by_priority(const void *a, const void *b)
 static bool device_has_room(sp_runtime *rt, size_t bytes)
 {
     uint64_t free_b = 0, total = 0;
-    return sp__cuda_mem_info(rt->device, &free_b, &total) == SP_OK &&
+    return sp__cuda_mem_info(rt->dev.device, &free_b, &total) == SP_OK &&
            free_b >= sp__round_up(bytes, SP_DRIVER_GRANULARITY);
 }
 
@@ -59,8 +59,8 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
             uint64_t released = sp__pool_give_back(victim, victim->cfg.reserve, true, NULL);
             if (released == 0)
                 continue; /* nothing reached the device */
-            sp__pool_count(victim, SP_COUNT_reclaims, 1);
-            sp__pool_count(victim, SP_COUNT_reclaimed_bytes, released);
+            sp__pool_count(&victim->fig, SP_COUNT_reclaims, 1);
+            sp__pool_count(&victim->fig, SP_COUNT_reclaimed_bytes, released);
             freed += released;
         }
         free(order);
@@ -100,8 +100,8 @@ static void describe_pool(sp_pool *p, sp_oom_pool *out)
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", p->name);
     uint64_t active = sp__pool_active_bytes(p); /* flushes the stream caches */
-    uint64_t held = sp__usage_current(&p->usage.held.current);
-    out->requested = sp__usage_current(&p->usage.requested.current);
+    uint64_t held = sp__usage_current(&p->fig.usage.held.current);
+    out->requested = sp__usage_current(&p->fig.usage.requested.current);
     out->active = active;
     out->cached = held > active ? held - active : 0;
     uint64_t used;
@@ -115,7 +115,7 @@ void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t st
 {
     sp_runtime *rt = pool->rt;
     uint64_t free_b = 0, total = 0;
-    (void)sp__cuda_mem_info(rt->device, &free_b, &total);
+    (void)sp__cuda_mem_info(rt->dev.device, &free_b, &total);
     sp_mutex_lock(&rt->lock);
     sp_oom_report *r = &rt->last_oom;
     uint32_t failures = r->failures + 1;

@@ -201,10 +201,10 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
     }
     sp_stream_cache *c = sp__cache_get(pool, sp__stream_key(r->stream));
     bool capturing = false;
-    if (c && sp__capture_possible(pool->rt) && sp__cache_capturing(c, &capturing) != SP_OK)
+    if (c && sp__capture_possible(pool->dev) && sp__cache_capturing(c, &capturing) != SP_OK)
         capturing = true;
     if (c && !capturing) {
-        if ((flags & SP_REQUEST_SYNCHRONIZED) && sp__free_order_settled(pool->rt, r->stream, &rc))
+        if ((flags & SP_REQUEST_SYNCHRONIZED) && sp__free_order_settled(pool->dev, r->stream, &rc))
             sp__cache_settle_synchronized(c);
         else if (sp__cache_fence_frees(c))
             r->st.fences_recorded = 1; /* the pool counted it where it was recorded */

@@ -94,43 +94,43 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         sp__conf_free(conf);
         return SP_ERR_NO_HOST_MEMORY;
     }
-    rt->device = device;
-    rt->cfg = config;
-    rt->cfg.alloc_conf = NULL; /* the caller's string need not outlive this call */
-    rt->conf = conf;
-    sp__usage_init(&rt->usage);
-    sp__ptrmap_init(&rt->ptrmap);
+    rt->dev.device = device;
+    rt->dev.cfg = config;
+    rt->dev.cfg.alloc_conf = NULL; /* the caller's string need not outlive this call */
+    rt->dev.conf = conf;
+    sp__usage_init(&rt->dev.usage);
+    sp__ptrmap_init(&rt->dev.ptrmap);
     if (sp_mutex_init(&rt->lock, SP_RANK_RUNTIME, "runtime->lock") != 0) {
-        sp__conf_free(rt->conf);
+        sp__conf_free(rt->dev.conf);
         free(rt);
         return SP_ERR_NO_HOST_MEMORY;
     }
-    rc = sp__fence_pool_init(&rt->fences, device);
-    if (rc == SP_OK && sp__config_check_free_order(rt) &&
-        !(rt->free_order = sp__free_order_new(device))) {
-        sp__fence_pool_destroy(&rt->fences);
+    rc = sp__fence_pool_init(&rt->dev.fences, device);
+    if (rc == SP_OK && sp__config_check_free_order(&rt->dev) &&
+        !(rt->dev.free_order = sp__free_order_new(device))) {
+        sp__fence_pool_destroy(&rt->dev.fences);
         rc = SP_ERR_NO_HOST_MEMORY;
     }
     if (rc == SP_OK) {
-        rc = sp__cuda_stream_create(device, &rt->service);
+        rc = sp__cuda_stream_create(device, &rt->dev.service);
         if (rc == SP_OK) {
             rc = sp__pool_new(rt, "default", NULL, NULL, &rt->default_pool);
             if (rc == SP_OK) {
                 rt->default_pool->is_default = true;
-                sp__config_pool_created(rt, "default", SP_OK);
+                sp__config_pool_created(&rt->dev, "default", SP_OK);
                 rt->pools = rt->default_pool;
                 sp__trace_autostart(rt);
                 runtime_register(rt);
                 *out = rt;
                 return SP_OK;
             }
-            (void)sp__cuda_stream_destroy(rt->service);
+            (void)sp__cuda_stream_destroy(rt->dev.service);
         }
-        sp__free_order_destroy(rt->free_order);
-        sp__fence_pool_destroy(&rt->fences);
+        sp__free_order_destroy(rt->dev.free_order);
+        sp__fence_pool_destroy(&rt->dev.fences);
     }
     sp_mutex_destroy(&rt->lock);
-    sp__conf_free(rt->conf);
+    sp__conf_free(rt->dev.conf);
     free(rt);
     return rc;
 }
@@ -190,7 +190,7 @@ int sp_runtime_destroy(sp_runtime *rt)
         return SP_ERR_INVALID;
     sp_mutex_lock(&rt->lock);
     /* a declared capture forbids the device synchronize that may settle what is left */
-    if (atomic_load(&rt->captures) != 0) {
+    if (atomic_load(&rt->dev.captures) != 0) {
         sp_mutex_unlock(&rt->lock);
         return sp__errorf(SP_ERR_BUSY, "sp_runtime_destroy: a graph capture is declared "
                                        "(sp_stream_capture_begin without its end)");
@@ -206,7 +206,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     /* no exiting thread may reach it from here on (lock order: runtimes_lock > rt->lock) */
     runtime_unregister(rt);
     sp_mutex_lock(&rt->lock);
-    sp__config_warn_unused(rt);
+    sp__config_warn_unused(&rt->dev);
     sp__trace_destroy(rt);
     int err = free_pools(rt);
     sp_mutex_unlock(&rt->lock);
@@ -217,16 +217,27 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp__stream_labels_forget(rt, NULL);
     /* the pools waited for their own give-backs: nothing of theirs is left on the stream,
      * which a failed synchronize cannot keep from being destroyed (its work completes first) */
-    (void)sp__cuda_stream_sync(rt->service);
-    (void)sp__cuda_stream_destroy(rt->service);
-    sp__free_order_destroy(rt->free_order);
-    sp__fence_pool_destroy(&rt->fences);
-    sp__ptrmap_free(&rt->ptrmap);
+    (void)sp__cuda_stream_sync(rt->dev.service);
+    (void)sp__cuda_stream_destroy(rt->dev.service);
+    sp__free_order_destroy(rt->dev.free_order);
+    sp__fence_pool_destroy(&rt->dev.fences);
+    sp__ptrmap_free(&rt->dev.ptrmap);
     sp_mutex_destroy(&rt->lock);
     free(rt->capturing);
-    sp__conf_free(rt->conf);
+    sp__conf_free(rt->dev.conf);
     free(rt);
     return SP_OK;
+}
+
+int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len)
+{
+    if (!rt || (!buf && len))
+        return SP_ERR_INVALID;
+    sp__cuda_error_clear();
+    sp_mutex_lock(&rt->lock);
+    size_t count = sp__config_unseen(&rt->dev, buf, len);
+    sp_mutex_unlock(&rt->lock);
+    return count > INT32_MAX ? INT32_MAX : (int)count;
 }
 
 int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out)
@@ -269,7 +280,7 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
     if (rc == SP_OK) {
         rc = sp__pool_new(rt, name, adopt, cfg, &pool);
         /* a pool the device had no memory for is no typo in the conf strings */
-        sp__config_pool_created(rt, name, rc);
+        sp__config_pool_created(&rt->dev, name, rc);
     }
     /* peer.c: the grants asked for at creation, or no pool */
     if (rc == SP_OK && (rc = sp__peer_grant_initial(pool)) != SP_OK && sp__pool_free(pool) != SP_OK)
@@ -328,7 +339,7 @@ int sp_pool_destroy(sp_pool *pool)
         return SP_ERR_INVALID;
     sp_runtime *rt = pool->rt;
     sp_mutex_lock(&rt->lock);
-    if (atomic_load(&rt->captures) != 0 || pool_has_live(pool)) {
+    if (atomic_load(&rt->dev.captures) != 0 || pool_has_live(pool)) {
         int rc = pool_has_live(pool) ? busy_message("sp_pool_destroy", pool) : SP_ERR_BUSY;
         sp_mutex_unlock(&rt->lock);
         return rc;
@@ -416,12 +427,12 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
         }
         if (rc == SP_OK) {
             rt->capturing[rt->capturing_len++] = key;
-            atomic_fetch_add(&rt->captures, 1);
+            atomic_fetch_add(&rt->dev.captures, 1);
             rc = capture_flag_all(rt, key, true);
             if (rc != SP_OK) { /* undone: the stream is not declared */
                 (void)capture_flag_all(rt, key, false);
                 rt->capturing_len--;
-                atomic_fetch_sub(&rt->captures, 1);
+                atomic_fetch_sub(&rt->dev.captures, 1);
             }
         }
     }
@@ -441,7 +452,7 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
         rt->capturing[i] = rt->capturing[--rt->capturing_len];
         /* the blocks freed during the capture go back to their slabs and segments now */
         (void)capture_flag_all(rt, key, false);
-        atomic_fetch_sub(&rt->captures, 1);
+        atomic_fetch_sub(&rt->dev.captures, 1);
     }
     sp_mutex_unlock(&rt->lock);
     return i == SIZE_MAX ? SP_ERR_INVALID : SP_OK;

@@ -12,7 +12,7 @@
 #include "cuda_calls.h"
 #include "pool.h"
 #include "ptrmap.h"
-#include "runtime.h"
+#include "device.h"
 
 #define MIN_SPLIT ((size_t)256) /* CUDA's alignment: no range is smaller */
 
@@ -30,7 +30,7 @@ void sp__heap_destroy(sp_heap *h)
         next = s->next;
         for (sp_block *b = s->first, *bn; b; b = bn) {
             bn = b->addr_next;
-            sp__ptrmap_remove(&h->pool->rt->ptrmap, b->ptr);
+            sp__ptrmap_remove(&h->pool->dev->ptrmap, b->ptr);
             free(b);
         }
         free(s);
@@ -136,7 +136,7 @@ static void split(sp_heap *h, sp_block *b, size_t size)
     rest->epoch = b->epoch;
     rest->freed_by = b->freed_by; /* freed by the same stream: another's taking it is a steal */
     rest->seg = b->seg;
-    if (sp__ptrmap_insert(&h->pool->rt->ptrmap, rest) != SP_OK) {
+    if (sp__ptrmap_insert(&h->pool->dev->ptrmap, rest) != SP_OK) {
         free(rest);
         return;
     }
@@ -161,7 +161,7 @@ static void absorb(sp_heap *h, sp_block *low, sp_block *high)
     low->addr_next = high->addr_next;
     if (high->addr_next)
         high->addr_next->addr_prev = low;
-    sp__ptrmap_remove(&h->pool->rt->ptrmap, high->ptr);
+    sp__ptrmap_remove(&h->pool->dev->ptrmap, high->ptr);
     free(high);
 }
 
@@ -235,13 +235,13 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
              * counters (test_trace_outcomes) */
             if (ab && (best_asked || (best->asked_in && best->asked_in == ab->coalesce) ||
                        (!waited && best->freed_by && best->freed_by != me))) {
-                sp__pool_count(h->pool, SP_COUNT_cross_stream_reuses, 1);
+                sp__pool_count(&h->pool->fig, SP_COUNT_cross_stream_reuses, 1);
                 if (ab)
                     ab->took = SP_TOOK_REUSE;
             }
             best->asked_in = 0;
             if (waited) {
-                sp__pool_count(h->pool, SP_COUNT_cross_stream_waits, 1);
+                sp__pool_count(&h->pool->fig, SP_COUNT_cross_stream_waits, 1);
                 if (ab)
                     ab->took = SP_TOOK_WAIT;
             }
@@ -397,7 +397,7 @@ int sp__heap_add_segment(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool
     s->first->ptr = ptr;
     s->first->pool = h->pool;
     atomic_init(&s->first->state, SP_BLOCK_CACHED);
-    int rc = sp__ptrmap_insert(&h->pool->rt->ptrmap, s->first);
+    int rc = sp__ptrmap_insert(&h->pool->dev->ptrmap, s->first);
     if (rc == SP_OK) {
         s->unmapped = false; /* one refused back before may be found again */
         link_segment(h, s, ptr, size, huge, tag, epoch);
@@ -449,7 +449,7 @@ static void segment_unlink(sp_heap *h, sp_segment *s)
     for (sp_block *b = s->first, *next; b; b = next) {
         next = b->addr_next;
         index_remove(h, b);
-        sp__ptrmap_remove(&h->pool->rt->ptrmap, b->ptr);
+        sp__ptrmap_remove(&h->pool->dev->ptrmap, b->ptr);
         if (b != s->first)
             free(b);
     }
@@ -480,12 +480,12 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
     if (rc == SP_OK) {
         if (tag) /* freed on tag's own stream: a trim must synchronize it first */
             sp__cache_gave_back(tag, on);
-        sp__pool_count(pool, SP_COUNT_driver_frees, 1);
-        sp__usage_add(pool, 0, 0, -(int64_t)size);
+        sp__pool_count(&pool->fig, SP_COUNT_driver_frees, 1);
+        sp__usage_add(&pool->fig, 0, 0, -(int64_t)size);
     } else {
         if (err && *err == SP_OK)
             *err = rc;
-        sp__pool_count(pool, SP_COUNT_give_back_failures, 1);
+        sp__pool_count(&pool->fig, SP_COUNT_give_back_failures, 1);
         uint64_t epoch = tag ? atomic_load_explicit(&tag->free_epoch, memory_order_acquire) : 0;
         sp_mutex_lock(&h->lock);
         if (sp__heap_add_segment(h, s, s->ptr, size, s->huge, tag, epoch) != SP_OK)
@@ -501,7 +501,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
                           cudaStream_t stream, sp_ask_budget *ab, int *err)
 {
     sp_pool *pool = h->pool;
-    sp_runtime *rt = pool->rt;
+    sp_device *dev = pool->dev;
     uint64_t released = 0;
     /* a give-back for memory (trim, cache limit): it may ask, each stream once */
     sp_ask_budget asks = {0};
@@ -536,7 +536,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
      * reserved 1.6 GB more in one run in three. An idle stream is synchronized after the frees
      * (only they are queued), so that other streams may reuse the pages too (rule 11c); a busy
      * one is not waited for, and they reuse them once its work gets there. */
-    cudaStream_t on = own ? stream : rt->service;
+    cudaStream_t on = own ? stream : dev->service;
     bool sync = me && !own;
     if (own && taken && ab->own_idle != SP_IDLE_UNKNOWN) /* its thread asked in this miss */
         sync = ab->own_idle == SP_IDLE_YES;
@@ -547,7 +547,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
         released += give_segment(h, cand[i], on, own ? me : NULL, err);
     free(cand);
     if (sync && released && sp__cuda_stream_sync(on) != SP_OK)
-        sp__pool_count(pool, SP_COUNT_skipped_steps, 1);
+        sp__pool_count(&pool->fig, SP_COUNT_skipped_steps, 1);
     return released;
 }
 

@@ -67,7 +67,7 @@ int sp_pool_export(sp_pool *pool, int sock, sp_export **out)
     sp_export *e = NULL;
     rc = sp__share_export_new(pool, &e, &table_fd, &importer_fd);
     if (rc == SP_OK) {
-        export_msg msg = {SP_SHARE_MAGIC, e->table->token, (uint32_t)pool->rt->device,
+        export_msg msg = {SP_SHARE_MAGIC, e->table->token, (uint32_t)pool->dev->device,
                           SP_SHARE_SLOTS};
         int fds[3] = {pool_fd, table_fd, importer_fd};
         rc = send_fds(sock, &msg, fds);
@@ -106,13 +106,13 @@ int sp_export_block(sp_export *exp, void *ptr, sp_block_handle *out)
     if (!exp || !ptr || !out)
         return SP_ERR_INVALID;
     sp_pool *pool = exp->pool;
-    sp_ptr_lookup l = sp__ptrmap_lookup(&pool->rt->ptrmap, ptr);
+    sp_ptr_lookup l = sp__ptrmap_lookup(&pool->dev->ptrmap, ptr);
     if (l.info.state == SP_POINTER_UNKNOWN)
         return SP_ERR_BAD_POINTER;
     if (l.info.pool != pool)
         return SP_ERR_WRONG_POOL;
     block_view v = {0};
-    sp__ptrmap_visit(&pool->rt->ptrmap, ptr, view_block, &v);
+    sp__ptrmap_visit(&pool->dev->ptrmap, ptr, view_block, &v);
     if (l.info.state != SP_POINTER_LIVE || !v.live)
         return SP_ERR_BAD_POINTER; /* freed: nothing to export */
     /* a request's end frees its allocations whatever another process holds: the guard could
@@ -249,7 +249,7 @@ int sp_pool_import(sp_runtime *rt, int sock, const char *name, sp_import **out)
     export_msg msg;
     int fds[3] = {-1, -1, -1};
     int rc = recv_fds(sock, &msg, fds);
-    if (rc == SP_OK && msg.device != (uint32_t)rt->device)
+    if (rc == SP_OK && msg.device != (uint32_t)rt->dev.device)
         rc = SP_ERR_NO_DEVICE; /* the pool lives on another device than rt's */
     if (rc == SP_OK)
         rc = sp__share_table_map(fds[1], &imp->table, &imp->table_bytes);

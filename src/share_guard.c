@@ -20,7 +20,6 @@
 
 #include "share_guard.h"
 #include "ptrmap.h"
-#include "runtime.h"
 
 typedef struct {
     void *ptr;
@@ -167,7 +166,7 @@ int sp__share_export_new(sp_pool *pool, sp_export **out, int *table_fd, int *imp
     }
     sp_share_table *t = m; /* zero-filled: every slot never used (generation 0) */
     t->nslots = SP_SHARE_SLOTS;
-    t->device = (uint32_t)pool->rt->device;
+    t->device = (uint32_t)pool->dev->device;
     /* a random token: a handle of another export, of this or any pool, is told apart */
     while (getrandom(&t->token, sizeof t->token, 0) != (ssize_t)sizeof t->token || !t->token)
         ;
@@ -243,7 +242,7 @@ static bool close_slot(sp_export *e, int i, bool *reclaimed)
 
 static bool live_block_of(sp_pool *pool, void *ptr, uint64_t *bytes)
 {
-    sp_ptr_lookup l = sp__ptrmap_lookup(&pool->rt->ptrmap, ptr);
+    sp_ptr_lookup l = sp__ptrmap_lookup(&pool->dev->ptrmap, ptr);
     *bytes = l.info.usable;
     return l.info.state == SP_POINTER_LIVE && l.info.pool == pool;
 }

@@ -76,7 +76,7 @@ static sp_block *steal_from(sp_pool *pool, sp_stream_cache *v, uint32_t cls, cud
         }
     sp_spin_unlock(&v->lock);
     if (b) {
-        sp__pool_count(pool, counter, 1);
+        sp__pool_count(&pool->fig, counter, 1);
         ab->took = counter == SP_COUNT_cross_stream_waits ? SP_TOOK_WAIT : SP_TOOK_REUSE;
     }
     return b;

@@ -39,7 +39,7 @@ static void merge_cache(sp_pool *pool, sp_stream_cache *c, sp_stats *st,
 static void add_reserve(sp_pool *pool, sp_stats *st)
 {
     uint64_t reserve = pool->cfg.reserve; /* set at creation, never changed */
-    uint64_t held = sp__usage_current(&pool->usage.held.current);
+    uint64_t held = sp__usage_current(&pool->fig.usage.held.current);
     st->reserve += reserve;
     st->reserve_idle += reserve > held ? reserve - held : 0;
 }
@@ -66,7 +66,7 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     sp_mutex_unlock(&pool->lock);
     st->requested.total += requested_total;
     st->active.total += active_total;
-#define SP_ADD_COUNTER(name, text) st->name += load(&pool->count[SP_COUNT_##name]);
+#define SP_ADD_COUNTER(name, text) st->name += load(&pool->fig.count[SP_COUNT_##name]);
     SP_STATS_COUNTERS(SP_ADD_COUNTER)
 #undef SP_ADD_COUNTER
     st->allocs += load(&pool->miss_allocs);
@@ -127,7 +127,7 @@ int sp_pool_stats(sp_pool *pool, sp_stats *out)
 {
     sp_stats st;
     int rc = begin("sp_pool_stats", pool, out, &st);
-    return rc == SP_OK ? finish(&pool->usage, &st, out, add_pool(pool, &st)) : rc;
+    return rc == SP_OK ? finish(&pool->fig.usage, &st, out, add_pool(pool, &st)) : rc;
 }
 
 int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
@@ -145,7 +145,7 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
             rc = prc;
     }
     sp_mutex_unlock(&rt->lock);
-    return finish(&rt->usage, &st, out, rc);
+    return finish(&rt->dev.usage, &st, out, rc);
 }
 
 size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)

@@ -132,7 +132,7 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
     sp_mutex_unlock(&pool->lock);
     /* a stream declared capturing before its cache existed (or before it was released and
      * seen again) */
-    if (created && atomic_load_explicit(&pool->rt->captures, memory_order_acquire) != 0)
+    if (created && atomic_load_explicit(&pool->dev->captures, memory_order_acquire) != 0)
         sp__capture_adopt(c);
     if (c)
         *m = (memo_entry){pool->id, gen, key, c};
@@ -278,14 +278,14 @@ bool sp__may_touch_stream(sp_stream_cache *c)
     if (!sp__this_threads_stream(c->key) ||
         atomic_load_explicit(&c->capturing, memory_order_acquire))
         return false;
-    sp_runtime *rt = c->pool->rt;
+    sp_device *dev = c->pool->dev;
     /* the legacy stream depends on every blocking stream, a capturing one too (rule 25); under
      * SP_CAPTURE_ALWAYS as well, where cudaStreamIsCapturing says "no" until a declared capture
      * has begun */
-    if (atomic_load_explicit(&rt->captures, memory_order_acquire) != 0 &&
+    if (atomic_load_explicit(&dev->captures, memory_order_acquire) != 0 &&
         (c->key.stream == NULL || c->key.stream == cudaStreamLegacy))
         return false;
-    if (rt->cfg.capture_check == SP_CAPTURE_ALWAYS) {
+    if (dev->cfg.capture_check == SP_CAPTURE_ALWAYS) {
         bool capturing = true;
         return sp__cuda_stream_is_capturing(c->key.stream, &capturing) == SP_OK && !capturing;
     }

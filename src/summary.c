@@ -110,7 +110,7 @@ int sp_pool_summary(sp_pool *pool, char *buf, size_t len, size_t *needed)
     if (len)
         buf[0] = '\0';
     sp__appendf(buf, len, &t.used, "streampool pool \"%s\" on device %d\n", pool->name,
-                pool->rt->device);
+                pool->dev->device);
     stats_block(&t, &st);
     sp__streams_table(pool, buf, len, &t.used, human); /* each stream's share, with its label */
     *needed = t.used;
@@ -156,7 +156,7 @@ int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed)
     text t = {buf, len, 0};
     if (len)
         buf[0] = '\0';
-    sp__appendf(buf, len, &t.used, "streampool runtime on device %d\n", rt->device);
+    sp__appendf(buf, len, &t.used, "streampool runtime on device %d\n", rt->dev.device);
     stats_block(&t, &total);
     sp__appendf(buf, len, &t.used, "%-24s %10s %10s %10s %10s %10s %10s\n", "pool", "requested",
                 "active", "cached", "held", "reserved", "limit");

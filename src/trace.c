@@ -263,7 +263,7 @@ static void record_at(struct sp_trace *t, sp_pool *pool, int kind, int outcome, 
         .ptr = (uint64_t)(uintptr_t)ptr,
         .stream = (uint64_t)(uintptr_t)stream,
         .size = size,
-        .held = atomic_load_explicit(&pool->usage.held.current, memory_order_relaxed),
+        .held = atomic_load_explicit(&pool->fig.usage.held.current, memory_order_relaxed),
         .reserved = reserved,
         .pool = pi,
         .name = name_index(t, b, pool->rt, stream),
@@ -299,13 +299,14 @@ static void record(struct sp_trace *t, sp_pool *pool, int kind, int outcome, int
 
 static struct sp_trace *active(const sp_pool *pool)
 {
-    struct sp_trace *t = pool ? atomic_load_explicit(&pool->rt->trace, memory_order_acquire) : NULL;
+    struct sp_trace *t =
+        pool ? atomic_load_explicit(&pool->dev->trace, memory_order_acquire) : NULL;
     return t && atomic_load_explicit(&t->on, memory_order_relaxed) ? t : NULL;
 }
 
 static uint64_t pool_counter(const sp_pool *pool, int counter)
 {
-    return atomic_load_explicit(&pool->count[counter], memory_order_relaxed);
+    return atomic_load_explicit(&pool->fig.count[counter], memory_order_relaxed);
 }
 
 /* Retries after other memory was given back, whatever refused the first try (the driver or
@@ -393,7 +394,7 @@ static int baseline(struct sp_trace *t, sp_runtime *rt)
     for (sp_pool *p = rt->pools; p; p = p->next) {
         uint32_t i = pool_index_locked(t, p); /* found: added above */
         uint64_t used;
-        held[i] = atomic_load_explicit(&p->usage.held.current, memory_order_relaxed);
+        held[i] = atomic_load_explicit(&p->fig.usage.held.current, memory_order_relaxed);
         if (sp__cuda_pool_usage(p->cuda_pool, &reserved[i], &used) != SP_OK)
             reserved[i] = 0;
     }
@@ -410,14 +411,14 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     if (!rt || !path || !path[0])
         return SP_ERR_INVALID;
     sp__cuda_error_clear();
-    struct sp_trace *t = atomic_load(&rt->trace);
+    struct sp_trace *t = atomic_load(&rt->dev.trace);
     if (!t) {
         struct sp_trace *fresh = calloc(1, sizeof *fresh);
         if (!fresh || sp_mutex_init(&fresh->lock, SP_RANK_TRACE, "trace->lock") != 0) {
             free(fresh);
             return SP_ERR_NO_HOST_MEMORY;
         }
-        if (!atomic_compare_exchange_strong(&rt->trace, &t, fresh)) {
+        if (!atomic_compare_exchange_strong(&rt->dev.trace, &t, fresh)) {
             sp_mutex_destroy(&fresh->lock); /* another thread won: use its trace */
             free(fresh);
         } else {
@@ -544,7 +545,7 @@ static void write_counter(FILE *json, int pid, const char *pool, uint64_t t_ns,
 static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tids,
                        const sp_runtime *rt, size_t dropped)
 {
-    int device = rt->device;
+    int device = rt->dev.device;
     int pid = device + 1; /* trace viewers treat pid 0 as the kernel's */
     size_t plen = strlen(t->path);
     char *jpath = malloc(plen + 6);
@@ -679,7 +680,7 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     if (!rt)
         return SP_ERR_INVALID;
     sp__cuda_error_clear();
-    struct sp_trace *t = atomic_load(&rt->trace);
+    struct sp_trace *t = atomic_load(&rt->dev.trace);
     if (!t)
         return SP_ERR_INVALID;
     sp_mutex_lock(&t->lock);
@@ -736,7 +737,7 @@ static bool probe_file(const char *path)
 void sp__trace_autostart(sp_runtime *rt)
 {
     char path[4096];
-    if (!sp__config_trace_path(rt, path, sizeof path - 16))
+    if (!sp__config_trace_path(&rt->dev, path, sizeof path - 16))
         return;
     int n = atomic_fetch_add(&autostarts, 1) + 1;
     if (n > 1)
@@ -759,7 +760,7 @@ void sp__trace_autostart(sp_runtime *rt)
 
 void sp__trace_destroy(sp_runtime *rt)
 {
-    struct sp_trace *t = atomic_load(&rt->trace);
+    struct sp_trace *t = atomic_load(&rt->dev.trace);
     if (!t)
         return;
     if (atomic_load(&t->on)) {
@@ -782,5 +783,5 @@ void sp__trace_destroy(sp_runtime *rt)
     free(t->path);
     sp_mutex_destroy(&t->lock);
     free(t);
-    atomic_store(&rt->trace, NULL);
+    atomic_store(&rt->dev.trace, NULL);
 }
