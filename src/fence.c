@@ -24,7 +24,7 @@ int sp__fence_pool_init(sp_fence_pool *fp, int device)
 {
     fp->device = device;
     fp->free_fences = NULL;
-    atomic_init(&fp->lock.held, 0);
+    sp_spin_init(&fp->lock, SP_RANK_SPIN, "fence_pool->lock");
     return SP_OK;
 }
 
