@@ -30,6 +30,7 @@ static uint64_t magnitude(int64_t d)
 /* Records an allocation served by the stream's cache in its counters (c->lock held). */
 static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t bytes)
 {
+    sp_spin_assert_owner(&c->lock);
     b->requested = bytes;
     c->hits++;
     c->requested_total += bytes;
@@ -277,6 +278,7 @@ static sp_stream_cache *cache_locked_for_free(sp_pool *pool, sp_block *b, cudaSt
  * huge segment marked to go back to the driver. */
 static void keep_off_bins_locked(sp_stream_cache *c, sp_block *b, free_step *f)
 {
+    sp_spin_assert_owner(&c->lock);
     bool capturing = f->capturing;
     if (!capturing && b->seg->huge) {
         size_t last = c->last_huge_free;
@@ -365,7 +367,7 @@ static int alloc_large(sp_alloc_call *a, sp_stream_key key)
         sp_block *parked = sp__park_take_all_locked(c, NULL);
         sp_spin_unlock(&c->lock);
         sp_heap *h = &pool->segments;
-        sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+        sp_mutex_lock(&h->lock);
         sp__park_put_locked(h, parked);
         /* known usable only (SP_TAKE_KNOWN: no call); a budget so that the take says whether
          * the range was another stream's free, settled by its owner's publication (segment.c
@@ -547,7 +549,7 @@ static int take(miss *m, sp_take_mode mode, sp_ask_budget *ab)
     if (m->small)
         b = sp__small_steal(pool, m->c, sp__class_of(m->size), stream, mode, ab);
     if (!b) {
-        sp_mutex_lock(&m->h->lock, SP_RANK_HEAP);
+        sp_mutex_lock(&m->h->lock);
         b = sp__heap_take(m->h, m->size, m->c, stream, mode, ab);
         if (!b) { /* ranges settled since their free may merge now */
             sp__heap_coalesce(m->h, m->size, m->c, ab);
@@ -751,7 +753,7 @@ static int alloc_bypass(sp_alloc_call *a)
     size_t bytes = a->bytes;
     sp_block *b = NULL;
     int rc = sp__pool_bypass_alloc(pool, bytes, a->stream, a->req, &b);
-    if (rc == SP_ERR_LIMIT && sp__round_up(bytes, 256) > pool->limit_bytes)
+    if (rc == SP_ERR_LIMIT && sp__round_up(bytes, SP_BYPASS_ALIGN) > pool->limit_bytes)
         rc = SP_ERR_NEVER_FITS; /* larger than the limit itself */
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS)
         sp__pool_count(&pool->fig, SP_COUNT_limit_rejections, 1);
@@ -759,7 +761,7 @@ static int alloc_bypass(sp_alloc_call *a)
         sp__pool_count(&pool->fig, SP_COUNT_ooms, 1);
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS || rc == SP_ERR_OUT_OF_MEMORY)
         /* reported like the ladder's failures; no driver call a capture forbids */
-        sp__oom_record(pool, bytes, sp__round_up(bytes, 256), a->stream, rc);
+        sp__oom_record(pool, bytes, sp__round_up(bytes, SP_BYPASS_ALIGN), a->stream, rc);
     if (rc != SP_OK)
         return rc;
     b->bypass_stream = a->stream; /* for sp_pointer_info and sp_free_any; no cache owns it */

@@ -1,9 +1,10 @@
 /* What every layer of the core shares: the error policy, branch hints, rounding, the spin lock
- * (ranked: witness.h) and the names of the core's structs, each defined in its layer's header,
- * bottom up: block.h, cache.h, fence.h, device.h (the device context every layer below the
- * runtime is handed), heap.h, pool.h, runtime.h (the top: its pools, names and lock). Types
- * point down: a layer below the runtime reaches the device through its sp_device, not through
- * sp_runtime. Public names are sp_*, cross-file internal ones sp__*, file-local ones static. */
+ * (with its rank and name: witness.h) and the names of the core's structs, each defined in its
+ * layer's header, bottom up: block.h, cache.h, fence.h, device.h (the device context every layer
+ * below the runtime is handed), heap.h, pool.h, runtime.h (the top: its pools, names and lock).
+ * Types point down: a layer below the runtime reaches the device through its sp_device, not
+ * through sp_runtime. Public names are sp_*, cross-file internal ones sp__*, file-local ones
+ * static. */
 #ifndef SP_BASE_H
 #define SP_BASE_H
 
@@ -52,33 +53,64 @@ static inline size_t sp__round_up(size_t n, size_t to)
 
 /* ---- a spin lock for the short critical sections of the hot path ---- */
 
+/* Spins on a held lock this many times before each sched_yield: a holder runs a few dozen
+ * instructions, so a short spin usually sees it released; past that it may be descheduled. */
+#define SP_SPIN_BEFORE_YIELD 64
+
+/* A spin lock with its rank and name (witness.h), in debug and test builds only: in release
+ * builds it is one atomic int, so that the hot structs (sp_stream_cache) do not grow. */
 typedef struct {
     atomic_int held;
+    SP__WITNESS_FIELD
 } sp_spin;
 
-/* A spin lock of rank SP_RANK_SPIN, or of `rank` (witness.h) */
-static inline void sp_spin_lock_ranked(sp_spin *l, sp_rank rank)
+/* For a spin lock not set up by sp_spin_init. */
+#define SP_SPIN_INITIALIZER(rank, name) {0 SP__WITNESS_INIT(rank, name)}
+
+/* Sets l up, released, of `rank` (SP_RANK_SPIN or SP_RANK_LEAF) and `name` (witness.h), once
+ * before its first lock. */
+static inline void sp_spin_init(sp_spin *l, sp_rank rank, const char *name)
 {
-    sp__witness_acquire(rank, l);
-    for (unsigned spins = 0;; spins++) {
-        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
-            return;
-        while (atomic_load_explicit(&l->held, memory_order_relaxed))
-            if (++spins > 64)
-                sched_yield(); /* the holder may be descheduled: let it run */
-    }
+    atomic_init(&l->held, 0);
+#ifdef SP_WITNESS
+    l->w = (sp_witness){rank, name};
+#else
+    (void)rank;
+    (void)name;
+#endif
 }
 
 static inline void sp_spin_lock(sp_spin *l)
 {
-    sp_spin_lock_ranked(l, SP_RANK_SPIN);
+    SP__WITNESS_CALL(sp__witness_acquire, l);
+    for (unsigned spins = 0;; spins++) {
+        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+            return;
+        while (atomic_load_explicit(&l->held, memory_order_relaxed))
+            if (++spins > SP_SPIN_BEFORE_YIELD)
+                sched_yield(); /* the holder may be descheduled: let it run */
+    }
 }
 
 static inline void sp_spin_unlock(sp_spin *l)
 {
     atomic_store_explicit(&l->held, 0, memory_order_release);
-    sp__witness_release(l);
+    SP__WITNESS_CALL(sp__witness_release, l);
 }
+
+static inline void sp__spin_assert_owner(const sp_spin *l, const char *where)
+{
+    SP__WITNESS_ASSERT(sp__witness_assert_owner, l, where);
+}
+
+static inline void sp__spin_assert_not_owner(const sp_spin *l, const char *where)
+{
+    SP__WITNESS_ASSERT(sp__witness_assert_not_owner, l, where);
+}
+
+/* Asserts, in debug and test builds, that this thread holds l (or does not). */
+#define sp_spin_assert_owner(l) sp__spin_assert_owner((l), __func__)
+#define sp_spin_assert_not_owner(l) sp__spin_assert_not_owner((l), __func__)
 
 /* ---- the core's structs, each defined by its layer (fence.c, cache.h, heap.h, device.h) ---- */
 

@@ -37,7 +37,7 @@ struct sp_stream_cache {
     sp_block *aside;
     atomic_uint_least64_t free_epoch;  /* frees on this stream so far; written under `lock` */
     /* fence state, under fence_lock (a mutex: fences mean driver calls) */
-    pthread_mutex_t fence_lock;
+    sp_mutex fence_lock;
     atomic_uint_least64_t done_epoch;  /* frees known complete */
     /* another stream's miss wanted memory this stream freed and not known settled: the owner
      * thread publishes what its stream completed at its next free (sp__cache_offer_fence) or

@@ -48,7 +48,7 @@ void sp__cache_release_aside(sp_stream_cache *c)
     for (sp_block *b = list, *next; b; b = next) {
         next = b->next;
         sp_heap *h = b->cls < SP_CLASS_COUNT ? &pool->slabs : &pool->segments;
-        sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+        sp_mutex_lock(&h->lock);
         sp__heap_put(h, b, c, epoch);
         sp_mutex_unlock(&h->lock);
     }

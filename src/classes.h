@@ -16,6 +16,9 @@
 #define SP_SMALL_MAX ((size_t)1 << 20)
 #define SP_SLAB_BYTES ((size_t)2 << 20)
 #define SP_LARGE_ALIGN ((size_t)512)
+/* A capturing stream's allocation goes straight to the driver (rule 24): its bytes are claimed,
+ * counted and reported rounded to the alignment of the driver's pointers. */
+#define SP_BYPASS_ALIGN ((size_t)256)
 /* The driver reserves pool memory in pages of this size (2 MiB on every current GPU). */
 #define SP_DRIVER_GRANULARITY ((uint64_t)2 << 20)
 /* Medium requests (up to SP_MEDIUM_MAX) share segments; huge ones get whole segments of their

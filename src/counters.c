@@ -50,6 +50,7 @@ static void locked_raise(atomic_uint_least64_t *peak, uint64_t now)
 static void currents_locked(const sp_usage *u, uint64_t *requested, uint64_t *active,
                             uint64_t *held)
 {
+    sp_spin_assert_owner(&u->lock);
     *requested = sp__usage_current(&u->requested.current);
     *active = sp__usage_current(&u->active.current);
     *held = sp__usage_current(&u->held.current);
@@ -62,7 +63,7 @@ static void currents_locked(const sp_usage *u, uint64_t *requested, uint64_t *ac
  * taken leaves more than the request cached), before any reader can see that state. */
 static void usage_apply(sp_usage *u, int64_t requested, int64_t active, int64_t held)
 {
-    sp_spin_lock_ranked(&u->lock, SP_RANK_LEAF);
+    sp_spin_lock(&u->lock);
     if (requested)
         locked_add(&u->requested.current, requested);
     if (active)
@@ -101,9 +102,14 @@ void sp__usage_add(sp_pool_figures *f, int64_t requested, int64_t active, int64_
         (void)sp__current_add(&f->limit_used, held);
 }
 
+void sp__usage_init(sp_usage *u)
+{
+    sp_spin_init(&u->lock, SP_RANK_LEAF, "usage->lock");
+}
+
 void sp__usage_read(sp_usage *u, sp_usage_view *v)
 {
-    sp_spin_lock_ranked(&u->lock, SP_RANK_LEAF);
+    sp_spin_lock(&u->lock);
     currents_locked(u, &v->requested, &v->active, &v->held);
     v->requested_peak = atomic_load_explicit(&u->requested.peak, memory_order_relaxed);
     v->active_peak = atomic_load_explicit(&u->active.peak, memory_order_relaxed);
@@ -115,7 +121,7 @@ void sp__usage_read(sp_usage *u, sp_usage_view *v)
 
 void sp__usage_reset_peaks(sp_usage *u)
 {
-    sp_spin_lock_ranked(&u->lock, SP_RANK_LEAF);
+    sp_spin_lock(&u->lock);
     uint64_t r, a, h;
     currents_locked(u, &r, &a, &h);
     atomic_store_explicit(&u->requested.peak, r, memory_order_relaxed);

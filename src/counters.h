@@ -61,6 +61,8 @@ typedef struct {
     uint64_t requested_peak, active_peak, held_peak, cached_peak, held_total;
 } sp_usage_view;
 void sp__usage_read(sp_usage *u, sp_usage_view *v);
+/* u's lock set up (its figures zero, as calloc left them): once, before its first use */
+void sp__usage_init(sp_usage *u);
 /* Every peak of u back to its current figure, in one step. */
 void sp__usage_reset_peaks(sp_usage *u);
 /* A current figure of an sp_usage as readers see it: the caches' deltas reach it in any order,

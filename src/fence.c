@@ -24,7 +24,7 @@ int sp__fence_pool_init(sp_fence_pool *fp, int device)
 {
     fp->device = device;
     fp->free_fences = NULL;
-    atomic_init(&fp->lock.held, 0);
+    sp_spin_init(&fp->lock, SP_RANK_SPIN, "fence_pool->lock");
     return SP_OK;
 }
 
@@ -91,6 +91,7 @@ static void skipped(sp_stream_cache *c)
 /* The stream has passed epoch: done_epoch rises to it, never back (fence_lock held). */
 static void raise_done(sp_stream_cache *c, uint64_t epoch)
 {
+    sp_mutex_assert_owner(&c->fence_lock);
     if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < epoch)
         atomic_store_explicit(&c->done_epoch, epoch, memory_order_release);
 }
@@ -189,7 +190,7 @@ bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
         return true;
     if (!ask)
         return false;
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     /* one call: a fence recorded earlier that covers the free (likeliest complete), else the
      * stream itself if this thread may name it. Never a record: a fence recorded now helps only
      * a later asker, and its own thread publishes sooner (sp__fence_early) */
@@ -207,7 +208,7 @@ sp_idle sp__fence_early(sp_stream_cache *c)
     if (!atomic_load_explicit(&c->fence_wanted, memory_order_relaxed))
         return SP_IDLE_UNKNOWN; /* nobody wanted its memory: the hot path makes no CUDA call */
     sp_idle found = SP_IDLE_UNKNOWN;
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     atomic_store_explicit(&c->fence_wanted, false, memory_order_relaxed);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now && may_touch_stream(c)) {
@@ -223,7 +224,7 @@ int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream)
 {
     if (sp__tag_settled(c, epoch, false))
         return SP_OK;
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     sp_fence *f = covering_fence(c, epoch, true);
     int rc = f ? sp__cuda_stream_wait_event(stream, f->event) : SP_ERR_CUDA;
     sp_mutex_unlock(&c->fence_lock);
@@ -244,7 +245,7 @@ int sp__cache_final_fence(sp_stream_cache *c)
     bool gave_back = atomic_load(&c->driver_frees);
     if (atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= now && !gave_back)
         return SP_OK;
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     int rc = SP_OK;
     bool touch = sp__may_touch_stream(c); /* released just now: named one last time */
     if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now) {
@@ -279,7 +280,7 @@ void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on)
      * can synchronize the stream any more. This thread has just freed on it, so may name it:
      * a final fence behind the free (it covers every earlier one too, in stream order). */
     sp_device *dev = c->pool->dev;
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     sp_fence *f = NULL;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     if (sp__fence_record(&dev->fences, on, now, &f) == SP_OK) {
@@ -295,7 +296,7 @@ void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on)
 
 static void cache_drop_fences(sp_stream_cache *c)
 {
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     while (c->fences) {
         sp_fence *f = c->fences;
         c->fences = f->next;
@@ -320,7 +321,7 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
     if (sp__tag_settled(c, epoch, false))
         return SP_OK;
     int rc = SP_ERR_CUDA;
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     if (may_touch_stream(c)) {
         /* a synchronize, not a query: only what the host has seen complete can be trimmed
@@ -347,7 +348,7 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c)
     /* cleared first: a give-back racing with this one sets it again, and stays to be observed */
     if (!atomic_exchange_explicit(&c->driver_frees, false, memory_order_acq_rel))
         return SP_OK;
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     int rc = SP_ERR_CUDA;
     if (may_touch_stream(c)) {
@@ -371,7 +372,7 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c)
  * (if not NULL) says whether there was one. */
 static bool settled_by_fence(sp_stream_cache *c, uint64_t epoch, bool *fenced)
 {
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     bool had = read_covering_fence(c, epoch);
     if (fenced)
         *fenced = had;
@@ -419,7 +420,7 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
 void sp__cache_offer_fence(sp_stream_cache *c)
 {
     atomic_store_explicit(&c->fence_wanted, false, memory_order_relaxed);
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     sp_fence *f = c->fences; /* the newest */
     bool covered = atomic_load_explicit(&c->done_epoch, memory_order_relaxed) >= now ||
@@ -440,7 +441,7 @@ void sp__cache_offer_fence(sp_stream_cache *c)
 
 void sp__cache_settle_synchronized(sp_stream_cache *c)
 {
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     raise_done(c, atomic_load_explicit(&c->free_epoch, memory_order_acquire));
     prune_done(c);
     sp_mutex_unlock(&c->fence_lock);
@@ -448,7 +449,7 @@ void sp__cache_settle_synchronized(sp_stream_cache *c)
 
 bool sp__cache_fence_frees(sp_stream_cache *c)
 {
-    sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+    sp_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     sp_fence *newest = c->fences;
     /* no fence covers `now` (the newest is older): covering_fence records one, if it may */

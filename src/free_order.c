@@ -42,7 +42,7 @@ typedef struct free_point {
 } free_point;
 
 struct sp_free_order {
-    pthread_mutex_t lock;      /* the buckets, the spares and the points; no CUDA call under it */
+    sp_mutex lock;             /* the buckets, the spares and the points; no CUDA call under it */
     int device;
     sp_free_mark *buckets[BUCKETS];
     sp_free_mark *spares;      /* dropped marks, their events kept for the next allocation */
@@ -52,7 +52,7 @@ struct sp_free_order {
 sp_free_order *sp__free_order_new(int device)
 {
     sp_free_order *fo = calloc(1, sizeof *fo);
-    if (fo && pthread_mutex_init(&fo->lock, NULL) != 0) {
+    if (fo && sp_mutex_init(&fo->lock, SP_RANK_LEAF, "free_order->lock") != 0) {
         free(fo);
         return NULL;
     }
@@ -83,7 +83,7 @@ void sp__free_order_destroy(sp_free_order *fo)
         }
     }
     marks_free(fo->spares);
-    pthread_mutex_destroy(&fo->lock);
+    sp_mutex_destroy(&fo->lock);
     free(fo);
 }
 
@@ -97,6 +97,7 @@ static sp_free_mark **bucket_of(sp_free_order *fo, const void *ptr)
 /* Takes ptr's mark out of its bucket (fo->lock held); NULL if it has none. */
 static sp_free_mark *take_locked(sp_free_order *fo, const void *ptr)
 {
+    sp_mutex_assert_owner(&fo->lock);
     for (sp_free_mark **l = bucket_of(fo, ptr); *l; l = &(*l)->next)
         if ((*l)->ptr == ptr) {
             sp_free_mark *m = *l;
@@ -108,6 +109,7 @@ static sp_free_mark *take_locked(sp_free_order *fo, const void *ptr)
 
 static void spare_locked(sp_free_order *fo, sp_free_mark *m)
 {
+    sp_mutex_assert_owner(&fo->lock);
     m->next = fo->spares;
     fo->spares = m;
 }
@@ -116,6 +118,7 @@ static void spare_locked(sp_free_order *fo, sp_free_mark *m)
  * not drop it) goes to the spares. */
 static void insert_locked(sp_free_order *fo, sp_free_mark *m)
 {
+    sp_mutex_assert_owner(&fo->lock);
     sp_free_mark *old = take_locked(fo, m->ptr);
     if (old)
         spare_locked(fo, old);
@@ -130,7 +133,7 @@ void sp__free_order_note(sp_device *dev, void *ptr, cudaStream_t stream)
     /* an event recorded on a capturing stream would join the capture (rule 25) */
     if (!ptr || sp__capture_possible(dev))
         return;
-    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    sp_mutex_lock(&fo->lock);
     sp_free_mark *m = fo->spares;
     if (m)
         fo->spares = m->next;
@@ -147,7 +150,7 @@ void sp__free_order_note(sp_device *dev, void *ptr, cudaStream_t stream)
     int rc = sp__cuda_event_record(m->event, stream);
     m->ptr = ptr;
     m->key = sp__stream_key(stream);
-    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    sp_mutex_lock(&fo->lock);
     if (rc == SP_OK)
         insert_locked(fo, m);
     else
@@ -190,6 +193,7 @@ static free_point **point_bucket(sp_free_order *fo, sp_stream_key key)
 
 static free_point *point_find_locked(sp_free_order *fo, sp_stream_key key)
 {
+    sp_mutex_assert_owner(&fo->lock);
     for (free_point *fp = *point_bucket(fo, key); fp; fp = fp->next)
         if (fp->key.stream == key.stream && fp->key.thread == key.thread)
             return fp;
@@ -202,7 +206,7 @@ static void note_free_point(sp_device *dev, cudaStream_t stream)
 {
     sp_free_order *fo = dev->free_order;
     sp_stream_key key = sp__stream_key(stream);
-    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    sp_mutex_lock(&fo->lock);
     free_point *fp = point_find_locked(fo, key);
     sp_mutex_unlock(&fo->lock);
     if (!fp) { /* the stream's first checked free: its event, made outside the lock */
@@ -214,7 +218,7 @@ static void note_free_point(sp_device *dev, cudaStream_t stream)
             return;
         }
         made->key = key;
-        sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+        sp_mutex_lock(&fo->lock);
         if (!(fp = point_find_locked(fo, key))) { /* another thread may have made one */
             free_point **b = point_bucket(fo, key);
             made->next = *b;
@@ -240,7 +244,7 @@ bool sp__free_order_settled(sp_device *dev, cudaStream_t stream, int *rc)
     sp_free_order *fo = dev->free_order;
     if (!fo || sp__capture_possible(dev))
         return true;
-    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    sp_mutex_lock(&fo->lock);
     free_point *fp = point_find_locked(fo, sp__stream_key(stream));
     sp_mutex_unlock(&fo->lock);
     bool done = true, idle = true;
@@ -267,7 +271,7 @@ int sp__free_order_check(sp_device *dev, void *ptr, cudaStream_t stream, sp_free
 {
     sp_free_order *fo = dev->free_order;
     *taken = NULL;
-    sp_mutex_lock(&fo->lock, SP_RANK_LEAF);
+    sp_mutex_lock(&fo->lock);
     sp_free_mark *m = take_locked(fo, ptr);
     sp_mutex_unlock(&fo->lock);
     if (!m || !unordered(dev, m, stream, sp__stream_key(stream))) {
@@ -292,7 +296,7 @@ void sp__free_order_put_back(sp_device *dev, sp_free_mark *m)
 {
     if (!m)
         return;
-    sp_mutex_lock(&dev->free_order->lock, SP_RANK_LEAF);
+    sp_mutex_lock(&dev->free_order->lock);
     insert_locked(dev->free_order, m);
     sp_mutex_unlock(&dev->free_order->lock);
 }
@@ -301,7 +305,7 @@ void sp__free_order_drop(sp_device *dev, sp_free_mark *m)
 {
     if (!m)
         return;
-    sp_mutex_lock(&dev->free_order->lock, SP_RANK_LEAF);
+    sp_mutex_lock(&dev->free_order->lock);
     spare_locked(dev->free_order, m);
     sp_mutex_unlock(&dev->free_order->lock);
 }

@@ -24,7 +24,7 @@ struct sp_segment {
 #define SP_HEAP_WORDS ((SP_CLASS_COUNT + 63) / 64)
 
 struct sp_heap {
-    pthread_mutex_t lock;
+    sp_mutex lock;
     sp_pool *pool;
     bool small;
     sp_segment *segments;

@@ -24,6 +24,7 @@ _Static_assert(sizeof(((sp_oom_report *)0)->stream_name) == SP_STREAM_NAME_MAX +
 
 static sp_stream_cache *cache_find_locked(sp_pool *pool, sp_stream_key key)
 {
+    sp_mutex_assert_owner(&pool->lock);
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
         if (c->key.stream == key.stream && c->key.thread == key.thread)
             return c;
@@ -34,7 +35,7 @@ static sp_stream_cache *cache_find_locked(sp_pool *pool, sp_stream_key key)
 static uint64_t tagged_free_bytes(sp_heap *h, const sp_stream_cache *c)
 {
     uint64_t bytes = 0;
-    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+    sp_mutex_lock(&h->lock);
     for (sp_segment *s = h->segments; s; s = s->next)
         for (sp_block *b = s->first; b; b = b->addr_next)
             if (b->is_free && b->tag == c)
@@ -46,6 +47,7 @@ static uint64_t tagged_free_bytes(sp_heap *h, const sp_stream_cache *c)
 /* c's figures (pool->lock held, so that c stays in the pool's list). */
 static void cache_stats(sp_pool *pool, sp_stream_cache *c, sp_stream_usage *st)
 {
+    sp_mutex_assert_owner(&pool->lock);
     sp__park_flush(pool, c); /* parked ranges counted as the heap's tagged ranges are */
     memset(st, 0, sizeof *st);
     st->size = sizeof *st;
@@ -74,7 +76,7 @@ int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
     if (!pool || rc != SP_OK)
         return pool ? rc : SP_ERR_INVALID;
     sp_stream_usage st;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     sp_stream_cache *c = cache_find_locked(pool, sp__stream_key(stream));
     if (c)
         cache_stats(pool, c, &st);
@@ -89,7 +91,7 @@ int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
 void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
                        const char *(*human)(uint64_t, char[16]))
 {
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     if (!pool->caches) {
         sp_mutex_unlock(&pool->lock);
         return;
@@ -115,7 +117,7 @@ static void pool_reset(sp_pool *pool)
 {
     (void)sp__pool_active_bytes(pool); /* flushes every cache: the current figures are exact */
     sp__usage_reset_peaks(&pool->fig.usage);
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             sp_spin_lock(&c->lock);
@@ -140,7 +142,7 @@ int sp_runtime_reset_peaks(sp_runtime *rt)
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next)
         pool_reset(p);
     sp__usage_reset_peaks(&rt->dev.usage);

@@ -12,6 +12,7 @@
  * flushed (sp__note_flush_locked): nothing more to add here. */
 static inline void sp__note_alloc_locked(sp_stream_cache *c, sp_block *b)
 {
+    sp_spin_assert_owner(&c->lock);
     b->owner = c;
     b->alloc_seq = ++c->allocs;
 }
@@ -30,6 +31,7 @@ static inline uint64_t sp__live_active(const sp_stream_cache *c)
 /* Raises the stream's peaks to its current figures (c->lock held). */
 static inline void sp__note_peaks_locked(sp_stream_cache *c)
 {
+    sp_spin_assert_owner(&c->lock);
     if (sp__live_requested(c) > c->peak_requested)
         c->peak_requested = sp__live_requested(c);
     if (sp__live_active(c) > c->peak_active)
@@ -41,6 +43,7 @@ static inline void sp__note_peaks_locked(sp_stream_cache *c)
  * stats_flush_bytes is 0 and otherwise misses by no more than the pool's. */
 static inline void sp__note_flush_locked(sp_stream_cache *c)
 {
+    sp_spin_assert_owner(&c->lock);
     sp__note_peaks_locked(c);
     c->live_requested = sp__live_requested(c);
     c->live_active = sp__live_active(c);
@@ -57,6 +60,7 @@ typedef struct {
  * to sp__note_foreign_free once c->lock is released (spin locks never nest). */
 static inline sp_free_note sp__note_free_locked(sp_stream_cache *c, sp_block *b)
 {
+    sp_spin_assert_owner(&c->lock);
     sp_free_note n = {NULL, 0, 0};
     b->freed_by = c;
     if (sp_unlikely(b->owner != c) && b->owner) {

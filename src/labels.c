@@ -20,7 +20,7 @@ typedef struct label {
     struct label *next;
 } label;
 
-static pthread_mutex_t labels_lock = PTHREAD_MUTEX_INITIALIZER;
+static sp_mutex labels_lock = SP_MUTEX_INITIALIZER(SP_RANK_LEAF, "labels_lock");
 static label *labels;
 atomic_uint sp__stream_labels_changes;
 
@@ -39,7 +39,7 @@ int sp_stream_set_name(sp_runtime *rt, cudaStream_t stream, const char *name)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
     int rc = SP_OK;
-    sp_mutex_lock(&labels_lock, SP_RANK_LEAF);
+    sp_mutex_lock(&labels_lock);
     label **l = label_find(rt, key);
     if (!name) {
         label *gone = *l;
@@ -66,7 +66,7 @@ void sp__stream_label(const sp_runtime *rt, sp_stream_key key, char *out, size_t
     if (!len)
         return;
     out[0] = '\0';
-    sp_mutex_lock(&labels_lock, SP_RANK_LEAF);
+    sp_mutex_lock(&labels_lock);
     label *l = *label_find(rt, key);
     if (l) {
         size_t n = strlen(l->name);
@@ -82,7 +82,7 @@ void sp__stream_label_any_thread(const sp_runtime *rt, cudaStream_t stream, char
     if (!len)
         return;
     out[0] = '\0';
-    sp_mutex_lock(&labels_lock, SP_RANK_LEAF);
+    sp_mutex_lock(&labels_lock);
     for (label *l = labels; l; l = l->next)
         if (l->rt == rt && l->key.stream == stream) {
             snprintf(out, len, "%s", l->name);
@@ -105,7 +105,7 @@ size_t sp_stream_name(sp_runtime *rt, cudaStream_t stream, char *buf, size_t len
 void sp__stream_labels_forget(const sp_runtime *rt, const cudaStream_t *stream)
 {
     sp_stream_key key = stream ? sp__stream_key(*stream) : (sp_stream_key){0, 0};
-    sp_mutex_lock(&labels_lock, SP_RANK_LEAF);
+    sp_mutex_lock(&labels_lock);
     for (label **l = &labels; *l;) {
         if ((*l)->rt == rt && (!stream || ((*l)->key.stream == key.stream &&
                                            (*l)->key.thread == key.thread))) {

@@ -99,7 +99,7 @@ int sp_runtime_metrics_prometheus(sp_runtime *rt, char *buf, size_t len, size_t 
     sp__cuda_error_clear();
     if (len)
         buf[0] = '\0';
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
         n += sp__pool_reported(p);

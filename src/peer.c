@@ -10,7 +10,7 @@
 
 /* One grant change at a time, across its CUDA call, so that the pool's record and the driver's
  * never disagree (rank SP_RANK_PEER: above pool->lock, which it takes to record). */
-static pthread_mutex_t grants_lock = PTHREAD_MUTEX_INITIALIZER;
+static sp_mutex grants_lock = SP_MUTEX_INITIALIZER(SP_RANK_PEER, "grants_lock");
 
 #define MAX_PEERS 64 /* a bit each in sp_pool_config.peers_read_write / peers_read */
 
@@ -66,8 +66,9 @@ static int check_peer(sp_pool *pool, int device, sp_access access)
 /* The pool's record of a grant the driver made (grants_lock held). */
 static void record(sp_pool *pool, int device, sp_access access)
 {
+    sp_mutex_assert_owner(&grants_lock);
     uint64_t bit = (uint64_t)1 << device;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     pool->cfg.peers_read_write &= ~bit;
     pool->cfg.peers_read &= ~bit;
     if (access == SP_ACCESS_READ_WRITE)
@@ -88,7 +89,7 @@ static void release_peer_caches(sp_pool *pool, int device)
     for (;;) {
         sp_stream_key key = {0};
         bool found = false;
-        sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+        sp_mutex_lock(&pool->lock);
         for (sp_stream_cache *c = pool->caches; c && !found; c = c->next_in_pool) {
             if (atomic_load_explicit(&c->peer, memory_order_relaxed) == device + 1 &&
                 c->key.thread == 0 && c->key.stream != NULL && c->key.stream != cudaStreamLegacy) {
@@ -105,6 +106,7 @@ static void release_peer_caches(sp_pool *pool, int device)
 
 static int set_access_locked(sp_pool *pool, int device, sp_access access)
 {
+    sp_mutex_assert_owner(&grants_lock);
     int rc = sp__cuda_pool_set_access(pool->cuda_pool, device, (int)access);
     if (rc != SP_OK)
         return rc;
@@ -121,7 +123,7 @@ int sp_pool_set_access(sp_pool *pool, int device, sp_access access)
     int rc = check_peer(pool, device, access);
     if (rc != SP_OK || device == pool->dev->device)
         return rc;
-    sp_mutex_lock(&grants_lock, SP_RANK_PEER);
+    sp_mutex_lock(&grants_lock);
     rc = set_access_locked(pool, device, access);
     sp_mutex_unlock(&grants_lock);
     if (rc == SP_OK && access != SP_ACCESS_READ_WRITE)
@@ -147,7 +149,7 @@ int sp_pool_get_access(sp_pool *pool, int device, sp_access *out)
     sp_access a = SP_ACCESS_NONE;
     if (device < MAX_PEERS) {
         uint64_t bit = (uint64_t)1 << device;
-        sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+        sp_mutex_lock(&pool->lock);
         a = pool->cfg.peers_read_write & bit ? SP_ACCESS_READ_WRITE
             : pool->cfg.peers_read & bit     ? SP_ACCESS_READ
                                              : SP_ACCESS_NONE;
@@ -165,7 +167,7 @@ int sp__peer_grant_initial(sp_pool *pool)
     /* the record starts empty and holds what the driver granted */
     pool->cfg.peers_read_write = pool->cfg.peers_read = 0;
     int rc = SP_OK;
-    sp_mutex_lock(&grants_lock, SP_RANK_PEER);
+    sp_mutex_lock(&grants_lock);
     for (int d = 0; d < MAX_PEERS && rc == SP_OK; d++) {
         uint64_t bit = (uint64_t)1 << d;
         if (!((rw | ro) & bit) || d == pool->dev->device)
@@ -181,7 +183,7 @@ int sp__peer_grant_initial(sp_pool *pool)
 
 void sp__peer_stats(sp_pool *pool, sp_stats *st)
 {
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     uint64_t rw = pool->cfg.peers_read_write, ro = pool->cfg.peers_read;
     sp_mutex_unlock(&pool->lock);
     st->peers_read_write += (uint64_t)__builtin_popcountll(rw);

@@ -21,6 +21,7 @@ static atomic_uint_least64_t next_pool_id = 1;
 
 void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
 {
+    sp_spin_assert_owner(&c->lock);
     sp__note_flush_locked(c); /* the stream's own figures move with the shared ones */
     if (c->requested_delta || c->active_delta) {
         sp__usage_add(&pool->fig, c->requested_delta, c->active_delta, 0);
@@ -30,7 +31,7 @@ void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
 
 uint64_t sp__pool_active_bytes(sp_pool *pool)
 {
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL); /* released caches were flushed at their release */
+    sp_mutex_lock(&pool->lock); /* released caches were flushed at their release */
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool) {
         sp_spin_lock(&c->lock);
         sp__cache_flush_locked(pool, c);
@@ -215,6 +216,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     pool->rt = rt;
     pool->dev = &rt->dev;
     pool->fig.device = &rt->dev.usage;
+    sp__usage_init(&pool->fig.usage);
     pool->cfg = merged;
     atomic_init(&pool->cache_limit, merged.cache_limit);
     pool->limit_bytes = limit_in_pages(&merged);
@@ -251,7 +253,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
                          "pool '%s': its reserve of %llu bytes could not be taken from the "
                          "device: %s",
                          name, (unsigned long long)merged.reserve, sp_strerror(rc));
-    if (rc == SP_OK && pthread_mutex_init(&pool->lock, NULL) != 0)
+    if (rc == SP_OK && sp_mutex_init(&pool->lock, SP_RANK_POOL, "pool->lock") != 0)
         rc = SP_ERR_NO_HOST_MEMORY;
     if (rc != SP_OK) {
         if (pool->cuda_pool)
@@ -335,7 +337,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     if (sp_unlikely(released))
         (void)sp__cache_final_fence(me);
     bool huge = !h->small && size > SP_MEDIUM_MAX;
-    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+    sp_mutex_lock(&h->lock);
     rc = sp__heap_add_segment(h, s, ptr, bytes, huge, me, epoch);
     sp_block *b = rc == SP_OK ? sp__heap_take(h, size, me, stream, SP_TAKE_KNOWN, NULL) : NULL;
     if (b) /* held and live together, before another thread can carve the rest */
@@ -354,7 +356,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
             held_unclaim(pool, bytes, &k);
         } else {
             count(pool, SP_COUNT_give_back_failures);
-            sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+            sp_mutex_lock(&h->lock);
             sp__heap_keep_unmapped(h, s, ptr, bytes, huge, me, epoch);
             sp__usage_commit(&pool->fig, 0, 0, (int64_t)bytes);
             sp_mutex_unlock(&h->lock);
@@ -367,7 +369,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
 int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, struct sp_req *req,
                           sp_block **out)
 {
-    size_t size = sp__round_up(bytes, 256);
+    size_t size = sp__round_up(bytes, SP_BYPASS_ALIGN);
     claim k = {.req = req};
     if (!held_claim(pool, size, &k))
         return SP_ERR_LIMIT;
@@ -408,7 +410,7 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
     }
     /* refused for good: still counted as held, and kept (forgotten, it would stay reserved for
      * the life of the process: a launched graph's allocation lives until it is freed) */
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     b->next = pool->refused_frees;
     pool->refused_frees = b;
     sp_mutex_unlock(&pool->lock);
@@ -421,7 +423,7 @@ void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream)
 static int give_back_refused_frees(sp_pool *pool)
 {
     int err = SP_OK;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     sp_block *list = pool->refused_frees, *kept = NULL;
     pool->refused_frees = NULL;
     sp_mutex_unlock(&pool->lock);
@@ -440,7 +442,7 @@ static int give_back_refused_frees(sp_pool *pool)
         kept = b;
     }
     if (kept) {
-        sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+        sp_mutex_lock(&pool->lock);
         sp_block *tail = kept;
         while (tail->next)
             tail = tail->next;
@@ -458,7 +460,7 @@ static int give_back_refused_frees(sp_pool *pool)
  * later trim could synchronize, are cleared so that they do not bring back this synchronize. */
 static void settle_by_device_sync(sp_pool *pool, int *err)
 {
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     /* asked again under the lock, held through the synchronize: sp_stream_capture_begin counts
      * its capture before it takes every pool's lock, so a capture declared since the caller
      * asked is seen here, and one declared later is begun only after the synchronize (rule 25) */
@@ -493,7 +495,7 @@ static void settle_by_device_sync(sp_pool *pool, int *err)
                         atomic_store_explicit(&c->driver_frees, true, memory_order_release);
                     continue;
                 }
-                sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+                sp_mutex_lock(&c->fence_lock);
                 if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < snap[i].epoch)
                     atomic_store_explicit(&c->done_epoch, snap[i].epoch, memory_order_release);
                 sp_mutex_unlock(&c->fence_lock);
@@ -512,7 +514,7 @@ static void settle_by_device_sync(sp_pool *pool, int *err)
 static void settle_all(sp_pool *pool, int *err)
 {
     bool unsettled = false;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
@@ -749,7 +751,7 @@ int sp__pool_free(sp_pool *pool)
     sp__heap_destroy(&pool->segments);
     sp__pool_drop_fences(pool);
     sp__cache_table_free(pool);
-    pthread_mutex_destroy(&pool->lock);
+    sp_mutex_destroy(&pool->lock);
     free(pool);
     return SP_OK;
 }
@@ -759,7 +761,7 @@ int sp__pool_release_stream(sp_pool *pool, sp_stream_key key)
     /* The cache leaves the pool's list and its figures move to the pool's in one step under
      * pool->lock, which a stats read holds while it walks the list and reads the moved
      * figures: a read finds them in one place or the other, never in neither. */
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     sp_stream_cache *c = sp__cache_detach_locked(pool, key);
     if (!c) {
         sp_mutex_unlock(&pool->lock);
@@ -801,7 +803,7 @@ int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
     sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     sp_pool_config cfg = pool->cfg;
     cfg.release_threshold = bytes;
     int rc = sp__cuda_pool_set_threshold(pool->cuda_pool, effective_threshold(&cfg));
@@ -819,6 +821,7 @@ int sp_pool_set_release_threshold(sp_pool *pool, uint64_t bytes)
  * block to the cudaMemPool it came from. pool->lock held. */
 static int move_cuda_pool(sp_pool *pool, uint64_t cap, const sp_pool_config *cfg)
 {
+    sp_mutex_assert_owner(&pool->lock);
     struct sp_retired_cuda_pool *r = malloc(sizeof *r);
     if (!r)
         return SP_ERR_NO_HOST_MEMORY;
@@ -858,12 +861,12 @@ int sp_pool_set_limit(sp_pool *pool, uint64_t bytes)
         return SP_ERR_INVALID;
     /* the limit in force, as a pool created with it would have: clamped to the device (with a
      * warning), in whole pages (config.c, under rt->lock, which ranks before pool->lock) */
-    sp_mutex_lock(&pool->rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&pool->rt->lock);
     int rc = bytes ? sp__config_limit_in_force(pool->dev, pool->name, &bytes) : SP_OK;
     sp_mutex_unlock(&pool->rt->lock);
     if (rc != SP_OK)
         return rc;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     sp_pool_config cfg = pool->cfg;
     cfg.limit = bytes;
     uint64_t limit = limit_in_pages(&cfg);
@@ -906,7 +909,7 @@ int sp_pool_set_cache_limit(sp_pool *pool, uint64_t bytes)
     sp__cuda_error_clear();
     if (!pool)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     pool->cfg.cache_limit = bytes;
     atomic_store_explicit(&pool->cache_limit, bytes, memory_order_relaxed);
     sp_mutex_unlock(&pool->lock);
@@ -925,9 +928,9 @@ int sp_pool_get_config(const sp_pool *pool, sp_pool_config *out)
     int rc = sp__struct_check(out, SP__MIN_POOL_CONFIG, "sp_pool_get_config", "sp_pool_config");
     if (rc != SP_OK)
         return rc;
-    sp_mutex_lock((pthread_mutex_t *)&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock((sp_mutex *)&pool->lock);
     sp__struct_write(out, &pool->cfg, sizeof pool->cfg);
-    sp_mutex_unlock((pthread_mutex_t *)&pool->lock);
+    sp_mutex_unlock((sp_mutex *)&pool->lock);
     return SP_OK;
 }
 

@@ -47,7 +47,7 @@ struct sp_pool {
     /* set at the pool's first sp_request_begin, never cleared: until then sp_free need not
      * look at a block's request (read on the hot path, next to the figures above) */
     atomic_bool requests_used;
-    pthread_mutex_t lock;                /* the stream table and the cache list */
+    sp_mutex lock;                       /* the stream table and the cache list */
     sp_stream_cache **buckets;
     size_t bucket_count, cache_count;
     sp_stream_cache *caches;             /* live caches */

@@ -25,7 +25,7 @@ static uint64_t hash_ptr(const void *p)
 
 static sp_ptrmap_shard *shard_of(sp_ptrmap *m, uint64_t h)
 {
-    return &m->shards[h >> 58]; /* top 6 bits: 64 shards; the low bits index the slots */
+    return &m->shards[h >> (64 - SP_PTRMAP_SHARD_BITS)];
 }
 
 static size_t find_slot(const sp_ptrmap_shard *s, const void *key, uint64_t h)
@@ -141,6 +141,15 @@ int sp__ptrmap_take_for_free(sp_ptrmap *m, const void *ptr, const sp_pool *pool,
     }
     sp_spin_unlock(&s->lock);
     return rc;
+}
+
+void sp__ptrmap_init(sp_ptrmap *m)
+{
+    for (int i = 0; i < SP_PTRMAP_SHARDS; i++) {
+        sp_spin_init(&m->shards[i].lock, SP_RANK_SPIN, "ptrmap shard->lock");
+        m->shards[i].slots = NULL;
+        m->shards[i].cap = m->shards[i].len = 0;
+    }
 }
 
 void sp__ptrmap_free(sp_ptrmap *m)

@@ -7,7 +7,9 @@
 
 /* ---- pointer map (ptrmap.c): pointer -> block for every block a runtime holds ---- */
 
-#define SP_PTRMAP_SHARDS 64
+/* shards by the top bits of a pointer's hash; the low bits index the slots */
+#define SP_PTRMAP_SHARD_BITS 6
+#define SP_PTRMAP_SHARDS (1 << SP_PTRMAP_SHARD_BITS)
 /* Pointers lately removed from a shard (their memory merged away or given back to the driver),
  * so that freeing one again is told as a double free, not as an unknown pointer: direct-mapped,
  * a newer pointer with the same slot pushes an older one out. */
@@ -24,6 +26,8 @@ typedef struct {
     sp_ptrmap_shard shards[SP_PTRMAP_SHARDS];
 } sp_ptrmap;
 
+/* m empty, its shard locks set up: once, before its first use */
+void sp__ptrmap_init(sp_ptrmap *m);
 int sp__ptrmap_insert(sp_ptrmap *m, sp_block *b);
 void sp__ptrmap_remove(sp_ptrmap *m, const void *ptr);
 /* Looks ptr up and, if it is a live block of `pool`, marks it cached; all under the shard's

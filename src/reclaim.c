@@ -39,7 +39,7 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
     sp_runtime *rt = pool->rt;
     uint64_t freed = 0;
     bool room = false;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME); /* pools cannot be destroyed meanwhile */
+    sp_mutex_lock(&rt->lock); /* pools cannot be destroyed meanwhile */
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
         n++;
@@ -72,7 +72,7 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
 bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream)
 {
     sp_runtime *rt = pool->rt;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     sp_oom_callback cb = rt->oom_cb;
     void *user = rt->oom_user;
     sp_mutex_unlock(&rt->lock);
@@ -88,7 +88,7 @@ int sp_runtime_set_oom_callback(sp_runtime *rt, sp_oom_callback cb, void *user)
 {
     if (!rt)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     rt->oom_cb = cb;
     rt->oom_user = user;
     sp_mutex_unlock(&rt->lock);
@@ -116,7 +116,7 @@ void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t st
     sp_runtime *rt = pool->rt;
     uint64_t free_b = 0, total = 0;
     (void)sp__cuda_mem_info(rt->dev.device, &free_b, &total);
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     sp_oom_report *r = &rt->last_oom;
     uint32_t failures = r->failures + 1;
     memset(r, 0, sizeof *r);
@@ -148,7 +148,7 @@ int sp_runtime_last_oom(sp_runtime *rt, sp_oom_report *out)
     int rc = sp__struct_check(out, SP__MIN_OOM_REPORT, "sp_runtime_last_oom", "sp_oom_report");
     if (rc != SP_OK)
         return rc;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     sp__struct_write(out, &rt->last_oom, sizeof rt->last_oom);
     sp_mutex_unlock(&rt->lock);
     return SP_OK;

@@ -24,7 +24,7 @@
 
 static sp_req **bucket(sp_pool *pool, sp_request id)
 {
-    return &pool->requests[(id * 0x9E3779B97F4A7C15ull) >> 58 & (SP_REQ_BUCKETS - 1)];
+    return &pool->requests[(id * 0x9E3779B97F4A7C15ull) >> (64 - SP_REQ_BUCKET_BITS)];
 }
 
 static uint64_t pool_tag(const sp_pool *pool)
@@ -38,6 +38,7 @@ static uint64_t pool_tag(const sp_pool *pool)
  * table (its end); without, it is pinned (a reference the caller drops with put). */
 static int find_locked(sp_pool *pool, sp_request id, bool detach, sp_req **out)
 {
+    sp_mutex_assert_owner(&pool->lock);
     if (id == 0)
         return SP_ERR_NO_REQUEST;
     for (sp_req **p = bucket(pool, id); *p; p = &(*p)->next)
@@ -79,6 +80,7 @@ static int open_request(sp_pool *pool, cudaStream_t stream, const char *label, u
         sp__pool_admit_release(pool, claim);
         return SP_ERR_NO_HOST_MEMORY;
     }
+    sp_spin_init(&r->lock, SP_RANK_SPIN, "request->lock");
     atomic_init(&r->claim, claim);
     atomic_init(&r->refs, 1); /* the table's */
     r->pool = pool;
@@ -87,7 +89,7 @@ static int open_request(sp_pool *pool, cudaStream_t stream, const char *label, u
         memcpy(r->label, label, len);
     r->st.size = sizeof r->st;
     atomic_store_explicit(&pool->requests_used, true, memory_order_relaxed);
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     if (pool->request_seq + 1 >= 1ull << SP_REQ_SEQ_BITS) {
         sp_mutex_unlock(&pool->lock);
         sp__pool_admit_release(pool, claim);
@@ -144,7 +146,7 @@ int sp_request_alloc(sp_pool *pool, sp_request req, void **ptr, size_t bytes)
 {
     if (!pool || !ptr)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     sp_req *r = NULL;
     int rc = find_locked(pool, req, false, &r); /* pinned: an end cannot free it under us */
     sp_mutex_unlock(&pool->lock);
@@ -177,7 +179,7 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
     if (out && sp__struct_check(out, SP__MIN_REQUEST_STATS, "sp_request_end", "sp_request_stats"))
         return SP_ERR_INVALID;
     sp__cuda_error_clear();
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     sp_req *r = NULL;
     int rc = find_locked(pool, req, true, &r);
     sp_mutex_unlock(&pool->lock);

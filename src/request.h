@@ -7,7 +7,9 @@
 
 /* ---- requests (request.c) and their block lists (request_list.c) ---- */
 
-#define SP_REQ_BUCKETS 64
+/* the open requests' table: buckets by the top bits of a hash of the id */
+#define SP_REQ_BUCKET_BITS 6
+#define SP_REQ_BUCKETS (1 << SP_REQ_BUCKET_BITS)
 /* A request id is its pool's id in the high bits and a sequence number below: ids are never
  * reused, so an id that the pool gave but no longer holds is an ended request. */
 #define SP_REQ_SEQ_BITS 40

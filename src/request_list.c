@@ -9,6 +9,7 @@
 
 static void link_locked(sp_req *r, sp_block *b)
 {
+    sp_spin_assert_owner(&r->lock);
     b->req = r;
     b->req_prev = NULL;
     b->req_next = r->blocks;
@@ -44,6 +45,7 @@ void sp__req_mark_ended(sp_req *r)
 
 static void unlink_locked(sp_req *r, sp_block *b)
 {
+    sp_spin_assert_owner(&r->lock);
     if (b->req_prev)
         b->req_prev->req_next = b->req_next;
     else

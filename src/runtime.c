@@ -19,7 +19,7 @@
 
 /* ---- the process's runtimes, for threads that exit ---- */
 
-static pthread_mutex_t runtimes_lock = PTHREAD_MUTEX_INITIALIZER;
+static sp_mutex runtimes_lock = SP_MUTEX_INITIALIZER(SP_RANK_RUNTIMES, "runtimes_lock");
 static sp_runtime *runtimes;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
@@ -28,7 +28,7 @@ static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static void thread_exit(void *arg)
 {
     (void)arg;
-    sp_mutex_lock(&runtimes_lock, SP_RANK_RUNTIMES);
+    sp_mutex_lock(&runtimes_lock);
     for (sp_runtime *rt = runtimes; rt; rt = rt->next_runtime)
         (void)sp_stream_release(rt, cudaStreamPerThread);
     sp_mutex_unlock(&runtimes_lock);
@@ -47,7 +47,7 @@ static void exit_key_create(void)
 static void runtime_register(sp_runtime *rt)
 {
     (void)pthread_once(&exit_once, exit_key_create);
-    sp_mutex_lock(&runtimes_lock, SP_RANK_RUNTIMES);
+    sp_mutex_lock(&runtimes_lock);
     rt->next_runtime = runtimes;
     runtimes = rt;
     sp_mutex_unlock(&runtimes_lock);
@@ -55,7 +55,7 @@ static void runtime_register(sp_runtime *rt)
 
 static void runtime_unregister(sp_runtime *rt)
 {
-    sp_mutex_lock(&runtimes_lock, SP_RANK_RUNTIMES);
+    sp_mutex_lock(&runtimes_lock);
     sp_runtime **p = &runtimes;
     while (*p && *p != rt)
         p = &(*p)->next_runtime;
@@ -98,7 +98,9 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     rt->dev.cfg = config;
     rt->dev.cfg.alloc_conf = NULL; /* the caller's string need not outlive this call */
     rt->dev.conf = conf;
-    if (pthread_mutex_init(&rt->lock, NULL) != 0) {
+    sp__usage_init(&rt->dev.usage);
+    sp__ptrmap_init(&rt->dev.ptrmap);
+    if (sp_mutex_init(&rt->lock, SP_RANK_RUNTIME, "runtime->lock") != 0) {
         sp__conf_free(rt->dev.conf);
         free(rt);
         return SP_ERR_NO_HOST_MEMORY;
@@ -127,7 +129,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         sp__free_order_destroy(rt->dev.free_order);
         sp__fence_pool_destroy(&rt->dev.fences);
     }
-    pthread_mutex_destroy(&rt->lock);
+    sp_mutex_destroy(&rt->lock);
     sp__conf_free(rt->dev.conf);
     free(rt);
     return rc;
@@ -157,6 +159,7 @@ static int busy_message(const char *call, sp_pool *pool)
  * and the pools that stay, their cache given back. Returns the first error. */
 static int free_pools(sp_runtime *rt)
 {
+    sp_mutex_assert_owner(&rt->lock);
     int err = SP_OK;
     for (sp_pool **p = &rt->pools; *p;) {
         sp_pool *pool = *p, *next = pool->next;
@@ -185,7 +188,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     /* a declared capture forbids the device synchronize that may settle what is left */
     if (atomic_load(&rt->dev.captures) != 0) {
         sp_mutex_unlock(&rt->lock);
@@ -202,7 +205,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp_mutex_unlock(&rt->lock);
     /* no exiting thread may reach it from here on (lock order: runtimes_lock > rt->lock) */
     runtime_unregister(rt);
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     sp__config_warn_unused(&rt->dev);
     sp__trace_destroy(rt);
     int err = free_pools(rt);
@@ -219,7 +222,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp__free_order_destroy(rt->dev.free_order);
     sp__fence_pool_destroy(&rt->dev.fences);
     sp__ptrmap_free(&rt->dev.ptrmap);
-    pthread_mutex_destroy(&rt->lock);
+    sp_mutex_destroy(&rt->lock);
     free(rt->capturing);
     sp__conf_free(rt->dev.conf);
     free(rt);
@@ -231,7 +234,7 @@ int sp_runtime_check_config(sp_runtime *rt, char *buf, size_t len)
     if (!rt || (!buf && len))
         return SP_ERR_INVALID;
     sp__cuda_error_clear();
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     size_t count = sp__config_unseen(&rt->dev, buf, len);
     sp_mutex_unlock(&rt->lock);
     return count > INT32_MAX ? INT32_MAX : (int)count;
@@ -248,6 +251,7 @@ int sp_runtime_default_pool(sp_runtime *rt, sp_pool **out)
 
 static sp_pool *find_locked(sp_runtime *rt, const char *name)
 {
+    sp_mutex_assert_owner(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next)
         if (strcmp(p->name, name) == 0)
             return p;
@@ -270,7 +274,7 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
         (cfg->share < SP_SHARE_NONE || cfg->share > SP_SHARE_POSIX_FD ||
          (adopt && cfg->share != SP_SHARE_NONE)))
         return SP_ERR_CONFIG;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
     sp_pool *pool = NULL;
     if (rc == SP_OK) {
@@ -309,7 +313,7 @@ int sp_pool_find(sp_runtime *rt, const char *name, sp_pool **out)
     sp__cuda_error_clear();
     if (!rt || !name || !out)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     sp_pool *p = find_locked(rt, name);
     sp_mutex_unlock(&rt->lock);
     if (!p)
@@ -334,7 +338,7 @@ int sp_pool_destroy(sp_pool *pool)
     if (!pool || pool->is_default)
         return SP_ERR_INVALID;
     sp_runtime *rt = pool->rt;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     if (atomic_load(&rt->dev.captures) != 0 || pool_has_live(pool)) {
         int rc = pool_has_live(pool) ? busy_message("sp_pool_destroy", pool) : SP_ERR_BUSY;
         sp_mutex_unlock(&rt->lock);
@@ -362,7 +366,7 @@ int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
     int rc = SP_OK;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next) {
         int prc = sp__pool_release_stream(p, key);
         if (rc == SP_OK)
@@ -384,6 +388,7 @@ int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
  * Once the caller returns and the capture begins, none of them reaches CUDA any more. */
 static int capture_flag_all(sp_runtime *rt, sp_stream_key key, bool on)
 {
+    sp_mutex_assert_owner(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next) {
         sp_stream_cache *c = sp__cache_find(p, key, on);
         if (!c && on)
@@ -408,7 +413,7 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
     int rc = SP_OK;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     if (sp__capture_find(rt, key) == SIZE_MAX) {
         if (rt->capturing_len == rt->capturing_cap) {
             size_t cap = rt->capturing_cap ? rt->capturing_cap * 2 : 4;
@@ -441,7 +446,7 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
     if (!rt)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__stream_key(stream);
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     size_t i = sp__capture_find(rt, key);
     if (i != SIZE_MAX) {
         rt->capturing[i] = rt->capturing[--rt->capturing_len];

@@ -14,7 +14,7 @@
 
 struct sp_runtime {
     sp_device dev;                       /* handed down: sp_pool.dev points here */
-    pthread_mutex_t lock;                /* pools list and names, capture list */
+    sp_mutex lock;                       /* pools list and names, capture list */
     sp_pool *pools;
     sp_pool *default_pool;
     sp_oom_callback oom_cb;

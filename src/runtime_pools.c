@@ -11,7 +11,7 @@ int sp_runtime_pools(sp_runtime *rt, sp_pool_callback cb, void *user)
     sp__cuda_error_clear();
     if (!rt || !cb)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
         n++;
@@ -23,6 +23,7 @@ int sp_runtime_pools(sp_runtime *rt, sp_pool_callback cb, void *user)
     if (!list)
         return SP_ERR_NO_HOST_MEMORY;
     /* called with no lock held, so that cb may call anything of the runtime */
+    sp_assert_lockless();
     for (i = 0; i < n && cb(list[i], user) == 0; i++)
         ;
     free(list);
@@ -35,7 +36,7 @@ int sp_runtime_trim(sp_runtime *rt)
     if (!rt)
         return SP_ERR_INVALID;
     int err = SP_OK, cuda_err = 0;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME); /* pools cannot be destroyed meanwhile */
+    sp_mutex_lock(&rt->lock); /* pools cannot be destroyed meanwhile */
     for (sp_pool *p = rt->pools; p; p = p->next) {
         int rc = sp_pool_trim(p, 0); /* never below a pool's reservation */
         if (err == SP_OK && rc != SP_OK) {

@@ -21,7 +21,7 @@ int sp__heap_init(sp_heap *h, sp_pool *pool, bool small)
     memset(h, 0, sizeof *h);
     h->pool = pool;
     h->small = small;
-    return pthread_mutex_init(&h->lock, NULL) == 0 ? SP_OK : SP_ERR_NO_HOST_MEMORY;
+    return sp_mutex_init(&h->lock, SP_RANK_HEAP, "heap->lock") == 0 ? SP_OK : SP_ERR_NO_HOST_MEMORY;
 }
 
 void sp__heap_destroy(sp_heap *h)
@@ -36,7 +36,7 @@ void sp__heap_destroy(sp_heap *h)
         free(s);
     }
     h->segments = NULL;
-    pthread_mutex_destroy(&h->lock);
+    sp_mutex_destroy(&h->lock);
 }
 
 /* ---- the free index: bins by size with a bitmap of the non-empty ones ---- */
@@ -487,7 +487,7 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
             *err = rc;
         sp__pool_count(&pool->fig, SP_COUNT_give_back_failures, 1);
         uint64_t epoch = tag ? atomic_load_explicit(&tag->free_epoch, memory_order_acquire) : 0;
-        sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+        sp_mutex_lock(&h->lock);
         if (sp__heap_add_segment(h, s, s->ptr, size, s->huge, tag, epoch) != SP_OK)
             sp__heap_keep_unmapped(h, s, s->ptr, size, s->huge, tag, epoch);
         sp_mutex_unlock(&h->lock);
@@ -507,7 +507,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     sp_ask_budget asks = {0};
     if (!ab)
         ab = &asks;
-    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+    sp_mutex_lock(&h->lock);
     size_t n = 0;
     for (sp_segment *s = h->segments; s; s = s->next)
         n += s->used == 0;
@@ -559,6 +559,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
 
 sp_block *sp__park_take_locked(sp_stream_cache *c, size_t size)
 {
+    sp_spin_assert_owner(&c->lock);
     unsigned n = atomic_load_explicit(&c->park_count, memory_order_relaxed);
     /* whole ranges, no split, and only as tight as best fit could be: a medium piece of the
      * exact size, a huge segment no larger than a fresh one would be (whole driver pages). The
@@ -585,6 +586,7 @@ sp_block *sp__park_take_locked(sp_stream_cache *c, size_t size)
 
 sp_block *sp__park_push_locked(sp_stream_cache *c, sp_block *b)
 {
+    sp_spin_assert_owner(&c->lock);
     unsigned n = atomic_load_explicit(&c->park_count, memory_order_relaxed);
     sp_block *out = NULL;
     if (n == SP_PARK_SLOTS)
@@ -601,6 +603,7 @@ sp_block *sp__park_push_locked(sp_stream_cache *c, sp_block *b)
 
 sp_block *sp__park_take_all_locked(sp_stream_cache *c, sp_block *list)
 {
+    sp_spin_assert_owner(&c->lock);
     unsigned n = atomic_load_explicit(&c->park_count, memory_order_relaxed);
     for (unsigned i = 0; i < n; i++) { /* the oldest ends up first, to go in as the frees came */
         sp_block *b = c->park[i];
@@ -614,6 +617,7 @@ sp_block *sp__park_take_all_locked(sp_stream_cache *c, sp_block *list)
 
 void sp__park_put_locked(sp_heap *h, sp_block *list)
 {
+    sp_mutex_assert_owner(&h->lock);
     for (sp_block *b = list, *next; b; b = next) {
         next = b->next;
         sp__heap_put(h, b, b->tag, b->epoch);
@@ -624,7 +628,7 @@ void sp__park_put(sp_pool *pool, sp_block *list)
 {
     if (!list)
         return;
-    sp_mutex_lock(&pool->segments.lock, SP_RANK_HEAP);
+    sp_mutex_lock(&pool->segments.lock);
     sp__park_put_locked(&pool->segments, list);
     sp_mutex_unlock(&pool->segments.lock);
 }
@@ -642,7 +646,7 @@ void sp__park_flush(sp_pool *pool, sp_stream_cache *c)
 void sp__park_flush_all(sp_pool *pool)
 {
     sp_block *list = NULL;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool) {
         /* an empty park is skipped without its lock: a range parked by a free that this thread
          * has not seen yet is one that raced with this flush anyway */
@@ -662,7 +666,7 @@ void sp__park_flush_all(sp_pool *pool)
 
 void sp__heap_give_back_huge(sp_heap *h, sp_block *b, sp_stream_cache *c, cudaStream_t stream)
 {
-    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+    sp_mutex_lock(&h->lock);
     sp__heap_put(h, b, c, b->epoch);
     sp_segment *s = b->seg;
     bool whole = s->huge && s->used == 0 && s->first->is_free && !s->first->addr_next;
@@ -677,7 +681,7 @@ void sp__heap_stats(sp_heap *h, sp_stats *st)
 {
     if (!h->small) /* inactive_split and largest_free count parked ranges as free */
         sp__park_flush_all(h->pool);
-    sp_mutex_lock(&h->lock, SP_RANK_HEAP);
+    sp_mutex_lock(&h->lock);
     for (sp_segment *s = h->segments; s; s = s->next) {
         if (s->used)
             st->inactive_split += s->size - s->used;

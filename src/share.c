@@ -141,7 +141,7 @@ int sp_pool_share_poll(sp_pool *pool, size_t *freed)
     size_t total = 0;
     int err = SP_OK;
     sp_share_freed batch[64];
-    for (size_t n; (n = sp__share_reap(pool, batch, 64)) > 0;) {
+    for (size_t n; (n = sp__share_reap(pool, batch, sizeof batch / sizeof *batch)) > 0;) {
         for (size_t i = 0; i < n; i++) {
             /* its slots are free now: sp_free finds nothing held and frees it as usual */
             int rc = sp_free(pool, batch[i].ptr, batch[i].stream);
@@ -160,7 +160,7 @@ int sp_pool_share_poll(sp_pool *pool, size_t *freed)
 
 /* A driver allocation of the exporter mapped here: its blocks share it. */
 typedef struct {
-    unsigned char cuda[64];
+    unsigned char cuda[sizeof ((sp_block_handle *)0)->cuda]; /* the handle's export data */
     char *base;
     uint32_t imports;          /* live imports of its blocks: unmapped at 0 */
 } mapping;
@@ -180,7 +180,7 @@ struct sp_import {
     sp_share_table *table;
     size_t table_bytes;
     int alive_fd;
-    pthread_mutex_t lock;      /* the records below; unranked: no streampool lock under it */
+    sp_mutex lock;             /* the records below (SP_RANK_OUTER: no lock of ours under it) */
     mapping *maps;
     size_t nmaps, cap_maps;
     import_rec *recs;
@@ -189,11 +189,12 @@ struct sp_import {
 };
 
 /* The process's imports, by (runtime, name). */
-static pthread_mutex_t imports_lock = PTHREAD_MUTEX_INITIALIZER;
+static sp_mutex imports_lock = SP_MUTEX_INITIALIZER(SP_RANK_OUTER, "imports_lock");
 static sp_import *imports;
 
 static sp_import *find_import_locked(sp_runtime *rt, const char *name)
 {
+    sp_mutex_assert_owner(&imports_lock);
     for (sp_import *i = imports; i; i = i->next)
         if (i->rt == rt && strcmp(i->name, name) == 0)
             return i;
@@ -239,7 +240,7 @@ int sp_pool_import(sp_runtime *rt, int sock, const char *name, sp_import **out)
     if (!rt || !name || !out || sock < 0 || sp__pool_name_check(name) != SP_OK)
         return SP_ERR_INVALID;
     sp_import *imp = calloc(1, sizeof *imp);
-    if (!imp || pthread_mutex_init(&imp->lock, NULL) != 0) {
+    if (!imp || sp_mutex_init(&imp->lock, SP_RANK_OUTER, "import->lock") != 0) {
         free(imp);
         return SP_ERR_NO_HOST_MEMORY;
     }
@@ -261,14 +262,14 @@ int sp_pool_import(sp_runtime *rt, int sock, const char *name, sp_import **out)
             close(fds[i]);
     imp->alive_fd = fds[2];
     if (rc == SP_OK) {
-        pthread_mutex_lock(&imports_lock);
+        sp_mutex_lock(&imports_lock);
         if (find_import_locked(rt, name)) {
             rc = SP_ERR_EXISTS;
         } else {
             imp->next = imports;
             imports = imp;
         }
-        pthread_mutex_unlock(&imports_lock);
+        sp_mutex_unlock(&imports_lock);
     }
     if (rc != SP_OK) {
         if (imp->cuda_pool)
@@ -276,7 +277,7 @@ int sp_pool_import(sp_runtime *rt, int sock, const char *name, sp_import **out)
         sp__share_table_unmap(imp->table, imp->table_bytes);
         if (imp->alive_fd >= 0)
             close(imp->alive_fd); /* the exporter sees the export gone */
-        pthread_mutex_destroy(&imp->lock);
+        sp_mutex_destroy(&imp->lock);
         free(imp);
         return rc;
     }
@@ -288,9 +289,9 @@ int sp_import_find(sp_runtime *rt, const char *name, sp_import **out)
 {
     if (!rt || !name || !out)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&imports_lock);
+    sp_mutex_lock(&imports_lock);
     sp_import *i = find_import_locked(rt, name);
-    pthread_mutex_unlock(&imports_lock);
+    sp_mutex_unlock(&imports_lock);
     if (!i)
         return SP_ERR_NOT_FOUND;
     *out = i;
@@ -313,8 +314,9 @@ static bool grow(void **arr, size_t *cap, size_t n, size_t each)
 /* The mapping of the allocation h names, made if needed (imp->lock held). */
 static int map_of(sp_import *imp, const sp_block_handle *h, size_t *out)
 {
+    sp_mutex_assert_owner(&imp->lock);
     for (size_t i = 0; i < imp->nmaps; i++)
-        if (imp->maps[i].imports && memcmp(imp->maps[i].cuda, h->cuda, 64) == 0) {
+        if (imp->maps[i].imports && memcmp(imp->maps[i].cuda, h->cuda, sizeof h->cuda) == 0) {
             *out = i;
             return SP_OK;
         }
@@ -331,7 +333,7 @@ static int map_of(sp_import *imp, const sp_block_handle *h, size_t *out)
         return rc;
     if (slot == imp->nmaps)
         imp->nmaps++;
-    memcpy(imp->maps[slot].cuda, h->cuda, 64);
+    memcpy(imp->maps[slot].cuda, h->cuda, sizeof h->cuda);
     imp->maps[slot].base = base;
     imp->maps[slot].imports = 0;
     *out = slot;
@@ -349,7 +351,7 @@ int sp_import_block(sp_import *imp, const sp_block_handle *h, void **ptr)
     int rc = sp__share_claim(imp->table, h->slot, h->gen);
     if (rc != SP_OK)
         return rc;
-    pthread_mutex_lock(&imp->lock);
+    sp_mutex_lock(&imp->lock);
     size_t m = 0;
     rc = map_of(imp, h, &m);
     import_rec *r = NULL;
@@ -372,7 +374,7 @@ int sp_import_block(sp_import *imp, const sp_block_handle *h, void **ptr)
             *ptr = p;
         }
     }
-    pthread_mutex_unlock(&imp->lock);
+    sp_mutex_unlock(&imp->lock);
     if (rc != SP_OK)
         (void)sp__share_unclaim(imp->table, h->slot, h->gen);
     return rc;
@@ -383,6 +385,7 @@ int sp_import_block(sp_import *imp, const sp_block_handle *h, void **ptr)
  * told, so that it never reuses memory this process may still touch. */
 static int release_locked(sp_import *imp, import_rec *r, cudaStream_t stream)
 {
+    sp_mutex_assert_owner(&imp->lock);
     mapping *m = &imp->maps[r->map];
     if (m->imports == 1) {
         int rc = sp__cuda_free(m->base, stream);
@@ -405,7 +408,7 @@ int sp_import_release(sp_import *imp, void *ptr, cudaStream_t stream)
     sp__cuda_error_clear();
     if (!imp || !ptr)
         return SP_ERR_INVALID;
-    pthread_mutex_lock(&imp->lock);
+    sp_mutex_lock(&imp->lock);
     import_rec *r = NULL;
     bool known = false;
     for (size_t i = 0; i < imp->nrecs && !r; i++)
@@ -416,7 +419,7 @@ int sp_import_release(sp_import *imp, void *ptr, cudaStream_t stream)
         }
     int rc = r ? release_locked(imp, r, stream)
                : known ? SP_ERR_IMPORT_RELEASED : SP_ERR_BAD_POINTER;
-    pthread_mutex_unlock(&imp->lock);
+    sp_mutex_unlock(&imp->lock);
     return rc;
 }
 
@@ -426,24 +429,24 @@ int sp_import_close(sp_import *imp)
     if (!imp)
         return SP_ERR_INVALID;
     int err = SP_OK;
-    pthread_mutex_lock(&imp->lock);
+    sp_mutex_lock(&imp->lock);
     for (size_t i = 0; i < imp->nrecs; i++)
         while (imp->recs[i].count && err == SP_OK)
             err = release_locked(imp, &imp->recs[i], NULL);
-    pthread_mutex_unlock(&imp->lock);
+    sp_mutex_unlock(&imp->lock);
     if (err != SP_OK)
         return err; /* the import stays, to be closed again */
-    pthread_mutex_lock(&imports_lock);
+    sp_mutex_lock(&imports_lock);
     for (sp_import **p = &imports; *p; p = &(*p)->next)
         if (*p == imp) {
             *p = imp->next;
             break;
         }
-    pthread_mutex_unlock(&imports_lock);
+    sp_mutex_unlock(&imports_lock);
     err = sp__cuda_pool_destroy(imp->cuda_pool);
     sp__share_table_unmap(imp->table, imp->table_bytes);
     close(imp->alive_fd); /* the exporter's next look finds the export gone */
-    pthread_mutex_destroy(&imp->lock);
+    sp_mutex_destroy(&imp->lock);
     free(imp->maps);
     free(imp->recs);
     free(imp);

@@ -30,7 +30,7 @@ typedef struct {
 /* A pool's exports and the blocks held for their importers, under `lock` (SP_RANK_SHARE:
  * nothing but the pointer map's shard locks under it, no CUDA call). */
 struct sp_share {
-    pthread_mutex_t lock;
+    sp_mutex lock;
     sp_export *exports;
     held_block *held;
     size_t nheld, cap;
@@ -97,24 +97,25 @@ int sp__share_unclaim(sp_share_table *t, uint32_t slot, uint32_t gen)
 
 /* ---- the exporter's pool state ---- */
 
-static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER; /* the first export of a pool */
+/* the first export of a pool (SP_RANK_OUTER: no lock of ours is held around it) */
+static sp_mutex create_lock = SP_MUTEX_INITIALIZER(SP_RANK_OUTER, "share create_lock");
 
 static struct sp_share *share_of(sp_pool *pool, bool create)
 {
     struct sp_share *s = atomic_load_explicit(&pool->share, memory_order_acquire);
     if (s || !create)
         return s;
-    pthread_mutex_lock(&create_lock); /* no streampool lock is held around it: unranked */
+    sp_mutex_lock(&create_lock);
     s = atomic_load_explicit(&pool->share, memory_order_acquire);
     if (!s && (s = calloc(1, sizeof *s)) != NULL) {
-        if (pthread_mutex_init(&s->lock, NULL) != 0) {
+        if (sp_mutex_init(&s->lock, SP_RANK_SHARE, "share->lock") != 0) {
             free(s);
             s = NULL;
         } else {
             atomic_store_explicit(&pool->share, s, memory_order_release);
         }
     }
-    pthread_mutex_unlock(&create_lock);
+    sp_mutex_unlock(&create_lock);
     return s;
 }
 
@@ -176,7 +177,7 @@ int sp__share_export_new(sp_pool *pool, sp_export **out, int *table_fd, int *imp
     e->table = t;
     e->table_bytes = len;
     e->alive_fd = pair[0];
-    sp_mutex_lock(&s->lock, SP_RANK_SHARE);
+    sp_mutex_lock(&s->lock);
     e->next = s->exports;
     s->exports = e;
     sp_mutex_unlock(&s->lock);
@@ -197,7 +198,7 @@ static int find_slot(const sp_export *e, const void *ptr)
 int sp__share_export_slot(sp_export *e, void *ptr, uint32_t *slot, uint32_t *gen)
 {
     struct sp_share *s = share_of(e->pool, false);
-    sp_mutex_lock(&s->lock, SP_RANK_SHARE);
+    sp_mutex_lock(&s->lock);
     int rc = importer_alive(e) ? SP_OK : SP_ERR_IO;
     int i = rc == SP_OK ? find_slot(e, ptr) : -1;
     if (rc == SP_OK && i < 0) {
@@ -252,7 +253,7 @@ int sp__share_hold(sp_pool *pool, void *ptr, cudaStream_t stream)
     uint64_t bytes = 0;
     if (!s)
         return 0;
-    sp_mutex_lock(&s->lock, SP_RANK_SHARE);
+    sp_mutex_lock(&s->lock);
     for (size_t i = 0; i < s->nheld; i++)
         if (s->held[i].ptr == ptr) {
             sp_mutex_unlock(&s->lock);
@@ -316,7 +317,7 @@ size_t sp__share_reap(sp_pool *pool, sp_share_freed *out, size_t max)
     if (!s)
         return 0;
     size_t n = 0;
-    sp_mutex_lock(&s->lock, SP_RANK_SHARE);
+    sp_mutex_lock(&s->lock);
     for (size_t i = 0; i < s->nheld && n < max;) {
         if (releasable(s, s->held[i].ptr)) {
             out[n++] = (sp_share_freed){s->held[i].ptr, s->held[i].stream};
@@ -334,7 +335,7 @@ void sp__share_stats(sp_pool *pool, sp_stats *st)
     struct sp_share *s = share_of(pool, false);
     if (!s)
         return;
-    sp_mutex_lock(&s->lock, SP_RANK_SHARE);
+    sp_mutex_lock(&s->lock);
     for (sp_export *e = s->exports; e; e = e->next) {
         if (!importer_alive(e))
             continue;
@@ -364,7 +365,7 @@ void sp__share_free(sp_pool *pool)
         free(e);
     }
     free(s->held);
-    pthread_mutex_destroy(&s->lock);
+    sp_mutex_destroy(&s->lock);
     free(s);
     atomic_store_explicit(&pool->share, NULL, memory_order_relaxed);
 }

@@ -90,7 +90,7 @@ sp_block *sp__small_steal(sp_pool *pool, sp_stream_cache *me, uint32_t cls, cuda
     sp_block *b = NULL;
     for (sp_take_mode pass = SP_TAKE_KNOWN; !b && pass <= mode; pass++) {
         int probes = 0;
-        sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+        sp_mutex_lock(&pool->lock);
         for (sp_stream_cache *v = pool->caches; v && !b && probes < SP_STEAL_PROBES;
              v = v->next_in_pool)
             if (v != me && (probes++, true))
@@ -105,6 +105,7 @@ sp_block *sp__small_steal(sp_pool *pool, sp_stream_cache *me, uint32_t cls, cuda
 /* Empties a cache's bins into a list (c->lock held). */
 sp_block *sp__small_take_all(sp_stream_cache *c)
 {
+    sp_spin_assert_owner(&c->lock);
     sp_block *list = NULL;
     for (uint32_t cls = 0; cls < SP_CLASS_COUNT; cls++) {
         sp_block *b;
@@ -122,7 +123,7 @@ void sp__small_to_slabs(sp_pool *pool, sp_stream_cache *c, sp_block *list)
 {
     if (!list)
         return;
-    sp_mutex_lock(&pool->slabs.lock, SP_RANK_HEAP);
+    sp_mutex_lock(&pool->slabs.lock);
     for (sp_block *b = list, *next; b; b = next) {
         next = b->next;
         sp__heap_put(&pool->slabs, b, c, b->epoch);
@@ -140,7 +141,7 @@ static void cache_to_slabs(sp_pool *pool, sp_stream_cache *c)
 
 void sp__small_flush_bins(sp_pool *pool)
 {
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool)
         cache_to_slabs(pool, c);
     sp_mutex_unlock(&pool->lock);

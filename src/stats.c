@@ -52,7 +52,7 @@ static int add_pool(sp_pool *pool, sp_stats *st)
     /* released streams' counters were merged into the pool's at release, under pool->lock
      * with the cache's unlinking: read under it too, they and the list agree. A read costs
      * O(live streams) however many came and went. */
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     requested_total += load(&pool->retired_requested_total);
     active_total += load(&pool->retired_active_total);
     st->same_stream_hits += load(&pool->retired_hits);
@@ -136,7 +136,7 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
     int rc = begin("sp_runtime_stats", rt, out, &st);
     if (rc != SP_OK)
         return rc;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next) {
         if (!sp__pool_reported(p))
             continue;

@@ -97,11 +97,12 @@ static sp_stream_cache *table_insert(sp_pool *pool, sp_stream_key key)
     if (!c)
         return NULL;
     if (!(c->bins = calloc(SP_CLASS_COUNT, sizeof *c->bins)) ||
-        pthread_mutex_init(&c->fence_lock, NULL) != 0) {
+        sp_mutex_init(&c->fence_lock, SP_RANK_FENCE, "cache->fence_lock") != 0) {
         free(c->bins);
         free(c);
         return NULL;
     }
+    sp_spin_init(&c->lock, SP_RANK_SPIN, "cache->lock");
     c->key = key;
     c->pool = pool;
     if (key.thread)
@@ -122,7 +123,7 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
     uint64_t gen = atomic_load_explicit(&pool->stream_gen, memory_order_acquire);
     if (sp_likely(m->pool_id == pool->id && m->gen == gen && key_equal(m->key, key)))
         return m->cache;
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     sp_stream_cache *c = table_find(pool, key, h);
     bool created = false;
     if (!c)
@@ -141,7 +142,7 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
 sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key, bool create)
 {
     size_t h = key_hash(pool->id, key);
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     sp_stream_cache *c = table_find(pool, key, h);
     if (!c && create)
         c = table_insert(pool, key);
@@ -151,6 +152,7 @@ sp_stream_cache *sp__cache_find(sp_pool *pool, sp_stream_key key, bool create)
 
 sp_stream_cache *sp__cache_detach_locked(sp_pool *pool, sp_stream_key key)
 {
+    sp_mutex_assert_owner(&pool->lock);
     size_t h = key_hash(pool->id, key);
     sp_stream_cache *c = table_find(pool, key, h);
     if (c) {
@@ -173,10 +175,10 @@ sp_stream_cache *sp__cache_detach_locked(sp_pool *pool, sp_stream_key key)
 
 void sp__cache_drain_fence_steps(sp_pool *pool)
 {
-    sp_mutex_lock(&pool->lock, SP_RANK_POOL);
+    sp_mutex_lock(&pool->lock);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
-            sp_mutex_lock(&c->fence_lock, SP_RANK_FENCE);
+            sp_mutex_lock(&c->fence_lock);
             sp_mutex_unlock(&c->fence_lock);
         }
     }
@@ -188,7 +190,7 @@ void sp__cache_table_free(sp_pool *pool)
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++) {
         for (sp_stream_cache *c = *l, *next; c; c = next) {
             next = c->next_in_pool;
-            pthread_mutex_destroy(&c->fence_lock);
+            sp_mutex_destroy(&c->fence_lock);
             free(c->bins);
             free(c);
         }
@@ -263,7 +265,7 @@ size_t sp__capture_find(const sp_runtime *rt, sp_stream_key key)
 void sp__capture_adopt(sp_stream_cache *c)
 {
     sp_runtime *rt = c->pool->rt;
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     if (sp__capture_find(rt, c->key) != SIZE_MAX) {
         atomic_store_explicit(&c->declared, true, memory_order_release);
         atomic_store_explicit(&c->capturing, true, memory_order_release);

@@ -129,7 +129,7 @@ int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed)
         return SP_ERR_INVALID;
     sp_stats total = {.size = sizeof total};
     int rc = sp_runtime_stats(rt, &total);
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
+    sp_mutex_lock(&rt->lock);
     size_t n = 0;
     for (sp_pool *p = rt->pools; p; p = p->next)
         n += sp__pool_reported(p);

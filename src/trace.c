@@ -64,20 +64,25 @@ typedef struct {
     int16_t status;
 } trace_event;
 
+/* A thread's memo of its recent pools (pool id -> index, direct-mapped by id) and of the labels
+ * of its recent streams (round robin): sizes its array and the slot it picks both follow. */
+#define MEMO_POOLS 8
+#define MEMO_STREAMS 4
+
 typedef struct thread_buf {
     sp_spin lock;                    /* the owner per event; stop, once */
     long tid;
     uint32_t order;                  /* creation order: breaks ties between equal times */
     size_t count, dropped, since_sample;
     trace_event *chunks[MAX_CHUNKS];
-    uint64_t memo_pool_id[8];        /* pool id -> index, for this thread's recent pools */
-    uint32_t memo_index[8];
+    uint64_t memo_pool_id[MEMO_POOLS]; /* pool id -> index, for this thread's recent pools */
+    uint32_t memo_index[MEMO_POOLS];
     /* the labels of the streams this thread last recorded on (an index into trace->names), as
      * of sp__stream_labels_changes == name_changes (owner only); a thread that allocates on one
      * stream and frees on another looks neither up again */
     unsigned name_changes, name_known, name_next;
-    uint64_t name_stream[4];
-    uint32_t name_index[4];
+    uint64_t name_stream[MEMO_STREAMS];
+    uint32_t name_index[MEMO_STREAMS];
     struct thread_buf *next;
 } thread_buf;
 
@@ -89,7 +94,7 @@ typedef struct {
 typedef char stream_name[SP_STREAM_NAME_MAX + 1];
 
 struct sp_trace {
-    pthread_mutex_t lock;            /* thread list, pool names, start and stop */
+    sp_mutex lock;                   /* thread list, pool names, start and stop */
     atomic_bool on;
     /* unique for the process: threads' memos key on it. Atomic: a thread still inside a call
      * of the last trace compares it while a restart renews it under `lock` */
@@ -131,11 +136,12 @@ static thread_buf *my_buf(struct sp_trace *t)
     if (sp_likely(memo.uid == uid))
         return memo.buf;
     long tid = (long)syscall(SYS_gettid);
-    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+    sp_mutex_lock(&t->lock);
     thread_buf *b = t->threads;
     while (b && b->tid != tid) /* a thread id reused after an exit takes over its buffer */
         b = b->next;
     if (!b && (b = calloc(1, sizeof *b))) {
+        sp_spin_init(&b->lock, SP_RANK_SPIN, "trace buffer->lock");
         b->tid = tid;
         b->order = t->nthreads++;
         b->next = t->threads;
@@ -153,6 +159,7 @@ static thread_buf *my_buf(struct sp_trace *t)
 /* pool_index under t->lock, without the thread's memo */
 static uint32_t pool_index_locked(struct sp_trace *t, const sp_pool *pool)
 {
+    sp_mutex_assert_owner(&t->lock);
     uint32_t i;
     for (i = 0; i < t->npools && t->pools[i].id != pool->id; i++)
         ;
@@ -175,10 +182,10 @@ static uint32_t pool_index_locked(struct sp_trace *t, const sp_pool *pool)
 /* The pool's index in the trace's name table; UINT32_MAX if host memory ran out. */
 static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *pool)
 {
-    unsigned slot = (unsigned)(pool->id % 8);
+    unsigned slot = (unsigned)(pool->id % MEMO_POOLS);
     if (b->memo_pool_id[slot] == pool->id)
         return b->memo_index[slot];
-    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+    sp_mutex_lock(&t->lock);
     uint32_t i = pool_index_locked(t, pool);
     sp_mutex_unlock(&t->lock);
     if (i == UINT32_MAX)
@@ -207,7 +214,7 @@ static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *
     sp__stream_label(rt, sp__stream_key(stream), label, sizeof label);
     uint32_t i = 0;
     if (label[0]) {
-        sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+        sp_mutex_lock(&t->lock);
         for (i = 1; i < t->nnames && strcmp(t->names[i], label) != 0; i++)
             ;
         if (i == t->nnames || t->nnames == 0) {
@@ -230,7 +237,7 @@ static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *
         }
         sp_mutex_unlock(&t->lock);
     }
-    unsigned k = b->name_known < 4 ? b->name_known++ : b->name_next++ % 4;
+    unsigned k = b->name_known < MEMO_STREAMS ? b->name_known++ : b->name_next++ % MEMO_STREAMS;
     b->name_stream[k] = (uint64_t)(uintptr_t)stream;
     b->name_index[k] = i;
     return i;
@@ -407,12 +414,12 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     struct sp_trace *t = atomic_load(&rt->dev.trace);
     if (!t) {
         struct sp_trace *fresh = calloc(1, sizeof *fresh);
-        if (!fresh || pthread_mutex_init(&fresh->lock, NULL) != 0) {
+        if (!fresh || sp_mutex_init(&fresh->lock, SP_RANK_TRACE, "trace->lock") != 0) {
             free(fresh);
             return SP_ERR_NO_HOST_MEMORY;
         }
         if (!atomic_compare_exchange_strong(&rt->dev.trace, &t, fresh)) {
-            pthread_mutex_destroy(&fresh->lock); /* another thread won: use its trace */
+            sp_mutex_destroy(&fresh->lock); /* another thread won: use its trace */
             free(fresh);
         } else {
             t = fresh;
@@ -422,8 +429,8 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
     if (!copy)
         return SP_ERR_NO_HOST_MEMORY;
     /* runtime->lock keeps the pool list still while the baseline is read */
-    sp_mutex_lock(&rt->lock, SP_RANK_RUNTIME);
-    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+    sp_mutex_lock(&rt->lock);
+    sp_mutex_lock(&t->lock);
     if (atomic_load(&t->on)) {
         sp_mutex_unlock(&t->lock);
         sp_mutex_unlock(&rt->lock);
@@ -676,7 +683,7 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     struct sp_trace *t = atomic_load(&rt->dev.trace);
     if (!t)
         return SP_ERR_INVALID;
-    sp_mutex_lock(&t->lock, SP_RANK_TRACE);
+    sp_mutex_lock(&t->lock);
     if (!atomic_load(&t->on)) {
         sp_mutex_unlock(&t->lock);
         return SP_ERR_INVALID;
@@ -774,7 +781,7 @@ void sp__trace_destroy(sp_runtime *rt)
     free(t->base_held);
     free(t->base_reserved);
     free(t->path);
-    pthread_mutex_destroy(&t->lock);
+    sp_mutex_destroy(&t->lock);
     free(t);
     atomic_store(&rt->dev.trace, NULL);
 }

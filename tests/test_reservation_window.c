@@ -74,7 +74,7 @@ static void a_range_in_flight_to_the_heap_is_still_the_reserved_pools(void **sta
         n++;
     assert_true(n > 0 && n < 64);
     SP(sp_free(reserved, b, s)); /* parked on s */
-    heap_lock = &reserved->segments.lock;
+    heap_lock = &reserved->segments.lock.mutex;
     atomic_store(&let_go, false);
     atomic_store(&at_gate, false);
     atomic_store(&armed, true);
