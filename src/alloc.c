@@ -6,13 +6,13 @@
  * climbs one ladder, top to bottom: steal -> fresh -> give back -> reclaim -> callback -> fail. */
 #include "alloc.h"
 #include "classes.h"
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "ptrmap.h"
 #include "reclaim.h"
 #include "status.h"
 #include "trace.h"
 #include "introspect.h"
-#include "request.h"
+#include "request_list.h"
 #include "free_order.h"
 #include "peer.h"
 #include "share_guard.h"
@@ -126,7 +126,7 @@ static inline int alloc_in(sp_alloc_call *a)
         if (rc != TO_BINS)
             return rc;
     }
-    sp_stream_key key = sp__stream_key(stream);
+    sp_stream_key key = sp__cache_key(stream);
     uint32_t cls = sp__class_of(bytes);
     for (;;) {
         sp_stream_cache *c = sp__cache_get(pool, key);
@@ -140,9 +140,9 @@ static inline int alloc_in(sp_alloc_call *a)
             sp_spin_unlock(&c->lock);
             continue;
         }
-        sp_block *b = sp__bin_pop_newest(&c->bins[cls]);
+        sp_block *b = sp__small_bin_pop_newest(&c->bins[cls]);
         for (uint32_t up = cls + 1; !b && up <= cls + SP_FIT_CLASSES; up++)
-            b = sp__bin_pop_newest(&c->bins[up]);
+            b = sp__small_bin_pop_newest(&c->bins[up]);
         if (sp_likely(b != NULL)) {
             c->cached_bytes -= b->size;
             hit_locked(pool, c, b, bytes);
@@ -184,7 +184,7 @@ static inline int free_in(sp_pool *pool, void *ptr, cudaStream_t stream)
     sp_block *b = NULL;
     int rc = sp__ptrmap_take_for_free(&pool->dev->ptrmap, ptr, pool, &b);
     if (sp_unlikely(rc != SP_OK)) {
-        sp__pool_count(&pool->fig, SP_COUNT_bad_frees, 1);
+        sp__usage_count(&pool->fig, SP_COUNT_bad_frees, 1);
         return rc;
     }
     /* an allocation of an open request leaves it, before the block can reach a bin */
@@ -212,7 +212,7 @@ static inline int free_in(sp_pool *pool, void *ptr, cudaStream_t stream)
     sp_free_note note = sp__note_free_locked(c, b);
     f.to_bin = b->cls < SP_CLASS_COUNT && !f.capturing;
     if (sp_likely(f.to_bin)) { /* the same-stream hit: the stream's own bin */
-        sp__bin_push(&c->bins[b->cls], b);
+        sp__small_bin_push(&c->bins[b->cls], b);
         c->cached_bytes += b->size;
     } else {
         keep_off_bins_locked(c, b, &f);
@@ -223,7 +223,7 @@ static inline int free_in(sp_pool *pool, void *ptr, cudaStream_t stream)
         sp__cache_flush_locked(pool, c);
     sp_spin_unlock(&c->lock);
     if (sp_unlikely(note.owner != NULL)) /* allocated on another stream */
-        sp__note_foreign_free(note);
+        sp__cache_note_foreign_free(note);
     if (f.evicted) /* back into its segment, tagged, merged with free neighbours */
         sp__park_put(pool, f.evicted);
     if (f.give_huge)
@@ -240,7 +240,7 @@ static int free_bypass(sp_pool *pool, sp_block *b, cudaStream_t stream)
 {
     /* a capture's own allocation: straight back to the driver (rule 24) */
     sp__usage_add(&pool->fig, -(int64_t)b->requested, -(int64_t)b->size, 0);
-    sp__pool_count(&pool->fig, SP_COUNT_frees, 1);
+    sp__usage_count(&pool->fig, SP_COUNT_frees, 1);
     sp__pool_bypass_free(pool, b, stream);
     return SP_OK;
 }
@@ -252,19 +252,19 @@ static int free_bypass(sp_pool *pool, sp_block *b, cudaStream_t stream)
 static sp_stream_cache *cache_locked_for_free(sp_pool *pool, sp_block *b, cudaStream_t stream,
                                               free_step *f)
 {
-    sp_stream_key key = sp__stream_key(stream);
-    bool capturing = false; /* a local, not f's: its address goes to sp__cache_capturing */
+    sp_stream_key key = sp__cache_key(stream);
+    bool capturing = false; /* a local, not f's: its address goes to sp__capture_check */
     sp_stream_cache *c;
     for (;;) {
         c = sp__cache_get(pool, key);
         if (sp_unlikely(!c))
             return NULL;
         if (sp_unlikely(sp__capture_possible(pool->dev)) &&
-            sp__cache_capturing(c, &capturing) != SP_OK)
+            sp__capture_check(c, &capturing) != SP_OK)
             capturing = true; /* unknown: the careful choice */
         /* asked before the spin lock: under SP_CAPTURE_ALWAYS it is a CUDA call */
         f->touch = b->cls == SP_CLASS_COUNT && !capturing && b->seg->huge &&
-                   sp__may_touch_stream(c);
+                   sp__cache_may_touch(c);
         sp_spin_lock(&c->lock);
         if (sp_likely(!c->released)) {
             f->capturing = capturing;
@@ -304,7 +304,7 @@ static void fence_after_free(sp_stream_cache *c, const free_step *f)
 {
     if (sp_unlikely(atomic_load_explicit(&c->fence_wanted, memory_order_relaxed)) &&
         !f->capturing && !f->give_huge)
-        sp__cache_offer_fence(c);
+        sp__fence_offer(c);
 }
 
 /* ---- sp_alloc's other cases ---- */
@@ -322,7 +322,7 @@ static int alloc_off_bins(sp_alloc_call *a)
     }
     if (sp_unlikely(bytes > SP_MAX_ALLOC))
         return SP_ERR_TOO_LARGE;
-    sp_stream_key key = sp__stream_key(stream);
+    sp_stream_key key = sp__cache_key(stream);
     if (sp_unlikely(sp__capture_possible(pool->dev))) {
         /* the stream's own cache says whether it is declared capturing: no lock, so that other
          * streams' hot path stays as it is while a capture is under way */
@@ -330,7 +330,7 @@ static int alloc_off_bins(sp_alloc_call *a)
         if (sp_unlikely(!c))
             return SP_ERR_NO_HOST_MEMORY;
         bool capturing = false;
-        int rc = sp__cache_capturing(c, &capturing);
+        int rc = sp__capture_check(c, &capturing);
         if (rc == SP_OK)
             rc = peer_check(pool, c, stream);
         if (rc != SP_OK)
@@ -370,7 +370,7 @@ static int alloc_large(sp_alloc_call *a, sp_stream_key key)
         sp_mutex_lock(&h->lock);
         sp__park_put_locked(h, parked);
         /* known usable only (SP_TAKE_KNOWN: no call); a budget so that the take says whether
-         * the range was another stream's free, settled by its owner's publication (segment.c
+         * the range was another stream's free, settled by its owner's publication (heap.c
          * counts it a cross-stream reuse): that is no hit of this stream's cache, but a reuse */
         sp_ask_budget known = {0};
         b = sp__heap_take(h, size, c, stream, SP_TAKE_KNOWN, &known);
@@ -412,10 +412,10 @@ int sp_free_any(sp_pool *pool, void *ptr)
         rc = SP_ERR_WRONG_POOL;
     else if (l.info.state == SP_POINTER_CACHED)
         rc = SP_ERR_DOUBLE_FREE;
-    else if (l.owner && !sp__this_threads_stream(l.owner->key))
+    else if (l.owner && !sp__cache_key_is_this_threads(l.owner->key))
         return SP_ERR_NOT_SUPPORTED; /* not a bad free: the pointer stays live */
     if (rc != SP_OK) { /* as sp_free would have answered, without a stream to free on */
-        sp__pool_count(&pool->fig, SP_COUNT_bad_frees, 1);
+        sp__usage_count(&pool->fig, SP_COUNT_bad_frees, 1);
         return rc;
     }
     /* through the public call, so that a trace records it on the allocation stream */
@@ -486,7 +486,7 @@ static int served_off_cache(sp_alloc_call *a, sp_stream_cache *c, sp_block *b, s
 {
     b->requested = a->bytes;
     count_miss(a->pool, b, a->bytes, how == SP_OUTCOME_FRESH);
-    sp__note_miss(c, b, a->bytes);
+    sp__cache_note_miss(c, b, a->bytes);
     atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
     a->block = b;
     a->outcome = how;
@@ -559,7 +559,7 @@ static int take(miss *m, sp_take_mode mode, sp_ask_budget *ab)
     }
     if (!b)
         return NEXT;
-    m->b = b; /* as the take counted it (segment.c, small.c) */
+    m->b = b; /* as the take counted it (heap.c, small.c) */
     m->how = ab->took == SP_TOOK_WAIT    ? SP_OUTCOME_WAIT
              : ab->took == SP_TOOK_REUSE ? SP_OUTCOME_STEAL
                                          : SP_OUTCOME_REUSE;
@@ -618,7 +618,7 @@ static int rung_limit(miss *m, int rc)
     if (rc != SP_ERR_LIMIT || m->size > m->limit)
         return rc;
     (void)sp__pool_give_back(m->a->pool, m->limit - m->size, false, NULL);
-    sp__pool_count(&m->a->pool->fig, SP_COUNT_limit_retries, 1);
+    sp__usage_count(&m->a->pool->fig, SP_COUNT_limit_retries, 1);
     return fresh(m);
 }
 
@@ -657,7 +657,7 @@ static int rung_give_back(miss *m, int rc)
     if ((rc == SP_ERR_OUT_OF_MEMORY && !m->hopeless) || limited) {
         (void)sp__pool_give_back(m->a->pool, limited && m->limit ? m->limit - m->size : 0, true,
                                  NULL);
-        sp__pool_count(&m->a->pool->fig,
+        sp__usage_count(&m->a->pool->fig,
                        limited ? SP_COUNT_limit_retries : SP_COUNT_oom_retries, 1);
         rc = retry_settled(m);
     }
@@ -668,7 +668,7 @@ static int rung_reclaim(miss *m, int rc)
 {
     if (rc != SP_ERR_OUT_OF_MEMORY || m->hopeless || !sp__reclaim_others(m->a->pool, m->size))
         return rc;
-    sp__pool_count(&m->a->pool->fig, SP_COUNT_oom_retries, 1);
+    sp__usage_count(&m->a->pool->fig, SP_COUNT_oom_retries, 1);
     return fresh(m);
 }
 
@@ -676,18 +676,18 @@ static int rung_callback(miss *m, int rc)
 {
     sp_pool *pool = m->a->pool;
     if (rc == SP_ERR_OUT_OF_MEMORY && !m->hopeless &&
-        sp__oom_callback(pool, m->a->bytes, m->a->stream)) {
+        sp__reclaim_oom_callback(pool, m->a->bytes, m->a->stream)) {
         /* what the callback freed, into any pool's cache, reaches the device */
         (void)sp__pool_give_back(pool, 0, true, NULL);
         (void)sp__reclaim_others(pool, m->size);
-        sp__pool_count(&pool->fig, SP_COUNT_oom_retries, 1);
+        sp__usage_count(&pool->fig, SP_COUNT_oom_retries, 1);
         return retry_settled(m);
     }
-    if (rc == SP_ERR_LIMIT && sp__oom_callback(pool, m->a->bytes, m->a->stream)) {
+    if (rc == SP_ERR_LIMIT && sp__reclaim_oom_callback(pool, m->a->bytes, m->a->stream)) {
         /* a limit rejection: only what the callback freed in this pool can help; no other
          * pool is touched */
         (void)sp__pool_give_back(pool, m->limit - m->size, true, NULL);
-        sp__pool_count(&pool->fig, SP_COUNT_limit_retries, 1);
+        sp__usage_count(&pool->fig, SP_COUNT_limit_retries, 1);
         return retry_settled(m);
     }
     return rc;
@@ -723,8 +723,8 @@ static int alloc_miss(sp_alloc_call *a, sp_stream_cache *c, sp_idle own_idle)
     if (!m.small) /* every stream's parked ranges: this miss may reuse, merge or give them back */
         sp__park_flush_all(pool);
     if (m.limit && m.size > m.limit) { /* over the limit on its own: nothing can help, ever */
-        sp__pool_count(&pool->fig, SP_COUNT_limit_rejections, 1);
-        sp__oom_record(pool, a->bytes, m.size, a->stream, SP_ERR_NEVER_FITS);
+        sp__usage_count(&pool->fig, SP_COUNT_limit_rejections, 1);
+        sp__reclaim_oom_record(pool, a->bytes, m.size, a->stream, SP_ERR_NEVER_FITS);
         return SP_ERR_NEVER_FITS;
     }
     m.asks = (sp_ask_budget){.own_idle = own_idle};
@@ -735,9 +735,9 @@ static int alloc_miss(sp_alloc_call *a, sp_stream_cache *c, sp_idle own_idle)
     for (size_t i = 0; i < sizeof ladder / sizeof *ladder && rc != SP_OK; i++)
         rc = ladder[i](&m, rc);
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_OUT_OF_MEMORY) {
-        sp__pool_count(&pool->fig, rc == SP_ERR_LIMIT ? SP_COUNT_limit_rejections : SP_COUNT_ooms,
+        sp__usage_count(&pool->fig, rc == SP_ERR_LIMIT ? SP_COUNT_limit_rejections : SP_COUNT_ooms,
                        1);
-        sp__oom_record(pool, a->bytes, m.size, a->stream, rc);
+        sp__reclaim_oom_record(pool, a->bytes, m.size, a->stream, rc);
     }
     if (rc != SP_OK)
         return rc;
@@ -756,17 +756,17 @@ static int alloc_bypass(sp_alloc_call *a)
     if (rc == SP_ERR_LIMIT && sp__round_up(bytes, SP_BYPASS_ALIGN) > pool->limit_bytes)
         rc = SP_ERR_NEVER_FITS; /* larger than the limit itself */
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS)
-        sp__pool_count(&pool->fig, SP_COUNT_limit_rejections, 1);
+        sp__usage_count(&pool->fig, SP_COUNT_limit_rejections, 1);
     else if (rc == SP_ERR_OUT_OF_MEMORY)
-        sp__pool_count(&pool->fig, SP_COUNT_ooms, 1);
+        sp__usage_count(&pool->fig, SP_COUNT_ooms, 1);
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS || rc == SP_ERR_OUT_OF_MEMORY)
         /* reported like the ladder's failures; no driver call a capture forbids */
-        sp__oom_record(pool, bytes, sp__round_up(bytes, SP_BYPASS_ALIGN), a->stream, rc);
+        sp__reclaim_oom_record(pool, bytes, sp__round_up(bytes, SP_BYPASS_ALIGN), a->stream, rc);
     if (rc != SP_OK)
         return rc;
     b->bypass_stream = a->stream; /* for sp_pointer_info and sp_free_any; no cache owns it */
     count_miss(pool, b, bytes, true);
-    sp__pool_count(&pool->fig, SP_COUNT_capture_bypasses, 1);
+    sp__usage_count(&pool->fig, SP_COUNT_capture_bypasses, 1);
     a->block = b;
     a->outcome = SP_OUTCOME_BYPASS;
     return SP_OK;

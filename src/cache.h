@@ -1,4 +1,4 @@
-/* Stream caches (stream_cache.c): per-(pool, stream) state found through a per-thread memo:
+/* Stream caches (cache.c): per-(pool, stream) state found through a per-thread memo:
  * bins, park, tags of frees, fence state, hot counters and the stream's capture state. Above
  * the leaves, below the timelines. */
 #ifndef SP_CACHE_H
@@ -6,7 +6,7 @@
 
 #include "block.h"
 
-/* ---- stream caches (stream_cache.c) ---- */
+/* ---- stream caches (cache.c) ---- */
 
 typedef struct {
     sp_block *head, *tail;     /* head: most recently freed */
@@ -40,7 +40,7 @@ struct sp_stream_cache {
     sp_mutex fence_lock;
     atomic_uint_least64_t done_epoch;  /* frees known complete */
     /* another stream's miss wanted memory this stream freed and not known settled: the owner
-     * thread publishes what its stream completed at its next free (sp__cache_offer_fence) or
+     * thread publishes what its stream completed at its next free (sp__fence_offer) or
      * large allocation or miss (sp__fence_early), whichever comes first */
     atomic_bool fence_wanted;
     /* segments went back to the driver on this stream (cudaFreeAsync) since the host last
@@ -56,7 +56,7 @@ struct sp_stream_cache {
      * that a released stream's cache is a small tombstone kept only for its tags */
     sp_bin *bins;
     uint64_t cached_bytes;     /* in bins, under `lock` */
-    /* the park (segment.c), newest first, under `lock`; park_count is also read without it, to
+    /* the park (heap.c), newest first, under `lock`; park_count is also read without it, to
      * skip an empty park when flushing */
     sp_block *park[SP_PARK_SLOTS];
     atomic_uint park_count;
@@ -81,11 +81,11 @@ struct sp_stream_cache {
 #define SP_PEER_UNKNOWN 0
 #define SP_PEER_OWN (-1)
 
-sp_stream_key sp__stream_key(cudaStream_t stream);
-bool sp__this_threads_stream(sp_stream_key key);
+sp_stream_key sp__cache_key(cudaStream_t stream);
+bool sp__cache_key_is_this_threads(sp_stream_key key);
 /* The thread-specific key whose destructor releases an exiting thread's cudaStreamPerThread
  * caches (runtime.c creates it before any pool exists). */
-void sp__thread_exit_key_set(pthread_key_t key);
+void sp__cache_thread_exit_key_set(pthread_key_t key);
 
 /* The pool's cache for `stream`, created if missing; NULL if host memory ran out. Fast when
  * this thread used the same (pool, stream) recently. */
@@ -105,15 +105,15 @@ void sp__cache_table_free(sp_pool *pool);
 
 /* A thread that made a cudaStreamPerThread cache: at its exit, its caches in every runtime are
  * released from that thread, behind a final fence it can still record. */
-void sp__thread_watch(void);
+void sp__cache_thread_watch(void);
 /* The index of key in rt->capturing (declared captures), SIZE_MAX if none (rt->lock held). */
-size_t sp__capture_find(const sp_runtime *rt, sp_stream_key key);
+size_t sp__cache_capture_find(const sp_runtime *rt, sp_stream_key key);
 
 /* A cache just created while captures are declared: flagged if its stream is one of them. */
-void sp__capture_adopt(sp_stream_cache *c);
+void sp__cache_capture_adopt(sp_stream_cache *c);
 /* May the library name c's stream to the driver now (query, fence, wait, synchronize)? Not if it
  * is another thread's per-thread stream, capturing (rule 25), or the legacy stream while a
  * capture is declared. (Whether it was released is the caller's question.) */
-bool sp__may_touch_stream(sp_stream_cache *c);
+bool sp__cache_may_touch(sp_stream_cache *c);
 
 #endif /* SP_CACHE_H */

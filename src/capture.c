@@ -2,13 +2,13 @@
  * asked of CUDA under SP_CAPTURE_ALWAYS), and the blocks kept aside while it was, which go back
  * to their slabs and segments when the capture ends. Above the tiers (it puts blocks back into
  * them) and below the pool ledger, the allocator and the runtime's capture calls, which use it.
- * The capture state a stream cache is created with is stream_cache.c's (sp__capture_adopt). */
+ * The capture state a stream cache is created with is cache.c's (sp__cache_capture_adopt). */
 #include "heap.h"
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "pool.h"
 #include "device.h"
 
-int sp__cache_capturing(sp_stream_cache *c, bool *capturing)
+int sp__capture_check(sp_stream_cache *c, bool *capturing)
 {
     if (c->pool->dev->cfg.capture_check != SP_CAPTURE_ALWAYS) {
         *capturing = atomic_load_explicit(&c->capturing, memory_order_acquire);
@@ -29,11 +29,11 @@ int sp__cache_capturing(sp_stream_cache *c, bool *capturing)
     if (*capturing)
         atomic_store_explicit(&c->capturing, true, memory_order_relaxed);
     else if (atomic_exchange_explicit(&c->capturing, false, memory_order_relaxed))
-        sp__cache_release_aside(c);
+        sp__capture_release_aside(c);
     return SP_OK;
 }
 
-void sp__cache_release_aside(sp_stream_cache *c)
+void sp__capture_release_aside(sp_stream_cache *c)
 {
     sp_pool *pool = c->pool;
     sp_spin_lock(&c->lock);

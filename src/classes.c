@@ -1,4 +1,4 @@
-/* Size classes, shared by both tiers (small.c's bins, segment.c's free-range bins) and the
+/* Size classes, shared by both tiers (small.c's bins, heap.c's free-range bins) and the
  * trace: 256-byte steps up to 4 KiB (CUDA aligns allocations to 256 bytes anyway), then 16
  * classes per power of two. A request is rounded up by less than 256 bytes below 4 KiB and by
  * less than 1/16 of itself above, so the rounding waste of any mix of sizes is under 6.25%. */

@@ -1,5 +1,5 @@
 /* Sizes: the size classes (classes.c) and the constants of the two tiers, small blocks carved
- * from slabs (small.c) and large ranges carved from segments (segment.c). A leaf. */
+ * from slabs (small.c) and large ranges carved from segments (heap.c). A leaf. */
 #ifndef SP_CLASSES_H
 #define SP_CLASSES_H
 
@@ -12,7 +12,7 @@
 
 /* Two tiers. Requests up to SP_SMALL_MAX are rounded to their size class and cached per stream
  * in bins (the hot path); their blocks are carved from SP_SLAB_BYTES slabs. Larger requests are
- * rounded to SP_LARGE_ALIGN and carved by best fit from segments (segment.c). */
+ * rounded to SP_LARGE_ALIGN and carved by best fit from segments (heap.c). */
 #define SP_SMALL_MAX ((size_t)1 << 20)
 #define SP_SLAB_BYTES ((size_t)2 << 20)
 #define SP_LARGE_ALIGN ((size_t)512)

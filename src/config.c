@@ -12,10 +12,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "conf.h"
+#include "config.h"
 #include "conf_keys.h"
 #include "classes.h"
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "device.h"
 #include "status.h"
 #include "format.h"
@@ -59,7 +59,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return SP_ERR_CONFIG;
 }
 
-int sp__errorf(int status, const char *fmt, ...)
+int sp__config_errorf(int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -73,9 +73,9 @@ int sp__errorf(int status, const char *fmt, ...)
  * {0}` is the C habit, and a bare SP_ERR_INVALID does not say what is missing. A zero size is
  * refused rather than read as "the current size": a program built against an older, shorter
  * struct would then be written past its end. */
-int sp__bad_size(const char *call, const char *type, size_t got)
+int sp__config_bad_size(const char *call, const char *type, size_t got)
 {
-    return sp__errorf(SP_ERR_INVALID,
+    return sp__config_errorf(SP_ERR_INVALID,
                       "%s: the %s's .size is %zu, %s: set .size = sizeof(%s) (or start from its "
                       "_INIT macro) before the call",
                       call, type, got, got ? "smaller than any version of it" : "not set", type);
@@ -439,7 +439,7 @@ static int check_prefix(slice pool, slice key, char *err, size_t errlen)
                     (int)key.n, key.p, SP_POOL_NAME_MAX);
     memcpy(name, pool.p, pool.n);
     name[pool.n] = '\0';
-    if (sp__pool_name_check(name) != SP_OK)
+    if (sp__names_check_pool(name) != SP_OK)
         return fail(err, errlen,
                     "SP_ALLOC_CONF: the pool name before '.%.*s' is not UTF-8 without control "
                     "characters, which no pool can be named",
@@ -556,7 +556,7 @@ static int apply_conf(const sp_conf *c, const char *name, sp_pool_config *cfg, c
     return sp__config_check(cfg, err, errlen);
 }
 
-void sp__conf_free(sp_conf *c)
+void sp__config_free(sp_conf *c)
 {
     if (!c)
         return;
@@ -597,7 +597,7 @@ static int conf_new(const char *alloc_conf, const char *env, int device, sp_conf
     c->fold_buckets = malloc(buckets * sizeof *c->fold_buckets);
     if ((alloc_conf && !(c->text[0] = strdup(alloc_conf))) || (env && !(c->text[1] = strdup(env))) ||
         !c->entries || !c->groups || !c->buckets || !c->fold_buckets) {
-        sp__conf_free(c);
+        sp__config_free(c);
         return SP_ERR_NO_HOST_MEMORY;
     }
     memset(c->buckets, 0xff, buckets * sizeof *c->buckets);
@@ -617,14 +617,14 @@ static int conf_new(const char *alloc_conf, const char *env, int device, sp_conf
             rc = sp__config_check(&scratch, err, errlen);
     }
     if (rc != SP_OK) {
-        sp__conf_free(c);
+        sp__config_free(c);
         return rc;
     }
     *out = c;
     return SP_OK;
 }
 
-int sp__conf_new(const char *alloc_conf, const char *env, int device, sp_conf **out)
+int sp__config_new(const char *alloc_conf, const char *env, int device, sp_conf **out)
 {
     return conf_new(alloc_conf, env, device, out, NULL, 0);
 }
@@ -645,7 +645,7 @@ int sp_config_apply(sp_pool_config *cfg, const char *pool_name, const char *conf
     rc = apply_conf(c, pool_name, &work, &c->ctx, err, errlen);
     if (rc == SP_OK)
         sp__struct_write(cfg, &work, sizeof work);
-    sp__conf_free(c);
+    sp__config_free(c);
     return rc;
 }
 
@@ -670,7 +670,7 @@ static const char *human(uint64_t b, char buf[32])
 int sp__config_limit_in_force(const sp_device *dev, const char *name, uint64_t *limit)
 {
     if (*limit && *limit < SP_DRIVER_GRANULARITY)
-        return sp__errorf(SP_ERR_CONFIG,
+        return sp__config_errorf(SP_ERR_CONFIG,
                           "pool '%s': its limit of %llu bytes is below the driver's granularity "
                           "of %llu bytes (the device gives whole pages: the smallest limit is "
                           "one page)",
@@ -763,7 +763,7 @@ size_t sp__config_unseen(const sp_device *dev, char *buf, size_t len)
         const conf_group *g = &c->groups[i];
         if (g->state != POOL_NOT_SEEN)
             continue;
-        sp__appendf(buf, len, &used, "%s%.*s", count ? "," : "", (int)g->name.n, g->name.p);
+        sp__format_append(buf, len, &used, "%s%.*s", count ? "," : "", (int)g->name.n, g->name.p);
         count++;
     }
     return count;

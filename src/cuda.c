@@ -3,14 +3,14 @@
  * runtime's device and back, so the caller's current device is left as it was. */
 #include <string.h>
 
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "status.h"
 
 static int check(cudaError_t err)
 {
     if (sp_likely(err == cudaSuccess))
         return SP_OK;
-    sp__set_cuda_error((int)err);
+    sp__status_set_cuda((int)err);
     (void)cudaGetLastError(); /* streampool handled it: do not leave it for the application */
     switch (err) {
     case cudaErrorMemoryAllocation: return SP_ERR_OUT_OF_MEMORY;
@@ -60,7 +60,7 @@ int sp__cuda_check_device(int device)
         return rc;
     atomic_store_explicit(&known_devices, count, memory_order_relaxed);
     if (device < 0 || device >= count) { /* what CUDA itself says of such a device */
-        sp__set_cuda_error((int)cudaErrorInvalidDevice);
+        sp__status_set_cuda((int)cudaErrorInvalidDevice);
         return SP_ERR_NO_DEVICE;
     }
     rc = check(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
@@ -71,7 +71,7 @@ int sp__cuda_check_device(int device)
 
 bool sp__cuda_context_lost(void)
 {
-    switch ((cudaError_t)sp__cuda_error) {
+    switch ((cudaError_t)sp__status_cuda) {
     /* "the process is left in an inconsistent state and any further CUDA work will return the
      * same error" (the Runtime API on each): every allocation went with the context */
     case cudaErrorIllegalAddress:

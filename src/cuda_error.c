@@ -3,7 +3,7 @@
  * CUDA); the hint is streampool's own. */
 #include <stdio.h>
 
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "status.h"
 
 /* Errors that mean "no usable driver or device here": the machine, not the program. */

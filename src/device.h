@@ -7,7 +7,7 @@
 #ifndef SP_DEVICE_H
 #define SP_DEVICE_H
 
-#include "counters.h"
+#include "usage.h"
 #include "fence.h"
 #include "ptrmap.h"
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 #include "fence.h"
-#include "counters.h"
-#include "cuda_calls.h"
+#include "usage.h"
+#include "cuda.h"
 #include "pool.h"
 #include "device.h"
 
@@ -85,7 +85,7 @@ static bool relaxed(const sp_stream_cache *c)
 
 static void skipped(sp_stream_cache *c)
 {
-    sp__pool_count(&c->pool->fig, SP_COUNT_skipped_steps, 1);
+    sp__usage_count(&c->pool->fig, SP_COUNT_skipped_steps, 1);
 }
 
 /* The stream has passed epoch: done_epoch rises to it, never back (fence_lock held). */
@@ -129,7 +129,7 @@ static void prune_done(sp_stream_cache *c)
  * (rule 25). */
 static bool may_touch_stream(sp_stream_cache *c)
 {
-    return !c->released && sp__may_touch_stream(c);
+    return !c->released && sp__cache_may_touch(c);
 }
 
 /* The oldest pending fence covering epoch, recording one if `ask` and none exists; under
@@ -139,7 +139,7 @@ static sp_fence *covering_fence(sp_stream_cache *c, uint64_t epoch, bool ask)
     sp_fence *f = NULL;
     for (sp_fence *x = c->fences; x && x->epoch >= epoch; x = x->next)
         f = x;
-    if (!f && ask && !c->released && !sp__this_threads_stream(c->key))
+    if (!f && ask && !c->released && !sp__cache_key_is_this_threads(c->key))
         atomic_store_explicit(&c->fence_wanted, true, memory_order_relaxed);
     if (f || !ask || !may_touch_stream(c) || c->fence_count >= SP_FENCE_CAP)
         return f;
@@ -148,7 +148,7 @@ static sp_fence *covering_fence(sp_stream_cache *c, uint64_t epoch, bool ask)
         skipped(c);
         return NULL;
     }
-    sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
+    sp__usage_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
     f->next = c->fences;
     c->fences = f;
     c->fence_count++;
@@ -184,7 +184,7 @@ static bool read_covering_fence(sp_stream_cache *c, uint64_t epoch)
     return f != NULL;
 }
 
-bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
+bool sp__fence_tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask)
 {
     if (!c || atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= epoch)
         return true;
@@ -220,9 +220,9 @@ sp_idle sp__fence_early(sp_stream_cache *c)
     return found;
 }
 
-int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream)
+int sp__fence_tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream)
 {
-    if (sp__tag_settled(c, epoch, false))
+    if (sp__fence_tag_settled(c, epoch, false))
         return SP_OK;
     sp_mutex_lock(&c->fence_lock);
     sp_fence *f = covering_fence(c, epoch, true);
@@ -233,7 +233,7 @@ int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream)
     return rc;
 }
 
-int sp__cache_final_fence(sp_stream_cache *c)
+int sp__fence_final(sp_stream_cache *c)
 {
     sp_device *dev = c->pool->dev;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
@@ -241,28 +241,28 @@ int sp__cache_final_fence(sp_stream_cache *c)
      * synchronize observed their frees (rule 13), which settled tags do not say, and which no
      * trim can make of the stream once it is released (and maybe destroyed) */
     /* sequentially consistent, after `released` was set: a give-back racing with the release
-     * either is seen here or sees `released` (sp__cache_gave_back) */
+     * either is seen here or sees `released` (sp__fence_gave_back) */
     bool gave_back = atomic_load(&c->driver_frees);
     if (atomic_load_explicit(&c->done_epoch, memory_order_acquire) >= now && !gave_back)
         return SP_OK;
     sp_mutex_lock(&c->fence_lock);
     int rc = SP_OK;
-    bool touch = sp__may_touch_stream(c); /* released just now: named one last time */
+    bool touch = sp__cache_may_touch(c); /* released just now: named one last time */
     if (atomic_load_explicit(&c->done_epoch, memory_order_relaxed) < now) {
         sp_fence *f = NULL;
         rc = touch ? sp__fence_record(&dev->fences, c->key.stream, now, &f) : SP_ERR_CUDA;
         if (rc == SP_OK) {
-            sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
+            sp__usage_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
             f->next = c->fences;
             c->fences = f;
             c->fence_count++;
         }
     }
-    /* behind the give-backs, for a trim to synchronize (sp__cache_observe_driver_frees); kept
+    /* behind the give-backs, for a trim to synchronize (sp__fence_observe_driver_frees); kept
      * out of `fences`, which a settle by query recycles */
     if (rc == SP_OK && gave_back && touch && !c->final_fence &&
         (rc = sp__fence_record(&dev->fences, c->key.stream, now, &c->final_fence)) == SP_OK)
-        sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
+        sp__usage_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
     if (rc != SP_OK && touch && (rc = sp__cuda_stream_sync(c->key.stream)) == SP_OK) {
         raise_done(c, now);
         atomic_store_explicit(&c->driver_frees, false, memory_order_release);
@@ -271,7 +271,7 @@ int sp__cache_final_fence(sp_stream_cache *c)
     return rc;
 }
 
-void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on)
+void sp__fence_gave_back(sp_stream_cache *c, cudaStream_t on)
 {
     atomic_store(&c->driver_frees, true);
     if (!atomic_load(&c->released))
@@ -284,7 +284,7 @@ void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on)
     sp_fence *f = NULL;
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
     if (sp__fence_record(&dev->fences, on, now, &f) == SP_OK) {
-        sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
+        sp__usage_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
         if (c->final_fence)
             sp__fence_recycle(&dev->fences, c->final_fence);
         c->final_fence = f;
@@ -309,16 +309,16 @@ static void cache_drop_fences(sp_stream_cache *c)
     sp_mutex_unlock(&c->fence_lock);
 }
 
-void sp__pool_drop_fences(sp_pool *pool)
+void sp__fence_drop_all(sp_pool *pool)
 {
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
             cache_drop_fences(c);
 }
 
-int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
+int sp__fence_tag_sync(sp_stream_cache *c, uint64_t epoch)
 {
-    if (sp__tag_settled(c, epoch, false))
+    if (sp__fence_tag_settled(c, epoch, false))
         return SP_OK;
     int rc = SP_ERR_CUDA;
     sp_mutex_lock(&c->fence_lock);
@@ -343,7 +343,7 @@ int sp__tag_sync(sp_stream_cache *c, uint64_t epoch)
     return rc;
 }
 
-int sp__cache_observe_driver_frees(sp_stream_cache *c)
+int sp__fence_observe_driver_frees(sp_stream_cache *c)
 {
     /* cleared first: a give-back racing with this one sets it again, and stays to be observed */
     if (!atomic_exchange_explicit(&c->driver_frees, false, memory_order_acq_rel))
@@ -381,9 +381,9 @@ static bool settled_by_fence(sp_stream_cache *c, uint64_t epoch, bool *fenced)
     return done;
 }
 
-bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch)
+bool sp__fence_tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch)
 {
-    if (sp__tag_settled(c, epoch, false))
+    if (sp__fence_tag_settled(c, epoch, false))
         return true;
     bool released = atomic_load_explicit(&c->released, memory_order_acquire);
     int n = ab->asks + ab->released_asks;
@@ -414,10 +414,10 @@ bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoc
     }
     ab->asked[n] = c;
     ab->asks++;
-    return sp__tag_settled(c, epoch, true); /* marks c if not */
+    return sp__fence_tag_settled(c, epoch, true); /* marks c if not */
 }
 
-void sp__cache_offer_fence(sp_stream_cache *c)
+void sp__fence_offer(sp_stream_cache *c)
 {
     atomic_store_explicit(&c->fence_wanted, false, memory_order_relaxed);
     sp_mutex_lock(&c->fence_lock);
@@ -431,7 +431,7 @@ void sp__cache_offer_fence(sp_stream_cache *c)
     if (!covered && !covering_fence(c, now, true) && f && !f->done && may_touch_stream(c)) {
         if (sp__cuda_event_record(f->event, c->key.stream) == SP_OK) {
             f->epoch = now;
-            sp__pool_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
+            sp__usage_count(&c->pool->fig, SP_COUNT_fences_recorded, 1);
         } else {
             skipped(c);
         }
@@ -439,7 +439,7 @@ void sp__cache_offer_fence(sp_stream_cache *c)
     sp_mutex_unlock(&c->fence_lock);
 }
 
-void sp__cache_settle_synchronized(sp_stream_cache *c)
+void sp__fence_settle_synchronized(sp_stream_cache *c)
 {
     sp_mutex_lock(&c->fence_lock);
     raise_done(c, atomic_load_explicit(&c->free_epoch, memory_order_acquire));
@@ -447,7 +447,7 @@ void sp__cache_settle_synchronized(sp_stream_cache *c)
     sp_mutex_unlock(&c->fence_lock);
 }
 
-bool sp__cache_fence_frees(sp_stream_cache *c)
+bool sp__fence_frees(sp_stream_cache *c)
 {
     sp_mutex_lock(&c->fence_lock);
     uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);

@@ -40,7 +40,7 @@ void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f);
 /* Is the tag (c, epoch) settled (c NULL: yes)? Reads only what is known (no CUDA call) unless
  * `ask`: then the stream is queried or a covering fence recorded and queried (best effort: a
  * failing call leaves it unsettled and is counted). */
-bool sp__tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask);
+bool sp__fence_tag_settled(sp_stream_cache *c, uint64_t epoch, bool ask);
 /* What one miss knows and has asked: the released streams it asked about (at most
  * SP_STEAL_ASKS, each once), whether its own stream was idle when its thread last asked, and
  * its coalesce. */
@@ -50,23 +50,23 @@ typedef struct {
     sp_stream_cache *asked[2 * SP_STEAL_ASKS];
     sp_idle own_idle;  /* the allocating stream, as sp__fence_early found it in this miss */
     uint32_t coalesce; /* this miss's coalesce of its heap (sp_heap.coalesces); 0 if none */
-    /* what the take that served the miss counted, where it counted it (segment.c, small.c):
+    /* what the take that served the miss counted, where it counted it (heap.c, small.c):
      * the allocation's outcome, as the stats say it */
     enum { SP_TOOK_PLAIN, SP_TOOK_REUSE, SP_TOOK_WAIT } took;
 } sp_ask_budget;
 /* Is the tag settled, for a miss? By what is known; if not, marks a live stream for its owner to
  * publish (no CUDA call), and asks about a released one within the budget (one event query). */
-bool sp__tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch);
+bool sp__fence_tag_settled_within(sp_ask_budget *ab, sp_stream_cache *c, uint64_t epoch);
 /* Makes `stream` wait until the tag is settled (a covering fence, recorded if needed);
  * SP_OK if it now is ordered after it. */
-int sp__tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream);
+int sp__fence_tag_wait(sp_stream_cache *c, uint64_t epoch, cudaStream_t stream);
 /* Blocks the host until the tag is settled (a covering fence, else the stream), for trim and
  * out of memory only; never on a capturing stream. SP_OK once settled. */
-int sp__tag_sync(sp_stream_cache *c, uint64_t epoch);
+int sp__fence_tag_sync(sp_stream_cache *c, uint64_t epoch);
 /* Blocks the host until the segments given back to the driver on c's stream are observed
  * complete (a synchronize, if any went back since the last), so that a trim can release their
  * pages; for trim and out of memory only. SP_OK once observed (or none). */
-int sp__cache_observe_driver_frees(sp_stream_cache *c);
+int sp__fence_observe_driver_frees(sp_stream_cache *c);
 /* Publishes what c's stream has completed when another stream's miss wanted its frees
  * (fence_wanted): an idle stream settles all its frees at once (one query), a busy one gets a
  * fence right behind them. Called by c's own thread on the large path and on a miss, before it
@@ -74,22 +74,22 @@ int sp__cache_observe_driver_frees(sp_stream_cache *c);
  * call unless wanted: a stream that only hits its own cache makes none. */
 sp_idle sp__fence_early(sp_stream_cache *c);
 /* A released stream's final fence covering all its frees; on failure, synchronizes it. */
-int sp__cache_final_fence(sp_stream_cache *c);
+int sp__fence_final(sp_stream_cache *c);
 /* A segment went back to the driver with cudaFreeAsync on c's own stream `on`: notes it for a
  * trim (driver_frees) and, if c was released meanwhile, records its final fence behind it. */
-void sp__cache_gave_back(sp_stream_cache *c, cudaStream_t on);
+void sp__fence_gave_back(sp_stream_cache *c, cudaStream_t on);
 /* Recycles every fence of the pool's caches, live and released (at pool destroy). */
-void sp__pool_drop_fences(sp_pool *pool);
+void sp__fence_drop_all(sp_pool *pool);
 /* A request's end with the host's word that c's stream is synchronized past every free made on
  * it so far: all of them settle, with no CUDA call. */
-void sp__cache_settle_synchronized(sp_stream_cache *c);
+void sp__fence_settle_synchronized(sp_stream_cache *c);
 /* A request's end in stream order: one fence behind all of c's frees so far if another stream's
  * miss wanted c's memory (fence_wanted), unless they are settled or a fence covers them
  * already; true if one was recorded. Nobody wanted it: no call, as for a plain free. */
-bool sp__cache_fence_frees(sp_stream_cache *c);
+bool sp__fence_frees(sp_stream_cache *c);
 /* The owner thread records a fence behind its frees so far, for another thread that asked
  * (fence_wanted: another stream's miss wanted memory this stream freed): a new fence, never a
  * move of one recorded before, unless the stream is at its cap on fences. Best effort. */
-void sp__cache_offer_fence(sp_stream_cache *c);
+void sp__fence_offer(sp_stream_cache *c);
 
 #endif /* SP_FENCE_H */

@@ -6,7 +6,7 @@
 
 #include "format.h"
 
-void sp__appendf(char *buf, size_t len, size_t *used, const char *fmt, ...)
+void sp__format_append(char *buf, size_t len, size_t *used, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

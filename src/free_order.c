@@ -17,8 +17,8 @@
 #include <stdlib.h>
 
 #include "free_order.h"
-#include "conf.h"
-#include "cuda_calls.h"
+#include "config.h"
+#include "cuda.h"
 #include "status.h"
 
 #define BUCKETS 1024 /* live marks are chained per bucket: a debug mode, not a hot path */
@@ -149,7 +149,7 @@ void sp__free_order_note(sp_device *dev, void *ptr, cudaStream_t stream)
     }
     int rc = sp__cuda_event_record(m->event, stream);
     m->ptr = ptr;
-    m->key = sp__stream_key(stream);
+    m->key = sp__cache_key(stream);
     sp_mutex_lock(&fo->lock);
     if (rc == SP_OK)
         insert_locked(fo, m);
@@ -205,7 +205,7 @@ static free_point *point_find_locked(sp_free_order *fo, sp_stream_key key)
 static void note_free_point(sp_device *dev, cudaStream_t stream)
 {
     sp_free_order *fo = dev->free_order;
-    sp_stream_key key = sp__stream_key(stream);
+    sp_stream_key key = sp__cache_key(stream);
     sp_mutex_lock(&fo->lock);
     free_point *fp = point_find_locked(fo, key);
     sp_mutex_unlock(&fo->lock);
@@ -245,7 +245,7 @@ bool sp__free_order_settled(sp_device *dev, cudaStream_t stream, int *rc)
     if (!fo || sp__capture_possible(dev))
         return true;
     sp_mutex_lock(&fo->lock);
-    free_point *fp = point_find_locked(fo, sp__stream_key(stream));
+    free_point *fp = point_find_locked(fo, sp__cache_key(stream));
     sp_mutex_unlock(&fo->lock);
     bool done = true, idle = true;
     for (int i = 0; fp && i < POINT_POLLS; i++) {
@@ -257,7 +257,7 @@ bool sp__free_order_settled(sp_device *dev, cudaStream_t stream, int *rc)
     }
     if (!fp)
         return true;
-    int status = sp__errorf(SP_ERR_UNORDERED_FREE,
+    int status = sp__config_errorf(SP_ERR_UNORDERED_FREE,
                             "sp_request_end(SP_REQUEST_SYNCHRONIZED) on stream %p: a free on "
                             "that stream is still pending (made after its last synchronize, by "
                             "this thread or another); its frees were fenced as without the hint",
@@ -274,7 +274,7 @@ int sp__free_order_check(sp_device *dev, void *ptr, cudaStream_t stream, sp_free
     sp_mutex_lock(&fo->lock);
     sp_free_mark *m = take_locked(fo, ptr);
     sp_mutex_unlock(&fo->lock);
-    if (!m || !unordered(dev, m, stream, sp__stream_key(stream))) {
+    if (!m || !unordered(dev, m, stream, sp__cache_key(stream))) {
         /* the free goes ahead: its place on the stream, for an end with the hint (no event is
          * recorded on a capturing stream: it would join the capture) */
         if (!sp__capture_possible(dev))
@@ -285,7 +285,7 @@ int sp__free_order_check(sp_device *dev, void *ptr, cudaStream_t stream, sp_free
     cudaStream_t allocating = m->key.stream;
     sp__free_order_put_back(dev, m);
     /* (sp_config_error's 255 bytes) */
-    return sp__errorf(SP_ERR_UNORDERED_FREE,
+    return sp__config_errorf(SP_ERR_UNORDERED_FREE,
                       "sp_free(%p) on stream %p is not ordered after stream %p, which has not "
                       "reached the allocation: record an event on %p after the last use, "
                       "cudaStreamWaitEvent(%p, event), then sp_free",

@@ -1,4 +1,4 @@
-/* The tiers: segments and slabs in heaps with best fit, split and merge (segment.c), small
+/* The tiers: segments and slabs in heaps with best fit, split and merge (heap.c), small
  * blocks in per-stream bins (small.c), and the blocks a capturing stream keeps aside
  * (capture.c). Above the timelines, below the pool ledger. */
 #ifndef SP_HEAP_H
@@ -6,7 +6,7 @@
 
 #include "fence.h"
 
-/* ---- segments and slabs (segment.c) ----
+/* ---- segments and slabs (heap.c) ----
  * A heap holds a pool's segments of one tier (slabs for small blocks, segments for large
  * ranges) and indexes their free ranges by size for best fit. Under its mutex. */
 struct sp_segment {
@@ -48,9 +48,9 @@ sp_block *sp__heap_take(sp_heap *h, size_t size, sp_stream_cache *me, cudaStream
 /* The host structures of a segment with one range, made before the driver is asked for its
  * memory, so that memory the driver gave never waits on host memory to be tracked. NULL
  * without host memory. */
-sp_segment *sp__segment_new(void);
-void sp__segment_discard(sp_segment *s);
-/* Adds a fresh driver allocation as segment s (from sp__segment_new) with one free range tagged
+sp_segment *sp__heap_segment_new(void);
+void sp__heap_segment_discard(sp_segment *s);
+/* Adds a fresh driver allocation as segment s (from sp__heap_segment_new) with one free range tagged
  * (tag, epoch): the allocation is ordered on the allocating stream only. Caller holds the lock.
  * SP_ERR_NO_HOST_MEMORY if the ptrmap cannot take its range (nothing changed, s still the
  * caller's). */
@@ -111,9 +111,9 @@ void sp__heap_stats(sp_heap *h, sp_stats *st);
 void sp__heap_destroy(sp_heap *h);
 
 /* ---- small blocks (small.c): the bins of a stream cache (newest at the head) ---- */
-void sp__bin_push(sp_bin *bin, sp_block *b);
-sp_block *sp__bin_pop_newest(sp_bin *bin);
-void sp__bin_remove(sp_bin *bin, sp_block *b);
+void sp__small_bin_push(sp_bin *bin, sp_block *b);
+sp_block *sp__small_bin_pop_newest(sp_bin *bin);
+void sp__small_bin_remove(sp_bin *bin, sp_block *b);
 /* A block of class cls (or up to SP_FIT_CLASSES larger) that another stream cached. */
 sp_block *sp__small_steal(sp_pool *pool, sp_stream_cache *me, uint32_t cls, cudaStream_t stream,
                           sp_take_mode mode, sp_ask_budget *ab);
@@ -129,9 +129,9 @@ void sp__small_flush_bins(sp_pool *pool);
 /* Is the stream of cache c being captured into a graph (declared: c's flag, no lock; ALWAYS:
  * asked of CUDA)? In ALWAYS mode, a stream found no longer capturing gets its kept-aside blocks
  * back. */
-int sp__cache_capturing(sp_stream_cache *c, bool *capturing);
+int sp__capture_check(sp_stream_cache *c, bool *capturing);
 /* Returns the blocks kept aside during a capture to their slabs and segments, tagged with a
  * free on c's stream now. */
-void sp__cache_release_aside(sp_stream_cache *c);
+void sp__capture_release_aside(sp_stream_cache *c);
 
 #endif /* SP_HEAP_H */

@@ -12,7 +12,7 @@
 #include "ptrmap.h"
 #include "runtime.h"
 #include "status.h"
-#include "conf.h"
+#include "config.h"
 #include "format.h"
 #include "introspect.h"
 #include "versioned.h"
@@ -66,7 +66,7 @@ static void cache_stats(sp_pool *pool, sp_stream_cache *c, sp_stream_usage *st)
     st->steals_given = c->steals_given;
     sp_spin_unlock(&c->lock);
     st->cached += tagged_free_bytes(&pool->slabs, c) + tagged_free_bytes(&pool->segments, c);
-    sp__stream_label(pool->rt, c->key, st->name, sizeof st->name);
+    sp__label_of(pool->rt, c->key, st->name, sizeof st->name);
 }
 
 int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
@@ -77,7 +77,7 @@ int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
         return pool ? rc : SP_ERR_INVALID;
     sp_stream_usage st;
     sp_mutex_lock(&pool->lock);
-    sp_stream_cache *c = cache_find_locked(pool, sp__stream_key(stream));
+    sp_stream_cache *c = cache_find_locked(pool, sp__cache_key(stream));
     if (c)
         cache_stats(pool, c, &st);
     sp_mutex_unlock(&pool->lock);
@@ -88,7 +88,7 @@ int sp_stream_stats(sp_pool *pool, cudaStream_t stream, sp_stream_usage *out)
 }
 
 /* One row per stream of the pool, newest stream first, for sp_pool_summary. */
-void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
+void sp__introspect_streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
                        const char *(*human)(uint64_t, char[16]))
 {
     sp_mutex_lock(&pool->lock);
@@ -96,13 +96,13 @@ void sp__streams_table(sp_pool *pool, char *buf, size_t len, size_t *used,
         sp_mutex_unlock(&pool->lock);
         return;
     }
-    sp__appendf(buf, len, used, "%-18s %-16s %10s %10s %10s %8s %8s %8s %8s\n", "stream",
+    sp__format_append(buf, len, used, "%-18s %-16s %10s %10s %10s %8s %8s %8s %8s\n", "stream",
                 "label", "requested", "active", "cached", "allocs", "hits", "taken", "given");
     for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool) {
         sp_stream_usage st;
         cache_stats(pool, c, &st);
         char a[16], b[16], d[16];
-        sp__appendf(buf, len, used, "%-18p %-16s %10s %10s %10s %8llu %8llu %8llu %8llu\n",
+        sp__format_append(buf, len, used, "%-18p %-16s %10s %10s %10s %8llu %8llu %8llu %8llu\n",
                     (void *)c->key.stream, st.name[0] ? st.name : "-",
                     human(st.requested, a), human(st.active, b), human(st.cached, d),
                     (unsigned long long)st.allocs, (unsigned long long)st.hits,
@@ -236,9 +236,9 @@ int sp_pool_dump_live(sp_pool *pool, sp_live_callback cb, void *user)
             uint64_t now = o->allocs;
             sp_spin_unlock(&o->lock);
             l.rows[i].age_allocs = now > l.seqs[i] ? now - l.seqs[i] : 0;
-            sp__stream_label(pool->rt, o->key, named[i].name, sizeof named[i].name);
+            sp__label_of(pool->rt, o->key, named[i].name, sizeof named[i].name);
         } else {
-            sp__stream_label_any_thread(pool->rt, l.rows[i].stream, named[i].name,
+            sp__label_of_any_thread(pool->rt, l.rows[i].stream, named[i].name,
                                         sizeof named[i].name);
         }
         named[i].row = l.rows[i];

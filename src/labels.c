@@ -22,7 +22,7 @@ typedef struct label {
 
 static sp_mutex labels_lock = SP_MUTEX_INITIALIZER(SP_RANK_LEAF, "labels_lock");
 static label *labels;
-atomic_uint sp__stream_labels_changes;
+atomic_uint sp__label_changes;
 
 static label **label_find(const sp_runtime *rt, sp_stream_key key)
 {
@@ -35,9 +35,9 @@ static label **label_find(const sp_runtime *rt, sp_stream_key key)
 int sp_stream_set_name(sp_runtime *rt, cudaStream_t stream, const char *name)
 {
     sp__cuda_error_clear();
-    if (!rt || (name && sp__pool_name_check(name) != SP_OK))
+    if (!rt || (name && sp__names_check_pool(name) != SP_OK))
         return SP_ERR_INVALID;
-    sp_stream_key key = sp__stream_key(stream);
+    sp_stream_key key = sp__cache_key(stream);
     int rc = SP_OK;
     sp_mutex_lock(&labels_lock);
     label **l = label_find(rt, key);
@@ -56,12 +56,12 @@ int sp_stream_set_name(sp_runtime *rt, cudaStream_t stream, const char *name)
         else
             rc = SP_ERR_NO_HOST_MEMORY;
     }
-    atomic_fetch_add_explicit(&sp__stream_labels_changes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sp__label_changes, 1, memory_order_relaxed);
     sp_mutex_unlock(&labels_lock);
     return rc;
 }
 
-void sp__stream_label(const sp_runtime *rt, sp_stream_key key, char *out, size_t len)
+void sp__label_of(const sp_runtime *rt, sp_stream_key key, char *out, size_t len)
 {
     if (!len)
         return;
@@ -77,7 +77,7 @@ void sp__stream_label(const sp_runtime *rt, sp_stream_key key, char *out, size_t
     sp_mutex_unlock(&labels_lock);
 }
 
-void sp__stream_label_any_thread(const sp_runtime *rt, cudaStream_t stream, char *out, size_t len)
+void sp__label_of_any_thread(const sp_runtime *rt, cudaStream_t stream, char *out, size_t len)
 {
     if (!len)
         return;
@@ -96,15 +96,15 @@ size_t sp_stream_name(sp_runtime *rt, cudaStream_t stream, char *buf, size_t len
     char name[SP_STREAM_NAME_MAX + 1];
     if (!rt)
         return 0;
-    sp__stream_label(rt, sp__stream_key(stream), name, sizeof name);
+    sp__label_of(rt, sp__cache_key(stream), name, sizeof name);
     if (len)
         snprintf(buf, len, "%s", name);
     return strlen(name);
 }
 
-void sp__stream_labels_forget(const sp_runtime *rt, const cudaStream_t *stream)
+void sp__label_forget(const sp_runtime *rt, const cudaStream_t *stream)
 {
-    sp_stream_key key = stream ? sp__stream_key(*stream) : (sp_stream_key){0, 0};
+    sp_stream_key key = stream ? sp__cache_key(*stream) : (sp_stream_key){0, 0};
     sp_mutex_lock(&labels_lock);
     for (label **l = &labels; *l;) {
         if ((*l)->rt == rt && (!stream || ((*l)->key.stream == key.stream &&
@@ -116,6 +116,6 @@ void sp__stream_labels_forget(const sp_runtime *rt, const cudaStream_t *stream)
             l = &(*l)->next;
         }
     }
-    atomic_fetch_add_explicit(&sp__stream_labels_changes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sp__label_changes, 1, memory_order_relaxed);
     sp_mutex_unlock(&labels_lock);
 }

@@ -29,13 +29,13 @@ typedef struct {
  * sp_stats, so one routine serves every X-macro entry. */
 static void family(out *o, const char *name, const char *type, const char *help, size_t field)
 {
-    sp__appendf(o->buf, o->len, &o->used, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    sp__format_append(o->buf, o->len, &o->used, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
     for (size_t i = 0; i < o->npools; i++) {
         uint64_t v;
         memcpy(&v, (const char *)&o->pools[i].st + field, sizeof v);
-        sp__appendf(o->buf, o->len, &o->used, "%s{device=\"%d\",pool=", name, o->device);
-        sp__append_label_value(o->buf, o->len, &o->used, o->pools[i].name);
-        sp__appendf(o->buf, o->len, &o->used, "} %llu\n", (unsigned long long)v);
+        sp__format_append(o->buf, o->len, &o->used, "%s{device=\"%d\",pool=", name, o->device);
+        sp__names_append_label_value(o->buf, o->len, &o->used, o->pools[i].name);
+        sp__format_append(o->buf, o->len, &o->used, "} %llu\n", (unsigned long long)v);
     }
 }
 
@@ -72,21 +72,21 @@ static void render(out *o, size_t npools_total)
 #undef SP_METRIC_COUNTER
     /* the limit in force, so that an operator can alert on held / limit: only pools that have
      * one (a 0 there would make that ratio infinite for every pool without a limit) */
-    sp__appendf(o->buf, o->len, &o->used,
+    sp__format_append(o->buf, o->len, &o->used,
                 "# HELP streampool_limit_bytes the pool's limit in force: most bytes it may hold "
                 "from the device, in whole driver pages (pools without a limit have no sample)\n"
                 "# TYPE streampool_limit_bytes gauge\n");
     for (size_t i = 0; i < o->npools; i++) {
         if (!o->pools[i].limit)
             continue;
-        sp__appendf(o->buf, o->len, &o->used, "streampool_limit_bytes{device=\"%d\",pool=",
+        sp__format_append(o->buf, o->len, &o->used, "streampool_limit_bytes{device=\"%d\",pool=",
                     o->device);
-        sp__append_label_value(o->buf, o->len, &o->used, o->pools[i].name);
-        sp__appendf(o->buf, o->len, &o->used, "} %llu\n", (unsigned long long)o->pools[i].limit);
+        sp__names_append_label_value(o->buf, o->len, &o->used, o->pools[i].name);
+        sp__format_append(o->buf, o->len, &o->used, "} %llu\n", (unsigned long long)o->pools[i].limit);
     }
     /* one figure per pool makes no sense for the pool count: the runtime's, unlabelled but for
      * the device */
-    sp__appendf(o->buf, o->len, &o->used,
+    sp__format_append(o->buf, o->len, &o->used,
                 "# HELP streampool_pools pools of the runtime\n# TYPE streampool_pools gauge\n"
                 "streampool_pools{device=\"%d\"} %zu\n",
                 o->device, npools_total);

@@ -43,7 +43,7 @@ static bool is_control(uint32_t cp)
     return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F);
 }
 
-int sp__pool_name_check(const char *name)
+int sp__names_check_pool(const char *name)
 {
     if (!name)
         return SP_ERR_INVALID;
@@ -60,53 +60,53 @@ int sp__pool_name_check(const char *name)
     return SP_OK;
 }
 
-void sp__append_json_string(char *buf, size_t len, size_t *used, const char *s)
+void sp__names_append_json(char *buf, size_t len, size_t *used, const char *s)
 {
-    sp__appendf(buf, len, used, "\"");
+    sp__format_append(buf, len, used, "\"");
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
         uint32_t cp;
         size_t n = utf8_decode(p, &cp);
         if (n == 0) {
-            sp__appendf(buf, len, used, "\\ufffd"); /* a stray byte: the replacement character */
+            sp__format_append(buf, len, used, "\\ufffd"); /* a stray byte: the replacement character */
             p++;
             continue;
         }
         switch (cp) {
-        case '"': sp__appendf(buf, len, used, "\\\""); break;
-        case '\\': sp__appendf(buf, len, used, "\\\\"); break;
-        case '\n': sp__appendf(buf, len, used, "\\n"); break;
-        case '\r': sp__appendf(buf, len, used, "\\r"); break;
-        case '\t': sp__appendf(buf, len, used, "\\t"); break;
+        case '"': sp__format_append(buf, len, used, "\\\""); break;
+        case '\\': sp__format_append(buf, len, used, "\\\\"); break;
+        case '\n': sp__format_append(buf, len, used, "\\n"); break;
+        case '\r': sp__format_append(buf, len, used, "\\r"); break;
+        case '\t': sp__format_append(buf, len, used, "\\t"); break;
         default:
             if (is_control(cp))
-                sp__appendf(buf, len, used, "\\u%04x", (unsigned)cp);
+                sp__format_append(buf, len, used, "\\u%04x", (unsigned)cp);
             else
-                sp__appendf(buf, len, used, "%.*s", (int)n, (const char *)p);
+                sp__format_append(buf, len, used, "%.*s", (int)n, (const char *)p);
         }
         p += n;
     }
-    sp__appendf(buf, len, used, "\"");
+    sp__format_append(buf, len, used, "\"");
 }
 
-void sp__append_label_value(char *buf, size_t len, size_t *used, const char *s)
+void sp__names_append_label_value(char *buf, size_t len, size_t *used, const char *s)
 {
     /* Prometheus text format: a label value is UTF-8 with \, " and newline escaped */
-    sp__appendf(buf, len, used, "\"");
+    sp__format_append(buf, len, used, "\"");
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
         uint32_t cp;
         size_t n = utf8_decode(p, &cp);
         if (n == 0) {
-            sp__appendf(buf, len, used, "\xEF\xBF\xBD"); /* U+FFFD */
+            sp__format_append(buf, len, used, "\xEF\xBF\xBD"); /* U+FFFD */
             p++;
             continue;
         }
         if (cp == '\\' || cp == '"')
-            sp__appendf(buf, len, used, "\\%c", (char)cp);
+            sp__format_append(buf, len, used, "\\%c", (char)cp);
         else if (cp == '\n')
-            sp__appendf(buf, len, used, "\\n");
+            sp__format_append(buf, len, used, "\\n");
         else
-            sp__appendf(buf, len, used, "%.*s", (int)n, (const char *)p);
+            sp__format_append(buf, len, used, "%.*s", (int)n, (const char *)p);
         p += n;
     }
-    sp__appendf(buf, len, used, "\"");
+    sp__format_append(buf, len, used, "\"");
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "peer.h"
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "status.h"
 
 /* One grant change at a time, across its CUDA call, so that the pool's record and the driver's
@@ -49,7 +49,7 @@ static int check_peer(sp_pool *pool, int device, sp_access access)
     if (rc != SP_OK)
         return rc;
     if (device < 0 || device >= count) {
-        sp__set_cuda_error((int)cudaErrorInvalidDevice); /* what CUDA says of such a device */
+        sp__status_set_cuda((int)cudaErrorInvalidDevice); /* what CUDA says of such a device */
         return SP_ERR_NO_DEVICE;
     }
     if (device == pool->dev->device) /* the owner always reads and writes */

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "pool.h"
-#include "conf.h"
-#include "cuda_calls.h"
+#include "config.h"
+#include "cuda.h"
 #include "ptrmap.h"
 #include "runtime.h"
 #include "status.h"
@@ -43,7 +43,7 @@ uint64_t sp__pool_active_bytes(sp_pool *pool)
 
 static void count(sp_pool *pool, int counter)
 {
-    sp__pool_count(&pool->fig, counter, 1);
+    sp__usage_count(&pool->fig, counter, 1);
 }
 
 /* Claims `size` bytes of the pool's limit before the driver is asked, so that concurrent
@@ -104,7 +104,7 @@ static bool held_claim(sp_pool *pool, uint64_t size, claim *k)
 static void held_unclaim(sp_pool *pool, uint64_t size, claim *k)
 {
     return_request_claim(k); /* a request's bytes go back to its claim */
-    (void)sp__current_add(&pool->fig.limit_used, -(int64_t)(size - k->drawn));
+    (void)sp__usage_current_add(&pool->fig.limit_used, -(int64_t)(size - k->drawn));
     k->drawn = 0;
 }
 
@@ -135,14 +135,14 @@ static uint64_t effective_threshold(const sp_pool_config *cfg)
 static int check_limit(const char *name, const sp_pool_config *cfg)
 {
     if (cfg->limit && cfg->limit < SP_DRIVER_GRANULARITY)
-        return sp__errorf(SP_ERR_CONFIG,
+        return sp__config_errorf(SP_ERR_CONFIG,
                           "pool '%s': its limit of %llu bytes is below the driver's granularity "
                           "of %llu bytes (the device gives whole pages: the smallest limit is "
                           "one page)",
                           name, (unsigned long long)cfg->limit,
                           (unsigned long long)SP_DRIVER_GRANULARITY);
     if (cfg->limit && cfg->reserve > limit_in_pages(cfg))
-        return sp__errorf(SP_ERR_CONFIG,
+        return sp__config_errorf(SP_ERR_CONFIG,
                           "pool '%s': its reserve of %llu bytes exceeds its limit in whole driver "
                           "pages (%llu bytes of the %llu configured)",
                           name, (unsigned long long)cfg->reserve,
@@ -249,7 +249,7 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
     }
     void *held = NULL;
     if (rc == SP_OK && merged.reserve && (rc = take_reservation(pool, &held)) != SP_OK)
-        (void)sp__errorf(rc,
+        (void)sp__config_errorf(rc,
                          "pool '%s': its reserve of %llu bytes could not be taken from the "
                          "device: %s",
                          name, (unsigned long long)merged.reserve, sp_strerror(rc));
@@ -310,7 +310,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     claim k = {.req = req};
     if (!held_claim(pool, bytes, &k))
         return SP_ERR_LIMIT;
-    sp_segment *s = sp__segment_new(); /* before the driver is asked: see below */
+    sp_segment *s = sp__heap_segment_new(); /* before the driver is asked: see below */
     if (!s) {
         held_unclaim(pool, bytes, &k);
         return SP_ERR_NO_HOST_MEMORY;
@@ -318,7 +318,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
     void *ptr;
     int rc = sp__cuda_malloc(pool->cuda_pool, &ptr, bytes, stream);
     if (rc != SP_OK) {
-        sp__segment_discard(s);
+        sp__heap_segment_discard(s);
         held_unclaim(pool, bytes, &k);
         return rc == SP_ERR_OUT_OF_MEMORY ? cap_or_device(pool, bytes) : rc;
     }
@@ -335,7 +335,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
      * rest of the segment would be lost to every other stream. The final fence is extended
      * over it (or, failing that, the stream synchronized), while the stream is still in use. */
     if (sp_unlikely(released))
-        (void)sp__cache_final_fence(me);
+        (void)sp__fence_final(me);
     bool huge = !h->small && size > SP_MEDIUM_MAX;
     sp_mutex_lock(&h->lock);
     rc = sp__heap_add_segment(h, s, ptr, bytes, huge, me, epoch);
@@ -352,7 +352,7 @@ int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_s
          * where a give-back finds it, never handed out */
         if (sp__cuda_free(ptr, stream) == SP_OK) {
             count(pool, SP_COUNT_driver_frees); /* as its driver_allocs was */
-            sp__segment_discard(s);
+            sp__heap_segment_discard(s);
             held_unclaim(pool, bytes, &k);
         } else {
             count(pool, SP_COUNT_give_back_failures);
@@ -518,11 +518,11 @@ static void settle_all(sp_pool *pool, int *err)
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool) {
             uint64_t now = atomic_load_explicit(&c->free_epoch, memory_order_acquire);
-            int rc = sp__tag_sync(c, now);
+            int rc = sp__fence_tag_sync(c, now);
             /* and the segments given back on the stream, which its tags do not cover: settled
              * by a query, they are still outstanding for the driver's trim */
             if (rc == SP_OK)
-                rc = sp__cache_observe_driver_frees(c);
+                rc = sp__fence_observe_driver_frees(c);
             if (rc != SP_OK) {
                 unsettled = true;
                 count(pool, SP_COUNT_skipped_steps);
@@ -578,7 +578,7 @@ static uint64_t give_back_on(sp_pool *pool, uint64_t keep, bool sync, sp_stream_
         reserved_before = 0;
     sp__small_flush_bins(pool);
     sp__park_flush_all(pool);
-    if (sync) /* a capturing stream is skipped (sp__may_touch_stream), the others settle */
+    if (sync) /* a capturing stream is skipped (sp__cache_may_touch), the others settle */
         settle_all(pool, err);
     uint64_t held = held_before;
     for (sp_heap *h = &pool->segments;; h = &pool->slabs) {
@@ -648,7 +648,7 @@ void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream
     uint64_t released = give_back_on(pool, active + cache_limit, false, me, stream, NULL);
     if (released) {
         count(pool, SP_COUNT_cache_limit_releases);
-        sp__pool_count(&pool->fig, SP_COUNT_cache_released_bytes, released);
+        sp__usage_count(&pool->fig, SP_COUNT_cache_released_bytes, released);
         /* rule 13: the cudaMemPool releases only frees the host has seen complete */
         if (sp__cuda_stream_sync(pool->dev->service) == SP_OK) {
             uint64_t held =
@@ -675,7 +675,7 @@ static int give_back_everything(sp_pool *pool)
     /* blocks kept aside by a capture that was never declared over */
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
         for (sp_stream_cache *c = *l; c; c = c->next_in_pool)
-            sp__cache_release_aside(c);
+            sp__capture_release_aside(c);
     sp__small_flush_bins(pool);
     sp__park_flush_all(pool);
     settle_all(pool, &err);
@@ -745,11 +745,11 @@ int sp__pool_free(sp_pool *pool)
         next = r->next; /* a lost context: nothing left to destroy them with */
         free(r);
     }
-    sp__requests_free(pool->requests); /* open ones without live allocations (live ones make it busy) */
+    sp__req_free_all(pool->requests); /* open ones without live allocations (live ones make it busy) */
     sp__share_free(pool); /* its exports' tables (a held block is live: it made the pool busy) */
     sp__heap_destroy(&pool->slabs);
     sp__heap_destroy(&pool->segments);
-    sp__pool_drop_fences(pool);
+    sp__fence_drop_all(pool);
     sp__cache_table_free(pool);
     sp_mutex_destroy(&pool->lock);
     free(pool);
@@ -787,10 +787,10 @@ int sp__pool_release_stream(sp_pool *pool, sp_stream_key key)
     sp_spin_unlock(&c->lock);
     sp_mutex_unlock(&pool->lock);
     free(bins);
-    sp__cache_release_aside(c);
+    sp__capture_release_aside(c);
     /* the released stream is named one last time: a fence covering all its frees (or, failing
      * that, a synchronize); its blocks and ranges keep their tags behind it */
-    int rc = sp__cache_final_fence(c);
+    int rc = sp__fence_final(c);
     sp__small_to_slabs(pool, c, list);
     sp__park_put(pool, parked);
     return rc;
@@ -831,7 +831,7 @@ static int move_cuda_pool(sp_pool *pool, uint64_t cap, const sp_pool_config *cfg
     if (rc == SP_OK)
         rc = sp__cuda_pool_set_threshold(fresh, effective_threshold(cfg));
     if (rc == SP_OK && cfg->reserve && (rc = take_reservation_in(pool, fresh, &held)) != SP_OK)
-        (void)sp__errorf(rc,
+        (void)sp__config_errorf(rc,
                          "pool '%s': its limit cannot be raised past %llu bytes: its reserve of "
                          "%llu bytes could not be taken again in a cudaMemPool with the new cap: %s",
                          pool->name, (unsigned long long)pool->cuda_cap,
@@ -874,7 +874,7 @@ int sp_pool_set_limit(sp_pool *pool, uint64_t bytes)
     bool past_cap = pool->owns_cuda_pool && pool->cuda_cap && (!limit || limit > pool->cuda_cap);
     if (rc == SP_OK && past_cap && cfg.share == SP_SHARE_POSIX_FD)
         /* another process imported this cudaMemPool by its handle: a new one would not be it */
-        rc = sp__errorf(SP_ERR_NOT_SUPPORTED,
+        rc = sp__config_errorf(SP_ERR_NOT_SUPPORTED,
                         "pool '%s': a shareable pool's limit cannot be raised past %llu bytes, "
                         "the cap its exported cudaMemPool was created with",
                         pool->name, (unsigned long long)pool->cuda_cap);
@@ -941,7 +941,7 @@ int sp_pool_trim(sp_pool *pool, size_t keep_bytes)
         return SP_ERR_INVALID;
     count(pool, SP_COUNT_trims);
     int err = SP_OK;
-    sp__pool_count(&pool->fig, SP_COUNT_trimmed_bytes, sp__pool_give_back(pool, keep_bytes, true, &err));
+    sp__usage_count(&pool->fig, SP_COUNT_trimmed_bytes, sp__pool_give_back(pool, keep_bytes, true, &err));
     sp__trace_trim(pool);
     return err;
 }
@@ -985,7 +985,7 @@ int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
     } while (!atomic_compare_exchange_weak_explicit(&pool->fig.limit_used, &cur, cur + fresh,
                                                     memory_order_relaxed, memory_order_relaxed));
     count(pool, SP_COUNT_admissions);
-    sp__pool_count(&pool->fig, SP_COUNT_admitted_bytes, fresh);
+    sp__usage_count(&pool->fig, SP_COUNT_admitted_bytes, fresh);
     *claim = fresh;
     return SP_OK;
 }
@@ -993,7 +993,7 @@ int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim)
 void sp__pool_admit_release(sp_pool *pool, uint64_t claim)
 {
     if (claim)
-        (void)sp__current_add(&pool->fig.limit_used, -(int64_t)claim);
+        (void)sp__usage_current_add(&pool->fig.limit_used, -(int64_t)claim);
 }
 
 bool sp__pool_tag_given(uint64_t tag)

@@ -1,5 +1,5 @@
 /* The pool ledger (pool.c): what a pool holds from the device (limit, reservation, cache limit,
- * give back), its stream table, its two heaps and its figures (counters.h). Above the tiers,
+ * give back), its stream table, its two heaps and its figures (usage.h). Above the tiers,
  * below the allocator. What the layers below the runtime need of the device they reach through
  * `dev` (device.h), handed down at the pool's creation; `rt` is for the API's top only (its pools
  * list, names and lock). The stream caches, fences and tiers still read the struct for the
@@ -7,10 +7,10 @@
 #ifndef SP_POOL_H
 #define SP_POOL_H
 
-#include "counters.h"
+#include "usage.h"
 #include "device.h"
 #include "heap.h"
-#include "request.h"
+#include "request_list.h"
 
 /* ---- pools (pool.c) ---- */
 
@@ -58,7 +58,7 @@ struct sp_pool {
     atomic_uint_least64_t stream_gen;    /* bumped when a cache is detached */
     sp_heap slabs;                       /* small blocks */
     sp_heap segments;                    /* large ranges */
-    sp_pool_figures fig;                 /* counters.c: counters, usage and limit_used */
+    sp_pool_figures fig;                 /* usage.c: counters, usage and limit_used */
     atomic_uint_least64_t miss_allocs, miss_requested_total, miss_active_total;
     /* the cache limit: one thread gives back at a time, and a pass that left the cache over the
      * limit (pending frees) is not repeated until the cache grew by a slab or a miss came */

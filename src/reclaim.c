@@ -8,12 +8,12 @@
 #include <string.h>
 
 #include "reclaim.h"
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "labels.h"
 #include "pool.h"
 #include "runtime.h"
 #include "status.h"
-#include "conf.h"
+#include "config.h"
 #include "format.h"
 #include "versioned.h"
 
@@ -59,8 +59,8 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
             uint64_t released = sp__pool_give_back(victim, victim->cfg.reserve, true, NULL);
             if (released == 0)
                 continue; /* nothing reached the device */
-            sp__pool_count(&victim->fig, SP_COUNT_reclaims, 1);
-            sp__pool_count(&victim->fig, SP_COUNT_reclaimed_bytes, released);
+            sp__usage_count(&victim->fig, SP_COUNT_reclaims, 1);
+            sp__usage_count(&victim->fig, SP_COUNT_reclaimed_bytes, released);
             freed += released;
         }
         free(order);
@@ -69,7 +69,7 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
     return freed > 0 || room;
 }
 
-bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream)
+bool sp__reclaim_oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream)
 {
     sp_runtime *rt = pool->rt;
     sp_mutex_lock(&rt->lock);
@@ -111,7 +111,7 @@ static void describe_pool(sp_pool *p, sp_oom_pool *out)
     out->priority = p->cfg.priority;
 }
 
-void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t stream, int status)
+void sp__reclaim_oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t stream, int status)
 {
     sp_runtime *rt = pool->rt;
     uint64_t free_b = 0, total = 0;
@@ -127,7 +127,7 @@ void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t st
     r->rounded = rounded;
     r->status = status;
     r->stream = stream;
-    sp__stream_label(rt, sp__stream_key(stream), r->stream_name, sizeof r->stream_name);
+    sp__label_of(rt, sp__cache_key(stream), r->stream_name, sizeof r->stream_name);
     r->device_free = free_b;
     r->device_total = total;
     for (sp_pool *p = rt->pools; p; p = p->next) {
@@ -161,38 +161,38 @@ size_t sp_oom_report_json(const sp_oom_report *r, char *buf, size_t len)
         buf[0] = '\0';
     if (!r)
         return 0;
-    sp__appendf(buf, len, &used, "{\"failures\":%u,\"pool\":", r->failures);
-    sp__append_json_string(buf, len, &used, r->pool);
-    sp__appendf(buf, len, &used,
+    sp__format_append(buf, len, &used, "{\"failures\":%u,\"pool\":", r->failures);
+    sp__names_append_json(buf, len, &used, r->pool);
+    sp__format_append(buf, len, &used,
                 ",\"bytes\":%llu,\"stream\":\"%p\",\"device_free\":%llu,\"device_total\":%llu,"
                 "\"pools\":[",
                 (unsigned long long)r->bytes, (void *)r->stream,
                 (unsigned long long)r->device_free, (unsigned long long)r->device_total);
     for (uint32_t i = 0; i < r->npools && i < SP_OOM_REPORT_POOLS; i++) {
         const sp_oom_pool *p = &r->pools[i];
-        sp__appendf(buf, len, &used, "%s{\"name\":", i ? "," : "");
-        sp__append_json_string(buf, len, &used, p->name);
-        sp__appendf(buf, len, &used,
+        sp__format_append(buf, len, &used, "%s{\"name\":", i ? "," : "");
+        sp__names_append_json(buf, len, &used, p->name);
+        sp__format_append(buf, len, &used,
                     ",\"requested\":%llu,\"active\":%llu,\"cached\":%llu,\"reserved\":%llu,"
                     "\"limit\":%llu,\"reservation\":%llu,\"priority\":%d}",
                     (unsigned long long)p->requested, (unsigned long long)p->active,
                     (unsigned long long)p->cached, (unsigned long long)p->reserved,
                     (unsigned long long)p->limit, (unsigned long long)p->reservation, p->priority);
     }
-    sp__appendf(buf, len, &used, "],\"pools_omitted\":%u", r->pools_omitted);
+    sp__format_append(buf, len, &used, "],\"pools_omitted\":%u", r->pools_omitted);
     if (r->size >= offsetof(sp_oom_report, rounded) + sizeof r->rounded)
         /* the reason in words: "over the limit now" and "larger than the limit can ever
          * hold" call for different answers (queue and retry, or reject) */
-        sp__appendf(buf, len, &used, ",\"status\":\"%s\",\"reason\":\"%s\",\"rounded\":%llu",
+        sp__format_append(buf, len, &used, ",\"status\":\"%s\",\"reason\":\"%s\",\"rounded\":%llu",
                     sp_status_name(r->status), sp_strerror(r->status),
                     (unsigned long long)r->rounded);
     if (r->size >= offsetof(sp_oom_report, stream_name) + sizeof r->stream_name) {
         char name[sizeof r->stream_name + 1]; /* a caller's struct may lack the NUL */
         memcpy(name, r->stream_name, sizeof r->stream_name);
         name[sizeof r->stream_name] = '\0';
-        sp__appendf(buf, len, &used, ",\"stream_name\":");
-        sp__append_json_string(buf, len, &used, name);
+        sp__format_append(buf, len, &used, ",\"stream_name\":");
+        sp__names_append_json(buf, len, &used, name);
     }
-    sp__appendf(buf, len, &used, "}");
+    sp__format_append(buf, len, &used, "}");
     return used;
 }

@@ -12,9 +12,9 @@
  * much back); true if any did, or if the device has the room already. */
 bool sp__reclaim_others(sp_pool *pool, size_t bytes);
 /* Calls the user's out-of-memory callback (not from inside itself); true: retry. */
-bool sp__oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream);
+bool sp__reclaim_oom_callback(sp_pool *pool, size_t bytes, cudaStream_t stream);
 /* Records the report for sp_runtime_last_oom of a failure with `status` (SP_ERR_OUT_OF_MEMORY
  * or SP_ERR_LIMIT) of a request of `bytes` (`rounded` as the pool would have held it). */
-void sp__oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t stream, int status);
+void sp__reclaim_oom_record(sp_pool *pool, size_t bytes, size_t rounded, cudaStream_t stream, int status);
 
 #endif /* SP_RECLAIM_H */

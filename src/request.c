@@ -8,14 +8,14 @@
 #include <string.h>
 
 #include "pool.h"
-#include "conf.h"
+#include "config.h"
 #include "cache.h"
 #include "fence.h"
 #include "heap.h"
 #include "format.h"
 #include "free_order.h"
 #include "ptrmap.h"
-#include "request.h"
+#include "request_list.h"
 #include "alloc.h"
 #include "runtime.h"
 #include "status.h"
@@ -109,7 +109,7 @@ static int open_request(sp_pool *pool, cudaStream_t stream, const char *label, u
 static bool label_ok(const char *label)
 {
     size_t len = label ? strnlen(label, SP_POOL_NAME_MAX + 1) : 0;
-    return len <= SP_POOL_NAME_MAX && (!len || sp__pool_name_check(label) == SP_OK);
+    return len <= SP_POOL_NAME_MAX && (!len || sp__names_check_pool(label) == SP_OK);
 }
 
 int sp_request_begin(sp_pool *pool, cudaStream_t stream, const char *label, sp_request *out)
@@ -199,14 +199,14 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
                 rc = frc;
         }
     }
-    sp_stream_cache *c = sp__cache_get(pool, sp__stream_key(r->stream));
+    sp_stream_cache *c = sp__cache_get(pool, sp__cache_key(r->stream));
     bool capturing = false;
-    if (c && sp__capture_possible(pool->dev) && sp__cache_capturing(c, &capturing) != SP_OK)
+    if (c && sp__capture_possible(pool->dev) && sp__capture_check(c, &capturing) != SP_OK)
         capturing = true;
     if (c && !capturing) {
         if ((flags & SP_REQUEST_SYNCHRONIZED) && sp__free_order_settled(pool->dev, r->stream, &rc))
-            sp__cache_settle_synchronized(c);
-        else if (sp__cache_fence_frees(c))
+            sp__fence_settle_synchronized(c);
+        else if (sp__fence_frees(c))
             r->st.fences_recorded = 1; /* the pool counted it where it was recorded */
     }
     /* what the request's allocations did not draw of its claim is the pool's headroom again */

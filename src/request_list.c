@@ -4,7 +4,7 @@
  * into the request API. */
 #include <stdlib.h>
 
-#include "request.h"
+#include "request_list.h"
 
 
 static void link_locked(sp_req *r, sp_block *b)
@@ -89,7 +89,7 @@ size_t sp__req_take(sp_req *r, void **ptrs, size_t cap, uint64_t *bytes)
     return n;
 }
 
-void sp__requests_free(sp_req **table)
+void sp__req_free_all(sp_req **table)
 {
     for (size_t i = 0; i < SP_REQ_BUCKETS; i++)
         while (table[i]) {

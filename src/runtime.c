@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "runtime.h"
-#include "conf.h"
-#include "cuda_calls.h"
+#include "config.h"
+#include "cuda.h"
 #include "labels.h"
 #include "pool.h"
 #include "ptrmap.h"
@@ -34,14 +34,14 @@ static void thread_exit(void *arg)
     sp_mutex_unlock(&runtimes_lock);
 }
 
-/* The key whose value marks a thread that made a cudaStreamPerThread cache (stream_cache.c's
- * sp__thread_watch sets it): created here, with the destructor above, before any runtime has
+/* The key whose value marks a thread that made a cudaStreamPerThread cache (cache.c's
+ * sp__cache_thread_watch sets it): created here, with the destructor above, before any runtime has
  * a pool, so that the stream caches below never call up into the runtime. */
 static void exit_key_create(void)
 {
     pthread_key_t key;
     if (pthread_key_create(&key, thread_exit) == 0)
-        sp__thread_exit_key_set(key);
+        sp__cache_thread_exit_key_set(key);
 }
 
 static void runtime_register(sp_runtime *rt)
@@ -81,17 +81,17 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     }
     /* both strings are parsed whole now, so that a typo fails here, not at some pool */
     sp_conf *conf = NULL;
-    int rc = sp__conf_new(config.alloc_conf, getenv("SP_ALLOC_CONF"), device, &conf);
+    int rc = sp__config_new(config.alloc_conf, getenv("SP_ALLOC_CONF"), device, &conf);
     if (rc != SP_OK)
         return rc;
     rc = sp__cuda_check_device(device);
     if (rc != SP_OK) {
-        sp__conf_free(conf);
+        sp__config_free(conf);
         return rc;
     }
     sp_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) {
-        sp__conf_free(conf);
+        sp__config_free(conf);
         return SP_ERR_NO_HOST_MEMORY;
     }
     rt->dev.device = device;
@@ -101,7 +101,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     sp__usage_init(&rt->dev.usage);
     sp__ptrmap_init(&rt->dev.ptrmap);
     if (sp_mutex_init(&rt->lock, SP_RANK_RUNTIME, "runtime->lock") != 0) {
-        sp__conf_free(rt->dev.conf);
+        sp__config_free(rt->dev.conf);
         free(rt);
         return SP_ERR_NO_HOST_MEMORY;
     }
@@ -130,7 +130,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
         sp__fence_pool_destroy(&rt->dev.fences);
     }
     sp_mutex_destroy(&rt->lock);
-    sp__conf_free(rt->dev.conf);
+    sp__config_free(rt->dev.conf);
     free(rt);
     return rc;
 }
@@ -146,7 +146,7 @@ static int busy_message(const char *call, sp_pool *pool)
 {
     sp_stats st = {.size = sizeof st};
     (void)sp_pool_stats(pool, &st);
-    return sp__errorf(SP_ERR_BUSY,
+    return sp__config_errorf(SP_ERR_BUSY,
                       "%s: pool '%s' still has %llu live allocation%s (%llu bytes requested): "
                       "sp_free them first (sp_pool_dump_live lists them)",
                       call, pool->name, (unsigned long long)(st.allocs - st.frees),
@@ -192,7 +192,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     /* a declared capture forbids the device synchronize that may settle what is left */
     if (atomic_load(&rt->dev.captures) != 0) {
         sp_mutex_unlock(&rt->lock);
-        return sp__errorf(SP_ERR_BUSY, "sp_runtime_destroy: a graph capture is declared "
+        return sp__config_errorf(SP_ERR_BUSY, "sp_runtime_destroy: a graph capture is declared "
                                        "(sp_stream_capture_begin without its end)");
     }
     for (sp_pool *p = rt->pools; p; p = p->next) {
@@ -214,7 +214,7 @@ int sp_runtime_destroy(sp_runtime *rt)
         runtime_register(rt); /* whole again: exiting threads release their streams in it */
         return err;
     }
-    sp__stream_labels_forget(rt, NULL);
+    sp__label_forget(rt, NULL);
     /* the pools waited for their own give-backs: nothing of theirs is left on the stream,
      * which a failed synchronize cannot keep from being destroyed (its work completes first) */
     (void)sp__cuda_stream_sync(rt->dev.service);
@@ -224,7 +224,7 @@ int sp_runtime_destroy(sp_runtime *rt)
     sp__ptrmap_free(&rt->dev.ptrmap);
     sp_mutex_destroy(&rt->lock);
     free(rt->capturing);
-    sp__conf_free(rt->dev.conf);
+    sp__config_free(rt->dev.conf);
     free(rt);
     return SP_OK;
 }
@@ -264,7 +264,7 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
     sp__cuda_error_clear();
     if (!rt || !name || !out)
         return SP_ERR_INVALID;
-    if (sp__pool_name_check(name) != SP_OK)
+    if (sp__names_check_pool(name) != SP_OK)
         return SP_ERR_INVALID;
     if (cfg && sp__struct_check(cfg, SP__MIN_POOL_CONFIG,
                                 adopt ? "sp_pool_adopt" : "sp_pool_create", "sp_pool_config"))
@@ -364,7 +364,7 @@ int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
-    sp_stream_key key = sp__stream_key(stream);
+    sp_stream_key key = sp__cache_key(stream);
     int rc = SP_OK;
     sp_mutex_lock(&rt->lock);
     for (sp_pool *p = rt->pools; p; p = p->next) {
@@ -373,7 +373,7 @@ int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
             rc = prc;
     }
     sp_mutex_unlock(&rt->lock);
-    sp__stream_labels_forget(rt, &stream);
+    sp__label_forget(rt, &stream);
     return rc;
 }
 
@@ -398,7 +398,7 @@ static int capture_flag_all(sp_runtime *rt, sp_stream_key key, bool on)
         atomic_store_explicit(&c->declared, on, memory_order_release);
         atomic_store_explicit(&c->capturing, on, memory_order_release);
         if (!on) {
-            sp__cache_release_aside(c);
+            sp__capture_release_aside(c);
             continue;
         }
         sp__cache_drain_fence_steps(p);
@@ -411,10 +411,10 @@ int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
-    sp_stream_key key = sp__stream_key(stream);
+    sp_stream_key key = sp__cache_key(stream);
     int rc = SP_OK;
     sp_mutex_lock(&rt->lock);
-    if (sp__capture_find(rt, key) == SIZE_MAX) {
+    if (sp__cache_capture_find(rt, key) == SIZE_MAX) {
         if (rt->capturing_len == rt->capturing_cap) {
             size_t cap = rt->capturing_cap ? rt->capturing_cap * 2 : 4;
             sp_stream_key *grown = realloc(rt->capturing, cap * sizeof *grown);
@@ -445,9 +445,9 @@ int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
-    sp_stream_key key = sp__stream_key(stream);
+    sp_stream_key key = sp__cache_key(stream);
     sp_mutex_lock(&rt->lock);
-    size_t i = sp__capture_find(rt, key);
+    size_t i = sp__cache_capture_find(rt, key);
     if (i != SIZE_MAX) {
         rt->capturing[i] = rt->capturing[--rt->capturing_len];
         /* the blocks freed during the capture go back to their slabs and segments now */

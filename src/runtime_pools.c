@@ -45,6 +45,6 @@ int sp_runtime_trim(sp_runtime *rt)
         }
     }
     sp_mutex_unlock(&rt->lock);
-    sp__set_cuda_error(cuda_err);
+    sp__status_set_cuda(cuda_err);
     return err;
 }

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "share_guard.h"
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "format.h"
 #include "heap.h"
 #include "ptrmap.h"
@@ -237,7 +237,7 @@ static int recv_fds(int sock, export_msg *msg, int fds[3])
 int sp_pool_import(sp_runtime *rt, int sock, const char *name, sp_import **out)
 {
     sp__cuda_error_clear();
-    if (!rt || !name || !out || sock < 0 || sp__pool_name_check(name) != SP_OK)
+    if (!rt || !name || !out || sock < 0 || sp__names_check_pool(name) != SP_OK)
         return SP_ERR_INVALID;
     sp_import *imp = calloc(1, sizeof *imp);
     if (!imp || sp_mutex_init(&imp->lock, SP_RANK_OUTER, "import->lock") != 0) {

@@ -2,13 +2,13 @@
  * taking another stream's blocks behind a fence, and returning blocks to the slabs they were
  * carved from. */
 #include "heap.h"
-#include "counters.h"
+#include "usage.h"
 #include "pool.h"
 
 /* ---- bins: doubly linked, newest at the head (same-stream reuse takes the warmest block, a
  * steal from another stream the oldest, whose fence is likeliest complete) ---- */
 
-void sp__bin_push(sp_bin *bin, sp_block *b)
+void sp__small_bin_push(sp_bin *bin, sp_block *b)
 {
     b->prev = NULL;
     b->next = bin->head;
@@ -19,7 +19,7 @@ void sp__bin_push(sp_bin *bin, sp_block *b)
     bin->head = b;
 }
 
-void sp__bin_remove(sp_bin *bin, sp_block *b)
+void sp__small_bin_remove(sp_bin *bin, sp_block *b)
 {
     if (b->prev)
         b->prev->next = b->next;
@@ -32,11 +32,11 @@ void sp__bin_remove(sp_bin *bin, sp_block *b)
     b->prev = b->next = NULL;
 }
 
-sp_block *sp__bin_pop_newest(sp_bin *bin)
+sp_block *sp__small_bin_pop_newest(sp_bin *bin)
 {
     sp_block *b = bin->head;
     if (b)
-        sp__bin_remove(bin, b);
+        sp__small_bin_remove(bin, b);
     return b;
 }
 
@@ -57,10 +57,10 @@ static sp_block *steal_from(sp_pool *pool, sp_stream_cache *v, uint32_t cls, cud
     sp_spin_unlock(&v->lock);
     if (oldest == UINT64_MAX)
         return NULL;
-    bool ok = mode == SP_TAKE_KNOWN ? sp__tag_settled(v, oldest, false)
-                                    : sp__tag_settled_within(ab, v, oldest);
+    bool ok = mode == SP_TAKE_KNOWN ? sp__fence_tag_settled(v, oldest, false)
+                                    : sp__fence_tag_settled_within(ab, v, oldest);
     int counter = SP_COUNT_cross_stream_reuses;
-    if (!ok && mode == SP_TAKE_WAIT && sp__tag_wait(v, oldest, stream) == SP_OK) {
+    if (!ok && mode == SP_TAKE_WAIT && sp__fence_tag_wait(v, oldest, stream) == SP_OK) {
         ok = true;
         counter = SP_COUNT_cross_stream_waits;
     }
@@ -71,12 +71,12 @@ static sp_block *steal_from(sp_pool *pool, sp_stream_cache *v, uint32_t cls, cud
     for (uint32_t k = cls; !b && k <= cls + SP_FIT_CLASSES; k++)
         if (v->bins[k].tail && v->bins[k].tail->epoch <= oldest) {
             b = v->bins[k].tail;
-            sp__bin_remove(&v->bins[k], b);
+            sp__small_bin_remove(&v->bins[k], b);
             v->cached_bytes -= b->size;
         }
     sp_spin_unlock(&v->lock);
     if (b) {
-        sp__pool_count(&pool->fig, counter, 1);
+        sp__usage_count(&pool->fig, counter, 1);
         ab->took = counter == SP_COUNT_cross_stream_waits ? SP_TOOK_WAIT : SP_TOOK_REUSE;
     }
     return b;
@@ -109,7 +109,7 @@ sp_block *sp__small_take_all(sp_stream_cache *c)
     sp_block *list = NULL;
     for (uint32_t cls = 0; cls < SP_CLASS_COUNT; cls++) {
         sp_block *b;
-        while ((b = sp__bin_pop_newest(&c->bins[cls]))) {
+        while ((b = sp__small_bin_pop_newest(&c->bins[cls]))) {
             b->next = list;
             list = b;
         }

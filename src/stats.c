@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "pool.h"
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "runtime.h"
 #include "status.h"
-#include "conf.h"
+#include "config.h"
 #include "format.h"
 #include "peer.h"
 #include "share_guard.h"
@@ -151,7 +151,7 @@ int sp_runtime_stats(sp_runtime *rt, sp_stats *out)
 size_t sp_stats_json(const sp_stats *st, char *buf, size_t len)
 {
     size_t used = 0;
-#define SP_EMIT(...) sp__appendf(buf, len, &used, __VA_ARGS__)
+#define SP_EMIT(...) sp__format_append(buf, len, &used, __VA_ARGS__)
     if (len > 0)
         buf[0] = '\0';
     if (!st)

@@ -5,7 +5,7 @@
 #define SP_STR2(x) #x
 #define SP_STR(x) SP_STR2(x)
 
-_Thread_local int sp__cuda_error __attribute__((tls_model("initial-exec")));
+_Thread_local int sp__status_cuda __attribute__((tls_model("initial-exec")));
 
 unsigned sp_version(void)
 {
@@ -39,10 +39,10 @@ const char *sp_status_name(int status)
 
 int sp_last_cuda_error(void)
 {
-    return sp__cuda_error;
+    return sp__status_cuda;
 }
 
-void sp__set_cuda_error(int cuda_error)
+void sp__status_set_cuda(int cuda_error)
 {
-    sp__cuda_error = cuda_error;
+    sp__status_cuda = cuda_error;
 }

@@ -41,35 +41,35 @@ static double percent(uint64_t part, uint64_t whole)
 static void stats_block(text *t, const sp_stats *st)
 {
     char a[16], b[16], c[16], d[16];
-    sp__appendf(t->buf, t->len, &t->used, "%-10s %12s %12s %12s\n", "bytes", "current", "peak",
+    sp__format_append(t->buf, t->len, &t->used, "%-10s %12s %12s %12s\n", "bytes", "current", "peak",
                 "total");
 #define SP_SUMMARY_BYTES(f, current_text, total_text)                                         \
-    sp__appendf(t->buf, t->len, &t->used, "%-10s %12s %12s %12s\n", #f,                       \
+    sp__format_append(t->buf, t->len, &t->used, "%-10s %12s %12s %12s\n", #f,                       \
                 human(st->f.current, a), human(st->f.peak, b), human(st->f.total, c));
     SP_STATS_BYTES(SP_SUMMARY_BYTES)
 #undef SP_SUMMARY_BYTES
-    sp__appendf(t->buf, t->len, &t->used,
+    sp__format_append(t->buf, t->len, &t->used,
                 "driver: %s reserved, %s used by %llu pool%s\n", human(st->pool_reserved, a),
                 human(st->pool_used, b), (unsigned long long)st->pools, st->pools == 1 ? "" : "s");
     /* held + reserve_idle + what the cudaMemPool keeps beyond both = reserved */
-    sp__appendf(t->buf, t->len, &t->used, "reservation: %s, %s of it idle (reserved, not held)\n",
+    sp__format_append(t->buf, t->len, &t->used, "reservation: %s, %s of it idle (reserved, not held)\n",
                 human(st->reserve, a), human(st->reserve_idle, b));
     uint64_t reused = st->same_stream_hits + st->cross_stream_reuses + st->cross_stream_waits;
-    sp__appendf(t->buf, t->len, &t->used,
+    sp__format_append(t->buf, t->len, &t->used,
                 "allocations: %llu, %.1f%% from a cache (%.1f%% same stream), %llu from the driver\n",
                 (unsigned long long)st->allocs, percent(reused, st->allocs),
                 percent(st->same_stream_hits, st->allocs),
                 (unsigned long long)st->driver_allocs);
-    sp__appendf(t->buf, t->len, &t->used,
+    sp__format_append(t->buf, t->len, &t->used,
                 "layout: %llu slab%s (%s), %llu segment%s (%s), %s free inside them, largest "
                 "free range %s\n",
                 (unsigned long long)st->slabs, st->slabs == 1 ? "" : "s", human(st->slab_bytes, a),
                 (unsigned long long)st->segments, st->segments == 1 ? "" : "s",
                 human(st->segment_bytes, b), human(st->inactive_split, c),
                 human(st->largest_free, d));
-    sp__appendf(t->buf, t->len, &t->used, "counters:\n");
+    sp__format_append(t->buf, t->len, &t->used, "counters:\n");
 #define SP_SUMMARY_COUNTER(f, text_)                                                          \
-    sp__appendf(t->buf, t->len, &t->used, "  %-20s %12llu  %s\n", #f,                          \
+    sp__format_append(t->buf, t->len, &t->used, "  %-20s %12llu  %s\n", #f,                          \
                 (unsigned long long)st->f, text_);
     SP_STATS_COUNTERS(SP_SUMMARY_COUNTER)
 #undef SP_SUMMARY_COUNTER
@@ -97,7 +97,7 @@ static void padded_name(text *t, const char *name, int width)
     int chars = 0;
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         chars += (*p & 0xC0) != 0x80;
-    sp__appendf(t->buf, t->len, &t->used, "%s%*s", name, chars < width ? width - chars : 1, "");
+    sp__format_append(t->buf, t->len, &t->used, "%s%*s", name, chars < width ? width - chars : 1, "");
 }
 
 int sp_pool_summary(sp_pool *pool, char *buf, size_t len, size_t *needed)
@@ -109,10 +109,10 @@ int sp_pool_summary(sp_pool *pool, char *buf, size_t len, size_t *needed)
     text t = {buf, len, 0};
     if (len)
         buf[0] = '\0';
-    sp__appendf(buf, len, &t.used, "streampool pool \"%s\" on device %d\n", pool->name,
+    sp__format_append(buf, len, &t.used, "streampool pool \"%s\" on device %d\n", pool->name,
                 pool->dev->device);
     stats_block(&t, &st);
-    sp__streams_table(pool, buf, len, &t.used, human); /* each stream's share, with its label */
+    sp__introspect_streams_table(pool, buf, len, &t.used, human); /* each stream's share, with its label */
     *needed = t.used;
     return rc;
 }
@@ -156,15 +156,15 @@ int sp_runtime_summary(sp_runtime *rt, char *buf, size_t len, size_t *needed)
     text t = {buf, len, 0};
     if (len)
         buf[0] = '\0';
-    sp__appendf(buf, len, &t.used, "streampool runtime on device %d\n", rt->dev.device);
+    sp__format_append(buf, len, &t.used, "streampool runtime on device %d\n", rt->dev.device);
     stats_block(&t, &total);
-    sp__appendf(buf, len, &t.used, "%-24s %10s %10s %10s %10s %10s %10s\n", "pool", "requested",
+    sp__format_append(buf, len, &t.used, "%-24s %10s %10s %10s %10s %10s %10s\n", "pool", "requested",
                 "active", "cached", "held", "reserved", "limit");
     for (i = 0; i < n; i++) {
         char c[6][16];
         const sp_stats *st = &rows[i].st;
         padded_name(&t, rows[i].name, 25);
-        sp__appendf(buf, len, &t.used, "%10s %10s %10s %10s %10s %10s\n",
+        sp__format_append(buf, len, &t.used, "%10s %10s %10s %10s %10s %10s\n",
                     human(st->requested.current, c[0]), human(st->active.current, c[1]),
                     human(st->cached.current, c[2]), human(st->held.current, c[3]),
                     human(st->pool_reserved, c[4]),

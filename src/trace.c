@@ -24,16 +24,16 @@
 
 #include "trace.h"
 #include "classes.h"
-#include "conf.h"
-#include "counters.h"
-#include "cuda_calls.h"
+#include "config.h"
+#include "usage.h"
+#include "cuda.h"
 #include "labels.h"
 #include "pool.h"
 #include "runtime.h"
 #include "status.h"
 #include "format.h"
 
-atomic_int sp__tracing;
+atomic_int sp__trace_on_count;
 
 enum { EV_ALLOC, EV_FREE, EV_OOM, EV_LIMIT, EV_RECLAIM, EV_TRIM, EV_REQUEST };
 /* an allocation's outcome (sp_outcome, in its order), or a failure */
@@ -78,7 +78,7 @@ typedef struct thread_buf {
     uint64_t memo_pool_id[MEMO_POOLS]; /* pool id -> index, for this thread's recent pools */
     uint32_t memo_index[MEMO_POOLS];
     /* the labels of the streams this thread last recorded on (an index into trace->names), as
-     * of sp__stream_labels_changes == name_changes (owner only); a thread that allocates on one
+     * of sp__label_changes == name_changes (owner only); a thread that allocates on one
      * stream and frees on another looks neither up again */
     unsigned name_changes, name_known, name_next;
     uint64_t name_stream[MEMO_STREAMS];
@@ -201,7 +201,7 @@ static uint32_t pool_index(struct sp_trace *t, thread_buf *b, const sp_pool *poo
 static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *rt,
                            cudaStream_t stream)
 {
-    unsigned changes = atomic_load_explicit(&sp__stream_labels_changes, memory_order_relaxed);
+    unsigned changes = atomic_load_explicit(&sp__label_changes, memory_order_relaxed);
     if (b->name_changes != changes) { /* a label changed somewhere: look each up again */
         b->name_changes = changes;
         b->name_known = 0;
@@ -211,7 +211,7 @@ static uint32_t name_index(struct sp_trace *t, thread_buf *b, const sp_runtime *
             return b->name_index[k];
     stream_name label;
     /* the label table's mutex (a leaf) first and alone, then the trace's */
-    sp__stream_label(rt, sp__stream_key(stream), label, sizeof label);
+    sp__label_of(rt, sp__cache_key(stream), label, sizeof label);
     uint32_t i = 0;
     if (label[0]) {
         sp_mutex_lock(&t->lock);
@@ -455,7 +455,7 @@ int sp_runtime_trace_start(sp_runtime *rt, const char *path)
                           memory_order_relaxed);
     t->t0_ns = now_ns();
     atomic_store(&t->on, true);
-    atomic_fetch_add(&sp__tracing, 1);
+    atomic_fetch_add(&sp__trace_on_count, 1);
     sp_mutex_unlock(&t->lock);
     sp_mutex_unlock(&rt->lock);
     return SP_OK;
@@ -516,7 +516,7 @@ static void json_name(FILE *f, const char *s)
 {
     char buf[8 * (SP_POOL_NAME_MAX + 1) + 4];
     size_t used = 0;
-    sp__append_json_string(buf, sizeof buf, &used, s);
+    sp__names_append_json(buf, sizeof buf, &used, s);
     fputs(buf, f);
 }
 
@@ -533,7 +533,7 @@ static void write_counter(FILE *json, int pid, const char *pool, uint64_t t_ns,
     fprintf(json, ",\n{\"name\":\"pool ");
     char quoted[8 * (SP_POOL_NAME_MAX + 1) + 4];
     size_t used = 0;
-    sp__append_json_string(quoted, sizeof quoted, &used, pool);
+    sp__names_append_json(quoted, sizeof quoted, &used, pool);
     quoted[used - 1] = '\0'; /* drop the closing quote: the name continues */
     fprintf(json, "%s\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,", quoted + 1, pid);
     json_ts(json, t_ns);
@@ -689,7 +689,7 @@ int sp_runtime_trace_stop(sp_runtime *rt)
         return SP_ERR_INVALID;
     }
     atomic_store(&t->on, false);
-    atomic_fetch_sub(&sp__tracing, 1);
+    atomic_fetch_sub(&sp__trace_on_count, 1);
     /* every buffer's lock once: after it, no thread writes into it any more */
     size_t n = 0, dropped = 0;
     for (thread_buf *b = t->threads; b; b = b->next) {

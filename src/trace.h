@@ -7,14 +7,14 @@
 #include "block.h"
 
 /* ---- trace.c: the allocation trace ----
- * Off, it costs sp_alloc and sp_free one load of sp__tracing and a branch that is never taken
+ * Off, it costs sp_alloc and sp_free one load of sp__trace_on_count and a branch that is never taken
  * (the hook line). On, each event goes to the calling thread's own buffer. */
 
-extern atomic_int sp__tracing;          /* runtimes with a trace on, in the whole process */
+extern atomic_int sp__trace_on_count;          /* runtimes with a trace on, in the whole process */
 
 static inline bool sp__trace_wanted(void)
 {
-    return sp_unlikely(atomic_load_explicit(&sp__tracing, memory_order_relaxed) != 0);
+    return sp_unlikely(atomic_load_explicit(&sp__trace_on_count, memory_order_relaxed) != 0);
 }
 
 /* The recording half of alloc.c's traced sp_alloc / sp_free: figures read before the call

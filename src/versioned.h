@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "conf.h"
+#include "config.h"
 
 /* Bytes of `type` up to and including `field`. */
 #define SP__SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
@@ -42,7 +42,7 @@ static inline int sp__struct_check(const void *s, size_t min, const char *call, 
     if (!s)
         return SP_ERR_INVALID;
     uint32_t size = sp__struct_size(s);
-    return size < min ? sp__bad_size(call, type, size) : SP_OK;
+    return size < min ? sp__config_bad_size(call, type, size) : SP_OK;
 }
 
 /* Reads the caller's struct into the library's `full` one of `full_size` bytes, which holds the

@@ -15,7 +15,7 @@
  *  - No driver call and no synchronize under a spin lock (SP_RANK_SPIN, SP_RANK_LEAF); a heap
  *    lock may be held across fence queries and cudaStreamWaitEvent on a miss, never across a
  *    driver allocation or free.
- *  - A stream's park (segment.c) is under its cache->lock: ranges are taken out of it under
+ *  - A stream's park (heap.c) is under its cache->lock: ranges are taken out of it under
  *    that spin lock alone (pool->lock may be held around it, as for the bins) and put into
  *    the segment heap after it is dropped, under the heap's lock.
  * Every lock of src/, by rank, with the name it is initialized with: */
@@ -33,7 +33,7 @@ typedef enum {
     SP_RANK_PEER,         /* peer.c's "grants_lock": a pool's grants, held across
                            * cudaMemPoolSetAccess */
     SP_RANK_POOL,         /* "pool->lock": the stream table, the cache list, the open requests */
-    SP_RANK_HEAP,         /* "heap->lock" (segment.c): the slabs or the segments of a pool, one
+    SP_RANK_HEAP,         /* "heap->lock" (heap.c): the slabs or the segments of a pool, one
                            * at a time */
     SP_RANK_FENCE,        /* "cache->fence_lock": a stream's fences (event record and query) */
     SP_RANK_SHARE,        /* "share->lock" (share_guard.c): a pool's exports, their tables and

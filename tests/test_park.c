@@ -1,4 +1,4 @@
-/* A stream's park (src/segment.c): the large ranges it freed last come back to its next large
+/* A stream's park (src/heap.c): the large ranges it freed last come back to its next large
  * requests without the segment heap's shared mutex and without a CUDA call; and nothing parked is
  * lost to the pool: another stream's miss, trim, a stream's release and the stats all see the
  * parked ranges as the heap's own free ranges, to the byte. Emulator-only: counts CUDA calls.

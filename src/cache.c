@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "cache.h"
-#include "cuda_calls.h"
+#include "cuda.h"
 #include "pool.h"
 #include "runtime.h"
 #include "introspect.h"
@@ -15,7 +15,7 @@
 static atomic_uint_least64_t next_thread_id = 1;
 static _Thread_local uint64_t this_thread_id;
 
-sp_stream_key sp__stream_key(cudaStream_t stream)
+sp_stream_key sp__cache_key(cudaStream_t stream)
 {
     sp_stream_key key = {stream, 0};
     if (stream == cudaStreamPerThread) {
@@ -26,9 +26,9 @@ sp_stream_key sp__stream_key(cudaStream_t stream)
     return key;
 }
 
-bool sp__this_threads_stream(sp_stream_key key)
+bool sp__cache_key_is_this_threads(sp_stream_key key)
 {
-    return key.thread == 0 || key.thread == sp__stream_key(cudaStreamPerThread).thread;
+    return key.thread == 0 || key.thread == sp__cache_key(cudaStreamPerThread).thread;
 }
 
 static bool key_equal(sp_stream_key a, sp_stream_key b)
@@ -106,7 +106,7 @@ static sp_stream_cache *table_insert(sp_pool *pool, sp_stream_key key)
     c->key = key;
     c->pool = pool;
     if (key.thread)
-        sp__thread_watch();
+        sp__cache_thread_watch();
     size_t i = key_hash(pool->id, key) & (pool->bucket_count - 1);
     c->next_in_bucket = pool->buckets[i];
     pool->buckets[i] = c;
@@ -133,7 +133,7 @@ sp_stream_cache *sp__cache_get(sp_pool *pool, sp_stream_key key)
     /* a stream declared capturing before its cache existed (or before it was released and
      * seen again) */
     if (created && atomic_load_explicit(&pool->dev->captures, memory_order_acquire) != 0)
-        sp__capture_adopt(c);
+        sp__cache_capture_adopt(c);
     if (c)
         *m = (memo_entry){pool->id, gen, key, c};
     return c;
@@ -203,7 +203,7 @@ void sp__cache_table_free(sp_pool *pool)
 
 /* ---- per-stream figures (introspect.h): the hot path's slow cases ---- */
 
-void sp__note_foreign_free(sp_free_note n)
+void sp__cache_note_foreign_free(sp_free_note n)
 {
     sp_spin_lock(&n.owner->lock);
     n.owner->live_requested -= n.requested;
@@ -211,7 +211,7 @@ void sp__note_foreign_free(sp_free_note n)
     sp_spin_unlock(&n.owner->lock);
 }
 
-void sp__note_miss(sp_stream_cache *c, sp_block *b, size_t bytes)
+void sp__cache_note_miss(sp_stream_cache *c, sp_block *b, size_t bytes)
 {
     sp_stream_cache *from = b->freed_by; /* b is ours alone until it is marked live */
     bool steal = from != NULL && from != c;
@@ -231,19 +231,19 @@ void sp__note_miss(sp_stream_cache *c, sp_block *b, size_t bytes)
 
 /* ---- threads that exit ---- */
 
-/* runtime.c's key (sp__thread_exit_key_set): its destructor releases the exiting thread's
+/* runtime.c's key (sp__cache_thread_exit_key_set): its destructor releases the exiting thread's
  * cudaStreamPerThread caches in every runtime. */
 static pthread_key_t exit_key;
 static atomic_bool exit_key_set;
 static _Thread_local bool watched;
 
-void sp__thread_exit_key_set(pthread_key_t key)
+void sp__cache_thread_exit_key_set(pthread_key_t key)
 {
     exit_key = key;
     atomic_store_explicit(&exit_key_set, true, memory_order_release);
 }
 
-void sp__thread_watch(void)
+void sp__cache_thread_watch(void)
 {
     if (watched)
         return;
@@ -254,7 +254,7 @@ void sp__thread_watch(void)
 
 /* ---- the capture state of a stream (capture.c has the blocks kept aside) ---- */
 
-size_t sp__capture_find(const sp_runtime *rt, sp_stream_key key)
+size_t sp__cache_capture_find(const sp_runtime *rt, sp_stream_key key)
 {
     for (size_t i = 0; i < rt->capturing_len; i++)
         if (rt->capturing[i].stream == key.stream && rt->capturing[i].thread == key.thread)
@@ -262,20 +262,20 @@ size_t sp__capture_find(const sp_runtime *rt, sp_stream_key key)
     return SIZE_MAX;
 }
 
-void sp__capture_adopt(sp_stream_cache *c)
+void sp__cache_capture_adopt(sp_stream_cache *c)
 {
     sp_runtime *rt = c->pool->rt;
     sp_mutex_lock(&rt->lock);
-    if (sp__capture_find(rt, c->key) != SIZE_MAX) {
+    if (sp__cache_capture_find(rt, c->key) != SIZE_MAX) {
         atomic_store_explicit(&c->declared, true, memory_order_release);
         atomic_store_explicit(&c->capturing, true, memory_order_release);
     }
     sp_mutex_unlock(&rt->lock);
 }
 
-bool sp__may_touch_stream(sp_stream_cache *c)
+bool sp__cache_may_touch(sp_stream_cache *c)
 {
-    if (!sp__this_threads_stream(c->key) ||
+    if (!sp__cache_key_is_this_threads(c->key) ||
         atomic_load_explicit(&c->capturing, memory_order_acquire))
         return false;
     sp_device *dev = c->pool->dev;

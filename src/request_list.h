@@ -55,6 +55,6 @@ void sp__req_unforget(sp_req *r, sp_block *b);
 size_t sp__req_take(sp_req *r, void **ptrs, size_t cap, uint64_t *bytes);
 /* Frees the structures of a pool's open requests (`table`: its SP_REQ_BUCKETS buckets), at the
  * pool's destroy. */
-void sp__requests_free(sp_req **table);
+void sp__req_free_all(sp_req **table);
 
 #endif /* SP_REQUEST_H */

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "heap.h"
-#include "counters.h"
-#include "cuda_calls.h"
+#include "usage.h"
+#include "cuda.h"
 #include "pool.h"
 #include "ptrmap.h"
 #include "device.h"
@@ -88,7 +88,7 @@ static uint32_t next_bin(const sp_heap *h, uint32_t k)
 /* Settled by what is known: no tag, or its fence seen complete. Clears a settled tag. */
 static bool known_settled(sp_block *b)
 {
-    if (b->tag && sp__tag_settled(b->tag, b->epoch, false))
+    if (b->tag && sp__fence_tag_settled(b->tag, b->epoch, false))
         b->tag = NULL;
     return b->tag == NULL;
 }
@@ -109,7 +109,7 @@ static bool usable_now(sp_block *b, sp_stream_cache *me, sp_take_mode mode, sp_a
     *asked = false;
     if (b->tag == me || known_settled(b))
         return true;
-    if (mode == SP_TAKE_KNOWN || !sp__tag_settled_within(ab, b->tag, b->epoch))
+    if (mode == SP_TAKE_KNOWN || !sp__fence_tag_settled_within(ab, b->tag, b->epoch))
         return false;
     b->tag = NULL;
     *asked = true;
@@ -216,7 +216,7 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
                 }
             if (!best)
                 break;
-            waited = sp__tag_wait(best->tag, best->epoch, stream) == SP_OK;
+            waited = sp__fence_tag_wait(best->tag, best->epoch, stream) == SP_OK;
             if (!waited) {
                 any_tried = true;
                 tried = best->size;
@@ -235,13 +235,13 @@ static sp_block *take_fit(sp_heap *h, size_t size, size_t most, sp_stream_cache 
              * counters (test_trace_outcomes) */
             if (ab && (best_asked || (best->asked_in && best->asked_in == ab->coalesce) ||
                        (!waited && best->freed_by && best->freed_by != me))) {
-                sp__pool_count(&h->pool->fig, SP_COUNT_cross_stream_reuses, 1);
+                sp__usage_count(&h->pool->fig, SP_COUNT_cross_stream_reuses, 1);
                 if (ab)
                     ab->took = SP_TOOK_REUSE;
             }
             best->asked_in = 0;
             if (waited) {
-                sp__pool_count(&h->pool->fig, SP_COUNT_cross_stream_waits, 1);
+                sp__usage_count(&h->pool->fig, SP_COUNT_cross_stream_waits, 1);
                 if (ab)
                     ab->took = SP_TOOK_WAIT;
             }
@@ -304,7 +304,7 @@ void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budg
              * its own ranges merge with each other anyway. */
             if (apart && run >= size)
                 for (sp_block *x = b;; x = x->addr_next) {
-                    if (x->tag && x->tag != me && sp__tag_settled_within(ab, x->tag, x->epoch)) {
+                    if (x->tag && x->tag != me && sp__fence_tag_settled_within(ab, x->tag, x->epoch)) {
                         x->tag = NULL;
                         x->asked_in = ab->coalesce;
                     }
@@ -346,7 +346,7 @@ void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
     index_add(h, b);
 }
 
-sp_segment *sp__segment_new(void)
+sp_segment *sp__heap_segment_new(void)
 {
     sp_segment *s = calloc(1, sizeof *s);
     sp_block *b = calloc(1, sizeof *b);
@@ -359,7 +359,7 @@ sp_segment *sp__segment_new(void)
     return s;
 }
 
-void sp__segment_discard(sp_segment *s)
+void sp__heap_segment_discard(sp_segment *s)
 {
     free(s->first);
     free(s);
@@ -427,8 +427,8 @@ static bool wholly_free(sp_segment *s, bool ask, sp_stream_cache *me, bool own, 
         if (!b->tag || (own && b->tag == me))
             continue; /* an own range keeps its tag: the segment may yet stay */
         bool settled = ask && b->tag != me && ab
-                           ? sp__tag_settled_within(ab, b->tag, b->epoch)
-                           : sp__tag_settled(b->tag, b->epoch, ask || b->tag == me);
+                           ? sp__fence_tag_settled_within(ab, b->tag, b->epoch)
+                           : sp__fence_tag_settled(b->tag, b->epoch, ask || b->tag == me);
         if (!settled)
             return false;
         b->tag = NULL;
@@ -479,13 +479,13 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
     int rc = sp__cuda_free(s->ptr, on);
     if (rc == SP_OK) {
         if (tag) /* freed on tag's own stream: a trim must synchronize it first */
-            sp__cache_gave_back(tag, on);
-        sp__pool_count(&pool->fig, SP_COUNT_driver_frees, 1);
+            sp__fence_gave_back(tag, on);
+        sp__usage_count(&pool->fig, SP_COUNT_driver_frees, 1);
         sp__usage_add(&pool->fig, 0, 0, -(int64_t)size);
     } else {
         if (err && *err == SP_OK)
             *err = rc;
-        sp__pool_count(&pool->fig, SP_COUNT_give_back_failures, 1);
+        sp__usage_count(&pool->fig, SP_COUNT_give_back_failures, 1);
         uint64_t epoch = tag ? atomic_load_explicit(&tag->free_epoch, memory_order_acquire) : 0;
         sp_mutex_lock(&h->lock);
         if (sp__heap_add_segment(h, s, s->ptr, size, s->huge, tag, epoch) != SP_OK)
@@ -493,7 +493,7 @@ static uint64_t give_segment(sp_heap *h, sp_segment *s, cudaStream_t on, sp_stre
         sp_mutex_unlock(&h->lock);
         return 0;
     }
-    sp__segment_discard(s);
+    sp__heap_segment_discard(s);
     return size;
 }
 
@@ -514,7 +514,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
     sp_segment **cand = n ? calloc(n, sizeof *cand) : NULL;
     /* a miss frees on its own stream unless it may not touch it (rule 25: a capture elsewhere
      * depends on it); then on the service stream, after a synchronize */
-    bool own = me && sp__may_touch_stream(me);
+    bool own = me && sp__cache_may_touch(me);
     n = 0;
     if (cand)
         for (sp_segment *s = h->segments; s; s = s->next)
@@ -547,7 +547,7 @@ uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *
         released += give_segment(h, cand[i], on, own ? me : NULL, err);
     free(cand);
     if (sync && released && sp__cuda_stream_sync(on) != SP_OK)
-        sp__pool_count(&pool->fig, SP_COUNT_skipped_steps, 1);
+        sp__usage_count(&pool->fig, SP_COUNT_skipped_steps, 1);
     return released;
 }
 

@@ -16,8 +16,8 @@ int sp__config_check(const sp_pool_config *cfg, char *err, size_t errlen);
 /* Parses the runtime's alloc_conf and SP_ALLOC_CONF (either NULL: none; both copied) for
  * `device`, checking every entry whichever pool it names; SP_ERR_CONFIG with the message for
  * sp_config_error, SP_ERR_NO_HOST_MEMORY. Linear in the strings' length. */
-int sp__conf_new(const char *alloc_conf, const char *env, int device, sp_conf **out);
-void sp__conf_free(sp_conf *c);
+int sp__config_new(const char *alloc_conf, const char *env, int device, sp_conf **out);
+void sp__config_free(sp_conf *c);
 /* The configuration of a new pool `name`: the code's (`code`, NULL: defaults), then
  * dev->conf's alloc_conf, then its SP_ALLOC_CONF; checked, its limit clamped to the device's
  * memory (with a warning) and put in whole driver pages, the limit in force (the runtime's lock
@@ -35,10 +35,10 @@ int sp__config_for_pool(const sp_device *dev, const char *name, const sp_pool_co
 int sp__config_limit_in_force(const sp_device *dev, const char *name, uint64_t *limit);
 /* Sets the message sp_config_error() returns (printf-style) and returns `status`: for errors
  * other than SP_ERR_CONFIG that a caller needs words for (a struct's .size, a busy runtime). */
-int sp__errorf(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int sp__config_errorf(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* SP_ERR_INVALID for a versioned struct whose .size (`got`) is too small, with a message naming
  * the call, the type and the field. */
-int sp__bad_size(const char *call, const char *type, size_t got);
+int sp__config_bad_size(const char *call, const char *type, size_t got);
 /* Notes that the creation of a pool called `name` returned `status` (SP_OK: it exists), for
  * sp_runtime_check_config and the warnings: a failed one was no typo (the runtime's lock held). */
 void sp__config_pool_created(const sp_device *dev, const char *name, int status);

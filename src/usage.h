@@ -1,4 +1,4 @@
-/* The figures every layer may bump (counters.c): a pool's slow-path counters and the usage
+/* The figures every layer may bump (usage.c): a pool's slow-path counters and the usage
  * figures of a pool and its device. A leaf: its functions take the figures they change. */
 #ifndef SP_COUNTERS_H
 #define SP_COUNTERS_H
@@ -42,11 +42,11 @@ typedef struct {
                                               * change of `usage` is made there too */
 } sp_pool_figures;
 
-/* ---- counters.c: the figures every layer may bump ---- */
-void sp__pool_count(sp_pool_figures *f, int counter, uint64_t n);
+/* ---- usage.c: the figures every layer may bump ---- */
+void sp__usage_count(sp_pool_figures *f, int counter, uint64_t n);
 /* Adds a signed change to a current figure outside any lock (limit_used: claims and give-backs
  * race); returns the new value. */
-uint64_t sp__current_add(atomic_uint_least64_t *cur, int64_t delta);
+uint64_t sp__usage_current_add(atomic_uint_least64_t *cur, int64_t delta);
 /* sp__usage_add without limit_used: for a driver allocation that claimed its bytes there
  * before the driver was asked. */
 void sp__usage_commit(sp_pool_figures *f, int64_t requested, int64_t active, int64_t held);

@@ -2,16 +2,16 @@
  * and its device (requested, active and held bytes with their peaks). A leaf below the stream
  * caches, fences and tiers, so that none of them calls up into the pool ledger to count: it
  * knows only its own types (sp_pool_figures, sp_usage), which the pool embeds. */
-#include "counters.h"
+#include "usage.h"
 
-void sp__pool_count(sp_pool_figures *f, int counter, uint64_t n)
+void sp__usage_count(sp_pool_figures *f, int counter, uint64_t n)
 {
     atomic_fetch_add_explicit(&f->count[counter], n, memory_order_relaxed);
 }
 
 /* Adds a signed change to limit_used (claims and give-backs race outside any lock) and returns
  * the new value. */
-uint64_t sp__current_add(atomic_uint_least64_t *cur, int64_t delta)
+uint64_t sp__usage_current_add(atomic_uint_least64_t *cur, int64_t delta)
 {
     return atomic_fetch_add_explicit(cur, (uint64_t)delta, memory_order_relaxed) + (uint64_t)delta;
 }
@@ -96,10 +96,10 @@ void sp__usage_add(sp_pool_figures *f, int64_t requested, int64_t active, int64_
      * claim it and count its fresh bytes while held still showed these, and the figures (the
      * peak for good) would pass the limit the driver kept. */
     if (held > 0)
-        (void)sp__current_add(&f->limit_used, held);
+        (void)sp__usage_current_add(&f->limit_used, held);
     sp__usage_commit(f, requested, active, held);
     if (held < 0)
-        (void)sp__current_add(&f->limit_used, held);
+        (void)sp__usage_current_add(&f->limit_used, held);
 }
 
 void sp__usage_init(sp_usage *u)
