@@ -5,6 +5,11 @@
  * under the heap's mutex, also without a driver call when free memory fits. A miss
  * climbs one ladder, top to bottom: steal -> fresh -> give back -> reclaim -> callback -> fail. */
 #include "alloc.h"
+#include "park.h"
+#include "capture.h"
+#include "small.h"
+#include "give_back.h"
+#include "grow.h"
 #include "classes.h"
 #include "cuda.h"
 #include "ptrmap.h"
@@ -223,13 +228,13 @@ static inline int free_in(sp_pool *pool, void *ptr, cudaStream_t stream)
         sp__cache_flush_locked(pool, c);
     sp_spin_unlock(&c->lock);
     if (sp_unlikely(note.owner != NULL)) /* allocated on another stream */
-        sp__cache_note_foreign_free(note);
+        sp__introspect_note_foreign_free(note);
     if (f.evicted) /* back into its segment, tagged, merged with free neighbours */
         sp__park_put(pool, f.evicted);
     if (f.give_huge)
         sp__heap_give_back_huge(&pool->segments, b, c, stream);
     if (sp_unlikely(cache_limit != UINT64_MAX))
-        sp__pool_enforce_cache_limit(pool, cache_limit, f.capturing ? NULL : c, stream);
+        sp__give_back_to_cache_limit(pool, cache_limit, f.capturing ? NULL : c, stream);
     fence_after_free(c, &f);
     return SP_OK;
 }
@@ -241,7 +246,7 @@ static int free_bypass(sp_pool *pool, sp_block *b, cudaStream_t stream)
     /* a capture's own allocation: straight back to the driver (rule 24) */
     sp__usage_add(&pool->fig, -(int64_t)b->requested, -(int64_t)b->size, 0);
     sp__usage_count(&pool->fig, SP_COUNT_frees, 1);
-    sp__pool_bypass_free(pool, b, stream);
+    sp__grow_bypass_free(pool, b, stream);
     return SP_OK;
 }
 
@@ -470,7 +475,7 @@ static int free_wrapped(sp_pool *pool, void *ptr, cudaStream_t stream, unsigned 
 
 /* Records an allocation served off the hot path (a miss or a capture's bypass) in the pool's
  * usage and miss figures; a `fresh` block (a new slab's or segment's, or a bypass) is counted
- * live already, with the bytes the driver gave (sp__pool_grow). */
+ * live already, with the bytes the driver gave (sp__grow). */
 static void count_miss(sp_pool *pool, const sp_block *b, size_t bytes, bool fresh)
 {
     if (!fresh)
@@ -486,7 +491,7 @@ static int served_off_cache(sp_alloc_call *a, sp_stream_cache *c, sp_block *b, s
 {
     b->requested = a->bytes;
     count_miss(a->pool, b, a->bytes, how == SP_OUTCOME_FRESH);
-    sp__cache_note_miss(c, b, a->bytes);
+    sp__introspect_note_miss(c, b, a->bytes);
     atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
     a->block = b;
     a->outcome = how;
@@ -570,7 +575,7 @@ static int take(miss *m, sp_take_mode mode, sp_ask_budget *ab)
 static int fresh(miss *m)
 {
     sp_alloc_call *a = m->a;
-    int rc = sp__pool_grow(a->pool, m->h, m->size, a->bytes, m->c, a->stream, a->req, &m->b);
+    int rc = sp__grow(a->pool, m->h, m->size, a->bytes, m->c, a->stream, a->req, &m->b);
     if (rc == SP_OK)
         m->how = SP_OUTCOME_FRESH;
     m->hopeless = rc == SP_ERR_OUT_OF_MEMORY && larger_than_device(a->pool, m->size);
@@ -617,7 +622,7 @@ static int rung_limit(miss *m, int rc)
 {
     if (rc != SP_ERR_LIMIT || m->size > m->limit)
         return rc;
-    (void)sp__pool_give_back(m->a->pool, m->limit - m->size, false, NULL);
+    (void)sp__give_back(m->a->pool, m->limit - m->size, false, NULL);
     sp__usage_count(&m->a->pool->fig, SP_COUNT_limit_retries, 1);
     return fresh(m);
 }
@@ -655,7 +660,7 @@ static int rung_give_back(miss *m, int rc)
      * have no page left for it */
     bool limited = rc == SP_ERR_LIMIT && m->size <= m->limit;
     if ((rc == SP_ERR_OUT_OF_MEMORY && !m->hopeless) || limited) {
-        (void)sp__pool_give_back(m->a->pool, limited && m->limit ? m->limit - m->size : 0, true,
+        (void)sp__give_back(m->a->pool, limited && m->limit ? m->limit - m->size : 0, true,
                                  NULL);
         sp__usage_count(&m->a->pool->fig,
                        limited ? SP_COUNT_limit_retries : SP_COUNT_oom_retries, 1);
@@ -678,7 +683,7 @@ static int rung_callback(miss *m, int rc)
     if (rc == SP_ERR_OUT_OF_MEMORY && !m->hopeless &&
         sp__reclaim_oom_callback(pool, m->a->bytes, m->a->stream)) {
         /* what the callback freed, into any pool's cache, reaches the device */
-        (void)sp__pool_give_back(pool, 0, true, NULL);
+        (void)sp__give_back(pool, 0, true, NULL);
         (void)sp__reclaim_others(pool, m->size);
         sp__usage_count(&pool->fig, SP_COUNT_oom_retries, 1);
         return retry_settled(m);
@@ -686,7 +691,7 @@ static int rung_callback(miss *m, int rc)
     if (rc == SP_ERR_LIMIT && sp__reclaim_oom_callback(pool, m->a->bytes, m->a->stream)) {
         /* a limit rejection: only what the callback freed in this pool can help; no other
          * pool is touched */
-        (void)sp__pool_give_back(pool, m->limit - m->size, true, NULL);
+        (void)sp__give_back(pool, m->limit - m->size, true, NULL);
         sp__usage_count(&pool->fig, SP_COUNT_limit_retries, 1);
         return retry_settled(m);
     }
@@ -752,7 +757,7 @@ static int alloc_bypass(sp_alloc_call *a)
     sp_pool *pool = a->pool;
     size_t bytes = a->bytes;
     sp_block *b = NULL;
-    int rc = sp__pool_bypass_alloc(pool, bytes, a->stream, a->req, &b);
+    int rc = sp__grow_bypass(pool, bytes, a->stream, a->req, &b);
     if (rc == SP_ERR_LIMIT && sp__round_up(bytes, SP_BYPASS_ALIGN) > pool->limit_bytes)
         rc = SP_ERR_NEVER_FITS; /* larger than the limit itself */
     if (rc == SP_ERR_LIMIT || rc == SP_ERR_NEVER_FITS)

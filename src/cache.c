@@ -203,32 +203,6 @@ void sp__cache_table_free(sp_pool *pool)
 
 /* ---- per-stream figures (introspect.h): the hot path's slow cases ---- */
 
-void sp__cache_note_foreign_free(sp_free_note n)
-{
-    sp_spin_lock(&n.owner->lock);
-    n.owner->live_requested -= n.requested;
-    n.owner->live_active -= n.size;
-    sp_spin_unlock(&n.owner->lock);
-}
-
-void sp__cache_note_miss(sp_stream_cache *c, sp_block *b, size_t bytes)
-{
-    sp_stream_cache *from = b->freed_by; /* b is ours alone until it is marked live */
-    bool steal = from != NULL && from != c;
-    sp_spin_lock(&c->lock);
-    sp__note_alloc_locked(c, b);
-    c->live_requested += bytes;
-    c->live_active += b->size;
-    sp__note_peaks_locked(c);
-    c->steals_taken += steal;
-    sp_spin_unlock(&c->lock);
-    if (steal) {
-        sp_spin_lock(&from->lock);
-        from->steals_given++;
-        sp_spin_unlock(&from->lock);
-    }
-}
-
 /* ---- threads that exit ---- */
 
 /* runtime.c's key (sp__cache_thread_exit_key_set): its destructor releases the exiting thread's
@@ -290,4 +264,27 @@ bool sp__cache_may_touch(sp_stream_cache *c)
         return sp__cuda_stream_is_capturing(c->key.stream, &capturing) == SP_OK && !capturing;
     }
     return true;
+}
+/* ---- a cache's byte deltas in the pool's figures, and the pool's live bytes ---- */
+
+void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c)
+{
+    sp_spin_assert_owner(&c->lock);
+    sp__note_flush_locked(c); /* the stream's own figures move with the shared ones */
+    if (c->requested_delta || c->active_delta) {
+        sp__usage_add(&pool->fig, c->requested_delta, c->active_delta, 0);
+        c->requested_delta = c->active_delta = 0;
+    }
+}
+
+uint64_t sp__cache_active_bytes(sp_pool *pool)
+{
+    sp_mutex_lock(&pool->lock); /* released caches were flushed at their release */
+    for (sp_stream_cache *c = pool->caches; c; c = c->next_in_pool) {
+        sp_spin_lock(&c->lock);
+        sp__cache_flush_locked(pool, c);
+        sp_spin_unlock(&c->lock);
+    }
+    sp_mutex_unlock(&pool->lock);
+    return sp__usage_current(&pool->fig.usage.active.current);
 }

@@ -116,4 +116,9 @@ void sp__cache_capture_adopt(sp_stream_cache *c);
  * capture is declared. (Whether it was released is the caller's question.) */
 bool sp__cache_may_touch(sp_stream_cache *c);
 
+/* Adds a cache's unflushed byte deltas to the pool and device figures (c->lock held). */
+void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c);
+/* The pool's live bytes, every cache flushed first: 0 iff it has no live allocation. */
+uint64_t sp__cache_active_bytes(sp_pool *pool);
+
 #endif /* SP_CACHE_H */

@@ -4,6 +4,7 @@
  * them) and below the pool ledger, the allocator and the runtime's capture calls, which use it.
  * The capture state a stream cache is created with is cache.c's (sp__cache_capture_adopt). */
 #include "heap.h"
+#include "capture.h"
 #include "cuda.h"
 #include "pool.h"
 #include "device.h"

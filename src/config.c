@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "config.h"
+#include "names.h"
 #include "conf_keys.h"
 #include "classes.h"
 #include "cuda.h"

@@ -1,7 +1,7 @@
 /* Footprints a server can compute (issue 27, item 5): what a list of allocation sizes may take
  * from a pool's limit, for sp_request_begin_with's expected_bytes. An admitted request's
  * allocations draw on its claim whenever they need memory from the driver (pool.c,
- * held_claim), and one allocation draws at most what a fresh one takes: a whole slab for a
+ * sp__limit_claim), and one allocation draws at most what a fresh one takes: a whole slab for a
  * small request, its size in whole driver pages above (classes.h). Memory a request finds in
  * the caches draws nothing, and what is left of a fresh slab or segment may serve another
  * stream before this request's next allocation, so the sum of those per-allocation figures, not
@@ -9,7 +9,7 @@
  * leaf above classes.h: the pool is read through the public API. */
 #include "classes.h"
 
-/* What one allocation of `bytes` takes from the driver when it is fresh (sp__pool_grow's
+/* What one allocation of `bytes` takes from the driver when it is fresh (sp__grow's
  * grow_size away from the limit): the upper bound of its draw on a request's claim. */
 static uint64_t fresh_bytes(size_t bytes)
 {

@@ -64,7 +64,7 @@ void sp__heap_keep_unmapped(sp_heap *h, sp_segment *s, void *ptr, size_t size, b
 /* Merges free neighbours whose tags now allow it: a range freed next to another stream's
  * pending one stays apart until both settle. Asks the driver (within the budget) only about the
  * tags of a run of free neighbours that, merged, would hold `size` bytes. Caller holds the
- * lock. */
+ * takes the lock. */
 void sp__heap_coalesce(sp_heap *h, size_t size, sp_stream_cache *me, sp_ask_budget *ab);
 /* Returns a block to its segment as a free range tagged (tag, epoch), merging it with free
  * neighbours whose tags allow. Caller holds the lock. */
@@ -80,58 +80,18 @@ void sp__heap_put(sp_heap *h, sp_block *b, sp_stream_cache *tag, uint64_t epoch)
  * pool's. */
 uint64_t sp__heap_release(sp_heap *h, uint64_t want, bool ask, sp_stream_cache *me,
                           cudaStream_t stream, sp_ask_budget *ab, int *err);
-/* The park (c->lock held): a parked range for a large request of `size` (rounded) bytes that
- * best fit could not beat, never split (medium: the exact size; huge: a segment of the size a
- * fresh one would have), or NULL. */
-sp_block *sp__park_take_locked(sp_stream_cache *c, size_t size);
-/* Parks b, freed on c's stream at b->epoch (c->lock held); returns the oldest parked range if
- * the park was full, for the caller to sp__park_put once the spin lock is dropped. */
-sp_block *sp__park_push_locked(sp_stream_cache *c, sp_block *b);
-/* Empties c's park (c->lock held) onto `list` (linked by ->next); returns the list. */
-sp_block *sp__park_take_all_locked(sp_stream_cache *c, sp_block *list);
-/* Puts parked ranges (a list from sp__park_take_all_locked or one evicted range) into the
- * segment heap with their own tags; takes the heap's lock (caller holds none, or pool->lock). */
-void sp__park_put(sp_pool *pool, sp_block *list);
-/* The same with the segment heap's lock held. */
-void sp__park_put_locked(sp_heap *h, sp_block *list);
-/* Flushes c's park into the heap (pool->lock may be held). */
-void sp__park_flush(sp_pool *pool, sp_stream_cache *c);
-/* Flushes every live stream's park into the heap; takes pool->lock (caller holds no pool or
- * heap lock). */
-void sp__park_flush_all(sp_pool *pool);
 /* Puts huge block b, just freed on c's stream, back into its segment and gives the segment
  * (now wholly free) to the driver with cudaFreeAsync on `stream`, in that stream's order (rule
  * 3), with no synchronize. A segment the driver refuses stays, tagged with c. Takes the heap's
  * lock; the driver call is made outside it. */
 void sp__heap_give_back_huge(sp_heap *h, sp_block *b, sp_stream_cache *c, cudaStream_t stream);
-/* Fragmentation figures for stats (parks flushed first, so that they are exact); takes the
- * lock. */
+/* Fragmentation figures for stats (the caller flushes the parks first, so that they are exact);
+ * takes the lock. */
 void sp__heap_stats(sp_heap *h, sp_stats *st);
 /* Frees host structures; every segment must have been released. */
 void sp__heap_destroy(sp_heap *h);
 
-/* ---- small blocks (small.c): the bins of a stream cache (newest at the head) ---- */
-void sp__small_bin_push(sp_bin *bin, sp_block *b);
-sp_block *sp__small_bin_pop_newest(sp_bin *bin);
-void sp__small_bin_remove(sp_bin *bin, sp_block *b);
-/* A block of class cls (or up to SP_FIT_CLASSES larger) that another stream cached. */
-sp_block *sp__small_steal(sp_pool *pool, sp_stream_cache *me, uint32_t cls, cudaStream_t stream,
-                          sp_take_mode mode, sp_ask_budget *ab);
-/* Empties a cache's bins into a list (c->lock held), and returns such a list to the slabs,
- * each block tagged with its free on c's stream. */
-sp_block *sp__small_take_all(sp_stream_cache *c);
-void sp__small_to_slabs(sp_pool *pool, sp_stream_cache *c, sp_block *list);
-/* Every small block cached in the pool's live stream bins back to its slab, tagged. */
-void sp__small_flush_bins(sp_pool *pool);
 
-/* ---- graph capture (capture.c) ---- */
 
-/* Is the stream of cache c being captured into a graph (declared: c's flag, no lock; ALWAYS:
- * asked of CUDA)? In ALWAYS mode, a stream found no longer capturing gets its kept-aside blocks
- * back. */
-int sp__capture_check(sp_stream_cache *c, bool *capturing);
-/* Returns the blocks kept aside during a capture to their slabs and segments, tagged with a
- * free on c's stream now. */
-void sp__capture_release_aside(sp_stream_cache *c);
 
 #endif /* SP_HEAP_H */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "labels.h"
+#include "park.h"
 #include "pool.h"
 #include "ptrmap.h"
 #include "runtime.h"
@@ -115,7 +116,7 @@ void sp__introspect_streams_table(sp_pool *pool, char *buf, size_t len, size_t *
 
 static void pool_reset(sp_pool *pool)
 {
-    (void)sp__pool_active_bytes(pool); /* flushes every cache: the current figures are exact */
+    (void)sp__cache_active_bytes(pool); /* flushes every cache: the current figures are exact */
     sp__usage_reset_peaks(&pool->fig.usage);
     sp_mutex_lock(&pool->lock);
     for (sp_stream_cache *lists[2] = {pool->caches, pool->retired}, **l = lists; l < lists + 2; l++)
@@ -255,4 +256,29 @@ int sp_pool_dump_live(sp_pool *pool, sp_live_callback cb, void *user)
     free(named);
     free(l.rows), free(l.owners), free(l.seqs);
     return count;
+}
+void sp__introspect_note_foreign_free(sp_free_note n)
+{
+    sp_spin_lock(&n.owner->lock);
+    n.owner->live_requested -= n.requested;
+    n.owner->live_active -= n.size;
+    sp_spin_unlock(&n.owner->lock);
+}
+
+void sp__introspect_note_miss(sp_stream_cache *c, sp_block *b, size_t bytes)
+{
+    sp_stream_cache *from = b->freed_by; /* b is ours alone until it is marked live */
+    bool steal = from != NULL && from != c;
+    sp_spin_lock(&c->lock);
+    sp__note_alloc_locked(c, b);
+    c->live_requested += bytes;
+    c->live_active += b->size;
+    sp__note_peaks_locked(c);
+    c->steals_taken += steal;
+    sp_spin_unlock(&c->lock);
+    if (steal) {
+        sp_spin_lock(&from->lock);
+        from->steals_given++;
+        sp_spin_unlock(&from->lock);
+    }
 }

@@ -57,7 +57,7 @@ typedef struct {
 
 /* A free of live block b on c's stream (c->lock held), whose bytes the caller takes off c's
  * deltas. When another stream allocated it, c gets them back and the caller passes the note
- * to sp__cache_note_foreign_free once c->lock is released (spin locks never nest). */
+ * to sp__introspect_note_foreign_free once c->lock is released (spin locks never nest). */
 static inline sp_free_note sp__note_free_locked(sp_stream_cache *c, sp_block *b)
 {
     sp_spin_assert_owner(&c->lock);
@@ -72,11 +72,11 @@ static inline sp_free_note sp__note_free_locked(sp_stream_cache *c, sp_block *b)
 }
 
 /* cache.c: below the tiers and the miss ladder, which call them */
-void sp__cache_note_foreign_free(sp_free_note n);
+void sp__introspect_note_foreign_free(sp_free_note n);
 /* An allocation served by the miss ladder (its bytes went to the pool's figures directly):
  * counted for the stream, and as a steal when b was last freed on another stream. Takes
  * c->lock (and then the other cache's) itself. */
-void sp__cache_note_miss(sp_stream_cache *c, sp_block *b, size_t bytes);
+void sp__introspect_note_miss(sp_stream_cache *c, sp_block *b, size_t bytes);
 
 /* introspect.c */
 /* The pool's table of streams for sp_pool_summary (takes pool->lock). */

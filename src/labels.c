@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "labels.h"
+#include "names.h"
 #include "status.h"
 #include "format.h"
 

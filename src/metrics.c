@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pool.h"
+#include "names.h"
 #include "runtime.h"
 #include "status.h"
 #include "format.h"

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "format.h"
+#include "names.h"
 
 /* Decodes one UTF-8 sequence at s (NUL-terminated). Returns its length and the code point in
  * *cp, or 0 if the bytes are not well-formed UTF-8 (overlong, surrogate, past U+10FFFF, cut). */

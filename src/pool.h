@@ -14,6 +14,11 @@
 
 /* ---- pools (pool.c) ---- */
 
+/* How often the cleanup of a failed creation asks the driver again: it has no handle to return
+ * a refusal with, and what it cannot give back (a reservation, a cudaMemPool keeping its release
+ * threshold) would stay reserved for the life of the process. */
+#define SP_CLEANUP_TRIES 4
+
 struct sp_retired_cuda_pool {
     cudaMemPool_t pool;
     struct sp_retired_cuda_pool *next;
@@ -91,46 +96,6 @@ int sp__pool_free(sp_pool *pool);
 /* sp_stream_release for one pool: detaches key's cache, if any, and returns its blocks to their
  * slabs and segments behind its final fence. */
 int sp__pool_release_stream(sp_pool *pool, sp_stream_key key);
-/* Gives cached memory back to the driver until the pool holds at most `keep` bytes (largest
- * segments first); with `sync`, orders and synchronizes those frees and trims the cudaMemPool
- * (never below the reservation). Returns the bytes the pool stopped holding or, with `sync`,
- * what its cudaMemPool released if more (pages of segments given back earlier); *err (if not
- * NULL) gets the first CUDA error. */
-uint64_t sp__pool_give_back(sp_pool *pool, uint64_t keep, bool sync, int *err);
-/* A fresh slab or segment of heap h for a request of `size` bytes (rounded), allocated on
- * `stream` whose cache is `me`, and the range carved from it into *out. SP_ERR_LIMIT without
- * asking the driver if it would pass the pool's limit. The block is counted live (`requested`
- * bytes asked) in the same step as the fresh bytes are counted held: no read sees the new
- * memory all cached. An allocation for admitted request `req` (NULL: none) draws on its claim
- * first. */
-int sp__pool_grow(sp_pool *pool, sp_heap *h, size_t size, size_t requested, sp_stream_cache *me,
-                  cudaStream_t stream, struct sp_req *req, sp_block **out);
-/* A graph-capture bypass: the request's own driver allocation, never cached (rule 24), counted
- * live and held in one step, like sp__pool_grow's block. */
-int sp__pool_bypass_alloc(sp_pool *pool, size_t bytes, cudaStream_t stream, struct sp_req *req,
-                          sp_block **out);
-/* Gives a bypass block straight back to the driver on `stream`. */
-void sp__pool_bypass_free(sp_pool *pool, sp_block *b, cudaStream_t stream);
-/* Adds a cache's unflushed byte deltas to the pool and device figures (c->lock held). */
-void sp__cache_flush_locked(sp_pool *pool, sp_stream_cache *c);
-/* The pool's live bytes, every cache flushed first: 0 iff it has no live allocation. */
-uint64_t sp__pool_active_bytes(sp_pool *pool);
-/* Over its cache limit, the pool gives cached memory back: settled memory, and with `me` (the
- * cache of a free's `stream`, not capturing) what that stream freed, on it, however much work
- * it still has queued (rule 3). me NULL: settled memory only, on the service stream. */
-void sp__pool_enforce_cache_limit(sp_pool *pool, uint64_t cache_limit, sp_stream_cache *me,
-                                  cudaStream_t stream);
-/* Admission (sp_request_begin_with): claims under the limit what a fresh allocation of
- * `expected` bytes takes from the driver (a slab for a small request, whole driver pages for a
- * large one; at most the limit), before any CUDA call. SP_OK with the bytes in *claim;
- * SP_ERR_NEVER_FITS if the request is larger than the limit itself, SP_ERR_LIMIT if the limit
- * has no room for it now. Counted either way. */
-int sp__pool_admit(sp_pool *pool, uint64_t expected, uint64_t *claim);
-/* Gives back what is left of an admitted request's claim, at its end. */
-void sp__pool_admit_release(sp_pool *pool, uint64_t claim);
-/* The reserved and used bytes of the pool's cudaMemPools: its current one and those a raised
- * limit replaced. */
-int sp__pool_cuda_usage(sp_pool *pool, uint64_t *reserved, uint64_t *used);
 /* Whether `tag` (a request id's high bits, SP_REQ_SEQ_BITS) is that of a pool ever made in the
  * process: an id with another pool's tag is SP_ERR_WRONG_POOL, one with no pool's is
  * SP_ERR_NO_REQUEST. */
@@ -138,5 +103,15 @@ bool sp__pool_tag_given(uint64_t tag);
 /* Whether reports (stats, summaries, metrics, the OOM report) show the pool: every pool but a
  * default pool that has not been used. */
 bool sp__pool_reported(sp_pool *pool);
+
+/* The limit in force: cfg->limit rounded down to whole driver pages (0: none). */
+uint64_t sp__pool_limit_in_pages(const sp_pool_config *cfg);
+/* The release threshold the pool's cudaMemPool gets for `cfg`: never below the reservation. */
+uint64_t sp__pool_threshold(const sp_pool_config *cfg);
+/* SP_OK if the pool `name` may have cfg's limit and reservation, else the error, reported. */
+int sp__pool_check_limit(const char *name, const sp_pool_config *cfg);
+/* Moves the pool to a new cudaMemPool capped at `cap` (0: none) with cfg's reservation taken
+ * there first; the old one is retired (pool->lock held). */
+int sp__pool_move_cuda_pool(sp_pool *pool, uint64_t cap, const sp_pool_config *cfg);
 
 #endif /* SP_POOL_H */

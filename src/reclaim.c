@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "reclaim.h"
+#include "names.h"
+#include "give_back.h"
 #include "cuda.h"
 #include "labels.h"
 #include "pool.h"
@@ -56,7 +58,7 @@ bool sp__reclaim_others(sp_pool *pool, size_t bytes)
             if ((room = device_has_room(rt, bytes)))
                 break;
             sp_pool *victim = order[i];
-            uint64_t released = sp__pool_give_back(victim, victim->cfg.reserve, true, NULL);
+            uint64_t released = sp__give_back(victim, victim->cfg.reserve, true, NULL);
             if (released == 0)
                 continue; /* nothing reached the device */
             sp__usage_count(&victim->fig, SP_COUNT_reclaims, 1);
@@ -99,13 +101,13 @@ static void describe_pool(sp_pool *p, sp_oom_pool *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", p->name);
-    uint64_t active = sp__pool_active_bytes(p); /* flushes the stream caches */
+    uint64_t active = sp__cache_active_bytes(p); /* flushes the stream caches */
     uint64_t held = sp__usage_current(&p->fig.usage.held.current);
     out->requested = sp__usage_current(&p->fig.usage.requested.current);
     out->active = active;
     out->cached = held > active ? held - active : 0;
     uint64_t used;
-    (void)sp__pool_cuda_usage(p, &out->reserved, &used);
+    (void)sp__give_back_cuda_usage(p, &out->reserved, &used);
     out->limit = p->limit_bytes; /* in force, in pages; cfg changes under p->lock (sp_pool_set_limit) */
     out->reservation = p->cfg.reserve;
     out->priority = p->cfg.priority;

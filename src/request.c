@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "pool.h"
+#include "capture.h"
+#include "names.h"
+#include "limit.h"
 #include "config.h"
 #include "cache.h"
 #include "fence.h"
@@ -65,7 +68,7 @@ static void put(sp_pool *pool, sp_req *r)
 {
     if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
         return;
-    sp__pool_admit_release(pool, atomic_exchange_explicit(&r->claim, 0, memory_order_relaxed));
+    sp__limit_admit_release(pool, atomic_exchange_explicit(&r->claim, 0, memory_order_relaxed));
     free(r);
 }
 
@@ -77,7 +80,7 @@ static int open_request(sp_pool *pool, cudaStream_t stream, const char *label, u
     size_t len = label ? strnlen(label, SP_POOL_NAME_MAX + 1) : 0;
     sp_req *r = calloc(1, sizeof *r);
     if (!r) {
-        sp__pool_admit_release(pool, claim);
+        sp__limit_admit_release(pool, claim);
         return SP_ERR_NO_HOST_MEMORY;
     }
     sp_spin_init(&r->lock, SP_RANK_SPIN, "request->lock");
@@ -92,7 +95,7 @@ static int open_request(sp_pool *pool, cudaStream_t stream, const char *label, u
     sp_mutex_lock(&pool->lock);
     if (pool->request_seq + 1 >= 1ull << SP_REQ_SEQ_BITS) {
         sp_mutex_unlock(&pool->lock);
-        sp__pool_admit_release(pool, claim);
+        sp__limit_admit_release(pool, claim);
         free(r);
         return SP_ERR_NO_REQUEST; /* 2^40 requests in one pool: no id is left to give */
     }
@@ -135,7 +138,7 @@ int sp_request_begin_with(sp_pool *pool, cudaStream_t stream, const sp_request_c
     if (cfg->expected_bytes) {
         if (cfg->expected_bytes > SP_MAX_ALLOC)
             return SP_ERR_TOO_LARGE;
-        int rc = sp__pool_admit(pool, cfg->expected_bytes, &claim);
+        int rc = sp__limit_admit(pool, cfg->expected_bytes, &claim);
         if (rc != SP_OK)
             return rc;
     }
@@ -210,7 +213,7 @@ int sp_request_end(sp_pool *pool, sp_request req, unsigned flags, sp_request_sta
             r->st.fences_recorded = 1; /* the pool counted it where it was recorded */
     }
     /* what the request's allocations did not draw of its claim is the pool's headroom again */
-    sp__pool_admit_release(pool, atomic_exchange_explicit(&r->claim, 0, memory_order_relaxed));
+    sp__limit_admit_release(pool, atomic_exchange_explicit(&r->claim, 0, memory_order_relaxed));
     sp__trace_request(pool, r->id, r->stream, r->st.requested_peak);
     if (out)
         sp__struct_write(out, &r->st, sizeof r->st);

@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "runtime.h"
+#include "capture.h"
+#include "names.h"
+#include "give_back.h"
 #include "config.h"
 #include "cuda.h"
 #include "labels.h"
@@ -137,7 +140,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
 
 static bool pool_has_live(sp_pool *pool)
 {
-    return sp__pool_active_bytes(pool) != 0;
+    return sp__cache_active_bytes(pool) != 0;
 }
 
 /* SP_ERR_BUSY with a message naming the pool, its live allocations and bytes (rt->lock may be
@@ -174,7 +177,7 @@ static int free_pools(sp_runtime *rt)
     }
     if (err != SP_OK) {
         /* what can go back does: a trim, never below the reservation */
-        (void)sp__pool_give_back(rt->default_pool, 0, true, NULL);
+        (void)sp__give_back(rt->default_pool, 0, true, NULL);
         return err;
     }
     err = sp__pool_free(rt->default_pool);

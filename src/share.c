@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "share_guard.h"
+#include "names.h"
 #include "cuda.h"
 #include "format.h"
 #include "heap.h"

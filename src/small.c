@@ -2,6 +2,7 @@
  * taking another stream's blocks behind a fence, and returning blocks to the slabs they were
  * carved from. */
 #include "heap.h"
+#include "small.h"
 #include "usage.h"
 #include "pool.h"
 

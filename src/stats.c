@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "pool.h"
+#include "park.h"
+#include "cache.h"
 #include "cuda.h"
 #include "runtime.h"
 #include "status.h"
@@ -71,6 +73,7 @@ static int add_pool(sp_pool *pool, sp_stats *st)
 #undef SP_ADD_COUNTER
     st->allocs += load(&pool->miss_allocs);
     sp__heap_stats(&pool->slabs, st);
+    sp__park_flush_all(pool); /* inactive_split and largest_free count parked ranges as free */
     sp__heap_stats(&pool->segments, st);
     uint64_t reserved = 0, used = 0;
     int rc = sp__cuda_pool_usage(pool->cuda_pool, &reserved, &used);

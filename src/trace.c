@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "trace.h"
+#include "names.h"
 #include "classes.h"
 #include "config.h"
 #include "usage.h"

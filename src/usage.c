@@ -82,7 +82,7 @@ static void usage_apply(sp_usage *u, int64_t requested, int64_t active, int64_t 
 }
 
 /* A change of the pool's and the device's figures, without limit_used: a driver allocation
- * claimed its bytes there before the driver was asked (held_claim). */
+ * claimed its bytes there before the driver was asked (sp__limit_claim). */
 void sp__usage_commit(sp_pool_figures *f, int64_t requested, int64_t active, int64_t held)
 {
     usage_apply(&f->usage, requested, active, held);

@@ -36,7 +36,7 @@ typedef struct {
     atomic_uint_least64_t count[SP_COUNT_N]; /* slow-path counters (hot ones live in caches) */
     sp_usage usage;
     /* held bytes plus the claims of driver allocations in flight: what the limit is judged by
-     * (held_claim). usage.held counts a claim only once the driver granted it */
+     * (sp__limit_claim). usage.held counts a claim only once the driver granted it */
     atomic_uint_least64_t limit_used;
     sp_usage *device;                        /* its device's figures (sp_device.usage): every
                                               * change of `usage` is made there too */
