@@ -543,10 +543,121 @@ static void write_counter(FILE *json, int pid, const char *pool, uint64_t t_ns,
             (unsigned long long)reserved);
 }
 
-static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tids,
-                       const sp_runtime *rt, size_t dropped)
+/* A CSV field in quotes, its quotes doubled: pool and stream names may hold commas and quotes. */
+static void csv_quoted(FILE *csv, const char *s)
 {
-    int device = rt->dev.device;
+    fputc('"', csv);
+    for (const char *c = s; *c; c++)
+        fputs(*c == '"' ? "\"\"" : (char[2]){*c, 0}, csv);
+    fputc('"', csv);
+}
+
+/* The CSV's header and the JSON's preamble: metadata, the process and thread names, and each
+ * pool's baseline (what it held as the trace started, at time 0). */
+static void write_heads(struct sp_trace *t, FILE *csv, FILE *json, int device, const long *tids,
+                        size_t dropped, uint64_t *reserved)
+{
+    int pid = device + 1;
+    fputs("Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome,StreamName\n", csv);
+    fprintf(json, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"streampool %s\","
+                  "\"device\":%d,\"dropped_events\":%zu,\"time_base\":\"ts: microseconds "
+                  "since the trace started, the CSV's Time in seconds since the same start\"},"
+                  "\"traceEvents\":[\n",
+            sp_version_string(), device, dropped);
+    fprintf(json, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                  "\"args\":{\"name\":\"streampool device %d\"}}",
+            pid, device);
+    for (uint32_t i = 0; i < t->nthreads; i++)
+        fprintf(json, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,"
+                      "\"args\":{\"name\":\"thread %ld\"}}",
+                pid, tids[i], tids[i]);
+    for (uint32_t i = 0; i < t->nbase; i++) {
+        reserved[i] = t->base_reserved[i];
+        if (t->base_held[i] || t->base_reserved[i])
+            write_counter(json, pid, t->pools[i].name, 0, 0, t->base_held[i],
+                          t->base_reserved[i]);
+    }
+}
+
+/* One allocation or free that succeeded, as a CSV row (PyTorch's memory-trace columns). */
+static void write_csv_row(FILE *csv, const trace_event *e, long tid, const char *pool,
+                          const char *label)
+{
+    fprintf(csv, "%ld,%llu.%06llu,%s,0x%llx,%llu,0x%llx,", tid,
+            (unsigned long long)(e->t_ns / 1000000000u),
+            (unsigned long long)(e->t_ns / 1000 % 1000000),
+            e->kind == EV_ALLOC ? "allocate" : "free", (unsigned long long)e->ptr,
+            (unsigned long long)e->size, (unsigned long long)e->stream);
+    csv_quoted(csv, pool);
+    fprintf(csv, ",%zu,%s,", sp_size_class(e->size),
+            e->kind == EV_ALLOC ? outcome_name[e->outcome] : "free");
+    if (label[0]) /* empty for a stream without a label */
+        csv_quoted(csv, label);
+    fputc('\n', csv);
+}
+
+/* One call as an instant event on its thread's track. */
+static void write_json_event(FILE *json, const trace_event *e, int pid, long tid,
+                             const char *pool, const char *label)
+{
+    fprintf(json, ",\n{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"%s\",\"pid\":%d,\"tid\":%ld,",
+            e->kind == EV_ALLOC && e->status != SP_OK ? "alloc failed"
+            : e->kind == EV_FREE && e->status != SP_OK ? "bad free"
+                                                     : instant_name[e->kind],
+            e->kind <= EV_FREE ? "t" : "p", pid, tid);
+    json_ts(json, e->t_ns);
+    fputs(",\"args\":{\"pool\":", json);
+    json_name(json, pool);
+    fprintf(json, ",\"ptr\":\"0x%llx\",\"size\":%llu,\"stream\":\"0x%llx\",\"outcome\":\"%s\","
+                  "\"status\":\"%s\"",
+            (unsigned long long)e->ptr, (unsigned long long)e->size,
+            (unsigned long long)e->stream,
+            e->kind == EV_FREE ? "free" : outcome_name[e->outcome], sp_status_name(e->status));
+    if (e->kind == EV_REQUEST) /* the request's id, also in "ptr"; "size": its peak */
+        fprintf(json, ",\"request\":%llu", (unsigned long long)e->ptr);
+    if (label[0]) {
+        fputs(",\"stream_name\":", json);
+        json_name(json, label);
+    }
+    fputs("}}", json);
+}
+
+/* Follows e in the pool's figures: requested bytes by the live allocations made during the
+ * trace (a free's size from its allocation, found in `map`), reserved bytes as sampled. Returns
+ * whether the pool's counters moved; false for a free of an allocation the trace did not see
+ * (made before it started, or its event dropped), which is then not written at all (*skip). */
+static bool follow(trace_event *e, size_map *map, uint64_t *requested, uint64_t *reserved,
+                   bool *skip)
+{
+    bool counters = false;
+    *skip = false;
+    if (e->kind == EV_ALLOC && e->status == SP_OK) {
+        size_t s = map_slot(map, e->ptr);
+        map->keys[s] = e->ptr;
+        map->sizes[s] = e->size;
+        requested[e->pool] += e->size;
+        counters = true;
+    } else if (e->kind == EV_FREE && e->status == SP_OK) {
+        size_t s = map_slot(map, e->ptr);
+        if (!map->keys[s]) {
+            *skip = true;
+            return false;
+        }
+        e->size = map->sizes[s];
+        map_remove(map, s);
+        requested[e->pool] -= e->size;
+        counters = true;
+    }
+    if (e->reserved != NO_SAMPLE) {
+        reserved[e->pool] = e->reserved;
+        counters = true;
+    }
+    return counters;
+}
+
+static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tids, int device,
+                       size_t dropped)
+{
     int pid = device + 1; /* trace viewers treat pid 0 as the kernel's */
     size_t plen = strlen(t->path);
     char *jpath = malloc(plen + 6);
@@ -568,94 +679,19 @@ static int write_files(struct sp_trace *t, merged *ev, size_t n, const long *tid
         rc = SP_ERR_IO;
     else if (!map.keys || !map.sizes || !requested || !reserved)
         rc = SP_ERR_NO_HOST_MEMORY;
-    if (rc == SP_OK) {
-        fputs("Thread,Time,Action,Pointer,Size,Stream,Pool,ClassSize,Outcome,StreamName\n", csv);
-        fprintf(json, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"streampool %s\","
-                      "\"device\":%d,\"dropped_events\":%zu,\"time_base\":\"ts: microseconds "
-                      "since the trace started, the CSV's Time in seconds since the same start\"},"
-                      "\"traceEvents\":[\n",
-                sp_version_string(), device, dropped);
-        fprintf(json, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-                      "\"args\":{\"name\":\"streampool device %d\"}}",
-                pid, device);
-        for (uint32_t i = 0; i < t->nthreads; i++)
-            fprintf(json, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,"
-                          "\"args\":{\"name\":\"thread %ld\"}}",
-                    pid, tids[i], tids[i]);
-        /* the baseline: what each pool held as the trace started, at time 0 */
-        for (uint32_t i = 0; i < t->nbase; i++) {
-            reserved[i] = t->base_reserved[i];
-            if (t->base_held[i] || t->base_reserved[i])
-                write_counter(json, pid, t->pools[i].name, 0, 0, t->base_held[i],
-                              t->base_reserved[i]);
-        }
-    }
+    if (rc == SP_OK)
+        write_heads(t, csv, json, device, tids, dropped, reserved);
     for (size_t i = 0; rc == SP_OK && i < n; i++) {
         trace_event *e = &ev[i].e;
         const char *pool = t->pools[e->pool].name;
         const char *label = e->name ? t->names[e->name] : "";
         long tid = tids[ev[i].thread];
-        bool counters = false;
-        if (e->kind == EV_ALLOC && e->status == SP_OK) {
-            size_t s = map_slot(&map, e->ptr);
-            map.keys[s] = e->ptr;
-            map.sizes[s] = e->size;
-            requested[e->pool] += e->size;
-            counters = true;
-        } else if (e->kind == EV_FREE && e->status == SP_OK) {
-            size_t s = map_slot(&map, e->ptr);
-            if (!map.keys[s])
-                continue; /* allocated before the trace started, or its event was dropped */
-            e->size = map.sizes[s];
-            map_remove(&map, s);
-            requested[e->pool] -= e->size;
-            counters = true;
-        }
-        if (e->reserved != NO_SAMPLE) {
-            reserved[e->pool] = e->reserved;
-            counters = true;
-        }
-        if (counters && e->status == SP_OK && e->kind <= EV_FREE) {
-            fprintf(csv, "%ld,%llu.%06llu,%s,0x%llx,%llu,0x%llx,", tid,
-                    (unsigned long long)(e->t_ns / 1000000000u),
-                    (unsigned long long)(e->t_ns / 1000 % 1000000),
-                    e->kind == EV_ALLOC ? "allocate" : "free", (unsigned long long)e->ptr,
-                    (unsigned long long)e->size, (unsigned long long)e->stream);
-            /* the pool column is quoted CSV: a name may hold commas and quotes */
-            fputc('"', csv);
-            for (const char *c = pool; *c; c++)
-                fputs(*c == '"' ? "\"\"" : (char[2]){*c, 0}, csv);
-            fprintf(csv, "\",%zu,%s,", sp_size_class(e->size),
-                    e->kind == EV_ALLOC ? outcome_name[e->outcome] : "free");
-            if (label[0]) { /* quoted like the pool; empty for a stream without a label */
-                fputc('"', csv);
-                for (const char *c = label; *c; c++)
-                    fputs(*c == '"' ? "\"\"" : (char[2]){*c, 0}, csv);
-                fputc('"', csv);
-            }
-            fputc('\n', csv);
-        }
-        /* the call on its thread's track */
-        fprintf(json, ",\n{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"%s\",\"pid\":%d,\"tid\":%ld,",
-                e->kind == EV_ALLOC && e->status != SP_OK ? "alloc failed"
-                : e->kind == EV_FREE && e->status != SP_OK ? "bad free"
-                                                         : instant_name[e->kind],
-                e->kind <= EV_FREE ? "t" : "p", pid, tid);
-        json_ts(json, e->t_ns);
-        fputs(",\"args\":{\"pool\":", json);
-        json_name(json, pool);
-        fprintf(json, ",\"ptr\":\"0x%llx\",\"size\":%llu,\"stream\":\"0x%llx\",\"outcome\":\"%s\","
-                      "\"status\":\"%s\"",
-                (unsigned long long)e->ptr, (unsigned long long)e->size,
-                (unsigned long long)e->stream,
-                e->kind == EV_FREE ? "free" : outcome_name[e->outcome], sp_status_name(e->status));
-        if (e->kind == EV_REQUEST) /* the request's id, also in "ptr"; "size": its peak */
-            fprintf(json, ",\"request\":%llu", (unsigned long long)e->ptr);
-        if (label[0]) {
-            fputs(",\"stream_name\":", json);
-            json_name(json, label);
-        }
-        fputs("}}", json);
+        bool skip, counters = follow(e, &map, requested, reserved, &skip);
+        if (skip)
+            continue;
+        if (counters && e->status == SP_OK && e->kind <= EV_FREE)
+            write_csv_row(csv, e, tid, pool, label);
+        write_json_event(json, e, pid, tid, pool, label);
         if (counters || e->kind > EV_FREE) /* the pool's counter track */
             write_counter(json, pid, pool, e->t_ns, requested[e->pool], e->held,
                           reserved[e->pool]);
@@ -710,7 +746,7 @@ int sp_runtime_trace_stop(sp_runtime *rt)
     }
     if (rc == SP_OK) {
         qsort(ev, n, sizeof *ev, by_time);
-        rc = write_files(t, ev, n, tids, rt, dropped);
+        rc = write_files(t, ev, n, tids, rt->dev.device, dropped);
     }
     if (dropped)
         fprintf(stderr, "streampool: warning: the trace %s dropped %zu events (more than %zu in a "
