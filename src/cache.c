@@ -8,7 +8,7 @@
 #include "cuda.h"
 #include "pool.h"
 #include "runtime.h"
-#include "introspect.h"
+#include "stream_figures.h"
 
 /* ---- stream keys ---- */
 

@@ -9,7 +9,7 @@
 #include "small.h"
 #include "cache.h"
 #include "cuda.h"
-#include "runtime.h"
+#include "device.h"
 #include "status.h"
 
 /* Every stream's frees made before now are complete once the device is synchronized, and the

@@ -12,7 +12,7 @@
 #include "config.h"
 #include "cuda.h"
 #include "ptrmap.h"
-#include "runtime.h"
+#include "device.h"
 #include "status.h"
 #include "trace.h"
 #include "introspect.h"
@@ -108,14 +108,14 @@ static void discard_cuda_pool(sp_pool *pool, void *held)
     discard_cuda_pool_of(pool, pool->cuda_pool, pool->owns_cuda_pool, held);
 }
 
-int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp_pool_config *cfg,
-                 sp_pool **out)
+int sp__pool_new(sp_runtime *rt, sp_device *dev, const char *name, cudaMemPool_t adopt,
+                 const sp_pool_config *cfg, sp_pool **out)
 {
     size_t len = name ? strlen(name) : 0;
     if (len == 0 || len > SP_POOL_NAME_MAX)
         return SP_ERR_INVALID;
     sp_pool_config merged;
-    int rc = sp__config_for_pool(&rt->dev, name, cfg, &merged); /* the limit in force, in pages */
+    int rc = sp__config_for_pool(dev, name, cfg, &merged); /* the limit in force, in pages */
     if (rc == SP_OK)
         rc = sp__pool_check_limit(name, &merged);
     if (rc != SP_OK)
@@ -125,14 +125,14 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
         return SP_ERR_NO_HOST_MEMORY;
     memcpy(pool->name, name, len + 1);
     pool->rt = rt;
-    pool->dev = &rt->dev;
-    pool->fig.device = &rt->dev.usage;
+    pool->dev = dev;
+    pool->fig.device = &dev->usage;
     sp__usage_init(&pool->fig.usage);
     pool->cfg = merged;
     atomic_init(&pool->cache_limit, merged.cache_limit);
     pool->limit_bytes = sp__pool_limit_in_pages(&merged);
     atomic_flag_clear(&pool->limit_busy);
-    pool->stats_flush = rt->dev.cfg.stats_flush_bytes;
+    pool->stats_flush = dev->cfg.stats_flush_bytes;
     pool->id = atomic_fetch_add(&next_pool_id, 1);
     if (sp__heap_init(&pool->slabs, pool, true) != SP_OK ||
         sp__heap_init(&pool->segments, pool, false) != SP_OK) {
@@ -150,8 +150,8 @@ int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp
          * moves to a new cudaMemPool: sp_pool_set_limit) */
         cudaMemPool_t made = NULL;
         rc = merged.share == SP_SHARE_POSIX_FD /* exportable: share.c */
-                 ? sp__cuda_pool_create_shareable(rt->dev.device, pool->limit_bytes, &made)
-                 : sp__cuda_pool_create(rt->dev.device, pool->limit_bytes, &made);
+                 ? sp__cuda_pool_create_shareable(dev->device, pool->limit_bytes, &made)
+                 : sp__cuda_pool_create(dev->device, pool->limit_bytes, &made);
         pool->cuda_pool = made;
         pool->cuda_cap = pool->limit_bytes;
         pool->owns_cuda_pool = rc == SP_OK;

@@ -85,8 +85,10 @@ struct sp_pool {
     sp_pool *next;
 };
 
-int sp__pool_new(sp_runtime *rt, const char *name, cudaMemPool_t adopt, const sp_pool_config *cfg,
-                 sp_pool **out);
+/* A new pool of the runtime `rt` (kept as pool->rt, for the layers above; not read here) on
+ * device context `dev`. */
+int sp__pool_new(sp_runtime *rt, sp_device *dev, const char *name, cudaMemPool_t adopt,
+                 const sp_pool_config *cfg, sp_pool **out);
 /* Gives all the pool's memory back, destroys its cudaMemPool (if its own) and frees its
  * structures; the caller has checked it has no live allocation. On an error (a segment the
  * driver refused back or whose frees could not be settled, a refused cudaMemPoolDestroy) the

@@ -117,7 +117,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     if (rc == SP_OK) {
         rc = sp__cuda_stream_create(device, &rt->dev.service);
         if (rc == SP_OK) {
-            rc = sp__pool_new(rt, "default", NULL, NULL, &rt->default_pool);
+            rc = sp__pool_new(rt, &rt->dev, "default", NULL, NULL, &rt->default_pool);
             if (rc == SP_OK) {
                 rt->default_pool->is_default = true;
                 sp__config_pool_created(&rt->dev, "default", SP_OK);
@@ -281,7 +281,7 @@ static int pool_register(sp_runtime *rt, const char *name, cudaMemPool_t adopt,
     int rc = find_locked(rt, name) ? SP_ERR_EXISTS : SP_OK;
     sp_pool *pool = NULL;
     if (rc == SP_OK) {
-        rc = sp__pool_new(rt, name, adopt, cfg, &pool);
+        rc = sp__pool_new(rt, &rt->dev, name, adopt, cfg, &pool);
         /* a pool the device had no memory for is no typo in the conf strings */
         sp__config_pool_created(&rt->dev, name, rc);
     }
