@@ -42,8 +42,9 @@ Sections, each measured the same way on any commit so that a before and an after
    to the closing brace.
 8. One summary line.
 
---json FILE writes everything as JSON. --check exits 1 on a cycle, a header-name violation or
-a *_locked function without an ownership assertion, naming each; --check=cycles on a cycle
+--json FILE writes everything as JSON. --check exits 1 on a cycle, a header-name violation, a
+*_locked function without an ownership assertion, a file with more than one internal prefix or
+a prefix in more than one file, naming each; --check=cycles on a cycle
 only. Exit status 2 on bad input, 0 otherwise.
 """
 import argparse
@@ -486,6 +487,10 @@ def check(r, what):
                           ", ".join(v["elsewhere"]))
         for x in r["locks"]["without_assert"]:
             broken.append(f"{x['file']}:{x['line']} {x['function']} asserts no lock")
+        for f, ps in r["prefixes"]["multi_prefix_files"].items():
+            broken.append(f"{f} defines internal functions of {len(ps)} prefixes: " + ", ".join(ps))
+        for px, fs in r["prefixes"]["shared_prefixes"].items():
+            broken.append(f"internal prefix {px} is defined in " + ", ".join(sorted(fs)))
     return broken
 
 
