@@ -53,4 +53,27 @@ typedef struct sp_block {
     struct sp_block *req_prev, *req_next;
 } sp_block;
 
+/* Doubly linked lists threaded through their elements, as BSD's <sys/queue.h> LIST: `head` is
+ * the list's first element (an lvalue), `prev` and `next` name the element's link fields, so
+ * that one element can sit on several lists (a block in a bin and in its request, a segment in
+ * its heap). A list that also keeps its tail updates it before the push or the unlink. */
+#define SP_LIST_PUSH(head, e, prev, next)                                                          \
+    do {                                                                                           \
+        (e)->prev = NULL;                                                                          \
+        (e)->next = (head);                                                                        \
+        if ((head))                                                                                \
+            (head)->prev = (e);                                                                    \
+        (head) = (e);                                                                              \
+    } while (0)
+
+#define SP_LIST_UNLINK(head, e, prev, next)                                                        \
+    do {                                                                                           \
+        if ((e)->prev)                                                                             \
+            (e)->prev->next = (e)->next;                                                           \
+        else                                                                                       \
+            (head) = (e)->next;                                                                    \
+        if ((e)->next)                                                                             \
+            (e)->next->prev = (e)->prev;                                                           \
+    } while (0)
+
 #endif /* SP_BLOCK_H */
