@@ -11,16 +11,12 @@
 
 void sp__small_bin_push(sp_bin *bin, sp_block *b)
 {
-    if (!bin->head)
-        bin->tail = b;
-    SP_LIST_PUSH(bin->head, b, prev, next);
+    SP_LIST_PUSH_TAIL(bin->head, bin->tail, b, prev, next);
 }
 
 void sp__small_bin_remove(sp_bin *bin, sp_block *b)
 {
-    if (!b->next)
-        bin->tail = b->prev;
-    SP_LIST_UNLINK(bin->head, b, prev, next);
+    SP_LIST_UNLINK_TAIL(bin->head, bin->tail, b, prev, next);
     b->prev = b->next = NULL;
 }
 
