@@ -48,6 +48,19 @@ static void hit_locked(sp_pool *pool, sp_stream_cache *c, sp_block *b, size_t by
         sp__cache_flush_locked(pool, c);
 }
 
+/* A hit handed out: counted under c's spin lock, which it releases, and b live for the caller.
+ * Inline: the small and the large hit as written out. */
+static inline int hand_out_hit(sp_alloc_call *a, sp_pool *pool, sp_stream_cache *c, sp_block *b,
+                               size_t bytes)
+{
+    hit_locked(pool, c, b, bytes);
+    sp_spin_unlock(&c->lock);
+    atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
+    a->block = b;
+    a->outcome = SP_OUTCOME_HIT;
+    return SP_OK;
+}
+
 /* alloc_in's result for a request that its stream's bins serve (never a status: those are <= 0) */
 #define TO_BINS 1
 
@@ -58,6 +71,18 @@ static int alloc_off_bins(sp_alloc_call *a);
 static inline int peer_check(sp_pool *pool, sp_stream_cache *c, cudaStream_t stream)
 {
     return sp_unlikely(sp__peer_check_wanted(c)) ? sp__peer_admit(pool, c, stream) : SP_OK;
+}
+
+/* The stream's cache in *out (made on its first use) and peer_check's verdict on it: what the
+ * bins and the large path start with. Inline, the hot path's branches as written out. */
+static inline int stream_cache(sp_pool *pool, sp_stream_key key, cudaStream_t stream,
+                               sp_stream_cache **out)
+{
+    sp_stream_cache *c = sp__cache_get(pool, key);
+    *out = c;
+    if (sp_unlikely(!c))
+        return SP_ERR_NO_HOST_MEMORY;
+    return peer_check(pool, c, stream);
 }
 
 /* What a free decided under its cache's lock, for the steps after it. */
@@ -134,10 +159,8 @@ static inline int alloc_in(sp_alloc_call *a)
     sp_stream_key key = sp__cache_key(stream);
     uint32_t cls = sp__class_of(bytes);
     for (;;) {
-        sp_stream_cache *c = sp__cache_get(pool, key);
-        if (sp_unlikely(!c))
-            return SP_ERR_NO_HOST_MEMORY;
-        int prc = peer_check(pool, c, stream);
+        sp_stream_cache *c;
+        int prc = stream_cache(pool, key, stream, &c);
         if (sp_unlikely(prc != SP_OK))
             return prc;
         sp_spin_lock(&c->lock);
@@ -150,12 +173,7 @@ static inline int alloc_in(sp_alloc_call *a)
             b = sp__small_bin_pop_newest(&c->bins[up]);
         if (sp_likely(b != NULL)) {
             c->cached_bytes -= b->size;
-            hit_locked(pool, c, b, bytes);
-            sp_spin_unlock(&c->lock);
-            atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
-            a->block = b;
-            a->outcome = SP_OUTCOME_HIT;
-            return SP_OK;
+            return hand_out_hit(a, pool, c, b, bytes);
         }
         sp__cache_flush_locked(pool, c); /* the slow path keeps the shared figures current */
         sp_spin_unlock(&c->lock);
@@ -355,10 +373,8 @@ static int alloc_large(sp_alloc_call *a, sp_stream_key key)
     sp_pool *pool = a->pool;
     size_t bytes = a->bytes;
     cudaStream_t stream = a->stream;
-    sp_stream_cache *c = sp__cache_get(pool, key);
-    if (sp_unlikely(!c))
-        return SP_ERR_NO_HOST_MEMORY;
-    int prc = peer_check(pool, c, stream);
+    sp_stream_cache *c;
+    int prc = stream_cache(pool, key, stream, &c);
     if (sp_unlikely(prc != SP_OK))
         return prc;
     /* before this request's work: what the stream completed, if another stream wanted it */
@@ -392,12 +408,7 @@ static int alloc_large(sp_alloc_call *a, sp_stream_key key)
             return served_off_cache(a, c, b, SP_OUTCOME_REUSE);
         }
     }
-    hit_locked(pool, c, b, bytes);
-    sp_spin_unlock(&c->lock);
-    atomic_store_explicit(&b->state, SP_BLOCK_LIVE, memory_order_release);
-    a->block = b;
-    a->outcome = SP_OUTCOME_HIT;
-    return SP_OK;
+    return hand_out_hit(a, pool, c, b, bytes);
 }
 
 /* A free without a stream: on the stream that allocated the pointer, as the pointer map says

@@ -98,19 +98,10 @@ static inline void sp_spin_unlock(sp_spin *l)
     SP__WITNESS_CALL(sp__witness_release, l);
 }
 
-static inline void sp__spin_assert_owner(const sp_spin *l, const char *where)
-{
-    SP__WITNESS_ASSERT(sp__witness_assert_owner, l, where);
-}
-
-static inline void sp__spin_assert_not_owner(const sp_spin *l, const char *where)
-{
-    SP__WITNESS_ASSERT(sp__witness_assert_not_owner, l, where);
-}
-
-/* Asserts, in debug and test builds, that this thread holds l (or does not). */
-#define sp_spin_assert_owner(l) sp__spin_assert_owner((l), __func__)
-#define sp_spin_assert_not_owner(l) sp__spin_assert_not_owner((l), __func__)
+/* Asserts, in debug and test builds, that this thread holds l (or does not): witness.h's, as
+ * for a mutex. */
+#define sp_spin_assert_owner(l) sp__lock_assert_owner(l)
+#define sp_spin_assert_not_owner(l) sp__lock_assert_not_owner(l)
 
 /* ---- the core's structs, each defined by its layer (fence.c, cache.h, heap.h, device.h) ---- */
 

@@ -53,4 +53,39 @@ typedef struct sp_block {
     struct sp_block *req_prev, *req_next;
 } sp_block;
 
+/* Doubly linked lists threaded through their elements, as BSD's <sys/queue.h> LIST: `head` is
+ * the list's first element (an lvalue), `prev` and `next` name the element's link fields, so
+ * that one element can sit on several lists (a block in a bin and in its request, a segment in
+ * its heap). The _TAIL forms keep a last element too (`tail`, an lvalue), in the same branches. */
+#define SP_LIST_PUSH(head, e, prev, next) SP__LIST_PUSH(head, e, prev, next, (void)0)
+#define SP_LIST_UNLINK(head, e, prev, next) SP__LIST_UNLINK(head, e, prev, next, (void)0)
+#define SP_LIST_PUSH_TAIL(head, tail, e, prev, next)                                               \
+    SP__LIST_PUSH(head, e, prev, next, (tail) = (e))
+#define SP_LIST_UNLINK_TAIL(head, tail, e, prev, next)                                             \
+    SP__LIST_UNLINK(head, e, prev, next, (tail) = (e)->prev)
+
+/* `if_last`: what else is done when e becomes (push) or was (unlink) the last element */
+#define SP__LIST_PUSH(head, e, prev, next, if_last)                                                \
+    do {                                                                                           \
+        (e)->prev = NULL;                                                                          \
+        (e)->next = (head);                                                                        \
+        if ((head))                                                                                \
+            (head)->prev = (e);                                                                    \
+        else                                                                                       \
+            if_last;                                                                               \
+        (head) = (e);                                                                              \
+    } while (0)
+
+#define SP__LIST_UNLINK(head, e, prev, next, if_last)                                              \
+    do {                                                                                           \
+        if ((e)->prev)                                                                             \
+            (e)->prev->next = (e)->next;                                                           \
+        else                                                                                       \
+            (head) = (e)->next;                                                                    \
+        if ((e)->next)                                                                             \
+            (e)->next->prev = (e)->prev;                                                           \
+        else                                                                                       \
+            if_last;                                                                               \
+    } while (0)
+
 #endif /* SP_BLOCK_H */

@@ -43,6 +43,17 @@ static void device_leave(const device_scope *scope)
         (void)cudaSetDevice(scope->previous);
 }
 
+/* rc = check(call) made with `device` current, the caller's device current again after; the call
+ * is not made, and rc is why, if the device cannot be made current. */
+#define ON_DEVICE(rc, device, call)                                                                \
+    do {                                                                                           \
+        device_scope scope_;                                                                       \
+        (rc) = device_enter((device), &scope_);                                                    \
+        if ((rc) == SP_OK)                                                                         \
+            (rc) = check(call);                                                                    \
+        device_leave(&scope_);                                                                     \
+    } while (0)
+
 /* The device count the latest sp__cuda_check_device saw (0: none yet): with one device, every
  * stream is of the pool's device, and peer.c need not ask a stream's. */
 static atomic_int known_devices;
@@ -125,12 +136,9 @@ int sp__cuda_pool_create(int device, uint64_t max_size, cudaMemPool_t *out)
 
 int sp__cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total)
 {
-    device_scope scope;
     size_t f = 0, t = 0;
-    int rc = device_enter(device, &scope);
-    if (rc == SP_OK)
-        rc = check(cudaMemGetInfo(&f, &t));
-    device_leave(&scope);
+    int rc;
+    ON_DEVICE(rc, device, cudaMemGetInfo(&f, &t));
     *free_bytes = f;
     *total = t;
     return rc;
@@ -208,11 +216,8 @@ int sp__cuda_free(void *ptr, cudaStream_t stream)
 
 int sp__cuda_event_create(int device, cudaEvent_t *out)
 {
-    device_scope scope;
-    int rc = device_enter(device, &scope);
-    if (rc == SP_OK)
-        rc = check(cudaEventCreateWithFlags(out, cudaEventDisableTiming));
-    device_leave(&scope);
+    int rc;
+    ON_DEVICE(rc, device, cudaEventCreateWithFlags(out, cudaEventDisableTiming));
     return rc;
 }
 
@@ -250,11 +255,8 @@ int sp__cuda_stream_wait_event(cudaStream_t stream, cudaEvent_t event)
 
 int sp__cuda_stream_create(int device, cudaStream_t *out)
 {
-    device_scope scope;
-    int rc = device_enter(device, &scope);
-    if (rc == SP_OK)
-        rc = check(cudaStreamCreateWithFlags(out, cudaStreamNonBlocking));
-    device_leave(&scope);
+    int rc;
+    ON_DEVICE(rc, device, cudaStreamCreateWithFlags(out, cudaStreamNonBlocking));
     return rc;
 }
 
@@ -285,11 +287,8 @@ int sp__cuda_stream_is_capturing(cudaStream_t stream, bool *capturing)
 
 int sp__cuda_device_sync(int device)
 {
-    device_scope scope;
-    int rc = device_enter(device, &scope);
-    if (rc == SP_OK)
-        rc = check(cudaDeviceSynchronize());
-    device_leave(&scope);
+    int rc;
+    ON_DEVICE(rc, device, cudaDeviceSynchronize());
     return rc;
 }
 

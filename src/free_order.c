@@ -292,20 +292,24 @@ int sp__free_order_check(sp_device *dev, void *ptr, cudaStream_t stream, sp_free
                       ptr, (void *)stream, (void *)allocating, (void *)allocating, (void *)stream);
 }
 
-void sp__free_order_put_back(sp_device *dev, sp_free_mark *m)
+/* A mark taken out by sp__free_order_check handed back under the lock to `locked`: back among
+ * the marks (insert_locked) or among the spares (spare_locked); nothing for none. */
+static void give_mark_back(sp_device *dev, sp_free_mark *m,
+                           void (*locked)(sp_free_order *fo, sp_free_mark *m))
 {
     if (!m)
         return;
     sp_mutex_lock(&dev->free_order->lock);
-    insert_locked(dev->free_order, m);
+    locked(dev->free_order, m);
     sp_mutex_unlock(&dev->free_order->lock);
+}
+
+void sp__free_order_put_back(sp_device *dev, sp_free_mark *m)
+{
+    give_mark_back(dev, m, insert_locked);
 }
 
 void sp__free_order_drop(sp_device *dev, sp_free_mark *m)
 {
-    if (!m)
-        return;
-    sp_mutex_lock(&dev->free_order->lock);
-    spare_locked(dev->free_order, m);
-    sp_mutex_unlock(&dev->free_order->lock);
+    give_mark_back(dev, m, spare_locked);
 }

@@ -381,11 +381,7 @@ static void link_segment(sp_heap *h, sp_segment *s, void *ptr, size_t size, bool
     s->ptr = ptr;
     s->size = size;
     s->huge = huge;
-    s->prev = NULL;
-    s->next = h->segments;
-    if (s->next)
-        s->next->prev = s;
-    h->segments = s;
+    SP_LIST_PUSH(h->segments, s, prev, next);
     h->segment_count++;
     h->segment_bytes += size;
     index_add(h, b);
@@ -438,12 +434,7 @@ static bool wholly_free(sp_segment *s, bool ask, sp_stream_cache *me, bool own, 
 
 static void segment_unlink(sp_heap *h, sp_segment *s)
 {
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        h->segments = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
+    SP_LIST_UNLINK(h->segments, s, prev, next);
     h->segment_count--;
     h->segment_bytes -= s->size;
     for (sp_block *b = s->first, *next; b; b = next) {

@@ -2,6 +2,7 @@
  * report can show them), and the one escaping routine each output format uses for them (JSON
  * strings, Prometheus label values). Every byte a caller hands over comes out valid in the
  * target format, even from a struct the caller filled in by hand. */
+#include <stdio.h>
 #include <string.h>
 
 #include "format.h"
@@ -61,53 +62,69 @@ int sp__names_check_pool(const char *name)
     return SP_OK;
 }
 
-void sp__names_append_json(char *buf, size_t len, size_t *used, const char *s)
-{
-    sp__format_append(buf, len, used, "\"");
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
-        uint32_t cp;
-        size_t n = utf8_decode(p, &cp);
-        if (n == 0) {
-            sp__format_append(buf, len, used, "\\ufffd"); /* a stray byte: the replacement character */
-            p++;
-            continue;
-        }
-        switch (cp) {
-        case '"': sp__format_append(buf, len, used, "\\\""); break;
-        case '\\': sp__format_append(buf, len, used, "\\\\"); break;
-        case '\n': sp__format_append(buf, len, used, "\\n"); break;
-        case '\r': sp__format_append(buf, len, used, "\\r"); break;
-        case '\t': sp__format_append(buf, len, used, "\\t"); break;
-        default:
-            if (is_control(cp))
-                sp__format_append(buf, len, used, "\\u%04x", (unsigned)cp);
-            else
-                sp__format_append(buf, len, used, "%.*s", (int)n, (const char *)p);
-        }
-        p += n;
-    }
-    sp__format_append(buf, len, used, "\"");
-}
+/* How a code point is written inside the quotes: its escape (in esc, when built), or NULL to
+ * copy it as it stands. */
+typedef const char *names_escape_fn(uint32_t cp, char esc[12]);
 
-void sp__names_append_label_value(char *buf, size_t len, size_t *used, const char *s)
+/* s (NULL: empty) in double quotes, UTF-8 escaped by `escape`; a byte that starts no code point
+ * becomes `stray`. */
+static void append_quoted(char *buf, size_t len, size_t *used, const char *s, const char *stray,
+                          names_escape_fn *escape)
 {
-    /* Prometheus text format: a label value is UTF-8 with \, " and newline escaped */
     sp__format_append(buf, len, used, "\"");
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;) {
         uint32_t cp;
         size_t n = utf8_decode(p, &cp);
         if (n == 0) {
-            sp__format_append(buf, len, used, "\xEF\xBF\xBD"); /* U+FFFD */
+            sp__format_append(buf, len, used, "%s", stray);
             p++;
             continue;
         }
-        if (cp == '\\' || cp == '"')
-            sp__format_append(buf, len, used, "\\%c", (char)cp);
-        else if (cp == '\n')
-            sp__format_append(buf, len, used, "\\n");
+        char esc[12];
+        const char *e = escape(cp, esc);
+        if (e)
+            sp__format_append(buf, len, used, "%s", e);
         else
             sp__format_append(buf, len, used, "%.*s", (int)n, (const char *)p);
         p += n;
     }
     sp__format_append(buf, len, used, "\"");
+}
+
+/* JSON: the quote, the backslash and the control characters escaped (the usual ones by name) */
+static const char *json_escape(uint32_t cp, char esc[12])
+{
+    switch (cp) {
+    case '"': return "\\\"";
+    case '\\': return "\\\\";
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    }
+    if (!is_control(cp))
+        return NULL;
+    snprintf(esc, 12, "\\u%04x", (unsigned)cp); /* is_control's are below U+00A0 */
+    return esc;
+}
+
+void sp__names_append_json(char *buf, size_t len, size_t *used, const char *s)
+{
+    append_quoted(buf, len, used, s, "\\ufffd" /* the replacement character */, json_escape);
+}
+
+/* Prometheus text format: a label value is UTF-8 with \, " and newline escaped */
+static const char *label_escape(uint32_t cp, char esc[12])
+{
+    (void)esc;
+    switch (cp) {
+    case '"': return "\\\"";
+    case '\\': return "\\\\";
+    case '\n': return "\\n";
+    }
+    return NULL;
+}
+
+void sp__names_append_label_value(char *buf, size_t len, size_t *used, const char *s)
+{
+    append_quoted(buf, len, used, s, "\xEF\xBF\xBD" /* U+FFFD */, label_escape);
 }

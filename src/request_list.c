@@ -11,11 +11,7 @@ static void link_locked(sp_req *r, sp_block *b)
 {
     sp_spin_assert_owner(&r->lock);
     b->req = r;
-    b->req_prev = NULL;
-    b->req_next = r->blocks;
-    if (r->blocks)
-        r->blocks->req_prev = b;
-    r->blocks = b;
+    SP_LIST_PUSH(r->blocks, b, req_prev, req_next);
     r->live_requested += b->requested;
     if (r->live_requested > r->st.requested_peak)
         r->st.requested_peak = r->live_requested;
@@ -46,12 +42,7 @@ void sp__req_mark_ended(sp_req *r)
 static void unlink_locked(sp_req *r, sp_block *b)
 {
     sp_spin_assert_owner(&r->lock);
-    if (b->req_prev)
-        b->req_prev->req_next = b->req_next;
-    else
-        r->blocks = b->req_next;
-    if (b->req_next)
-        b->req_next->req_prev = b->req_prev;
+    SP_LIST_UNLINK(r->blocks, b, req_prev, req_next);
     b->req = NULL;
     b->req_prev = b->req_next = NULL;
     r->live_requested -= b->requested;

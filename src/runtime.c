@@ -362,21 +362,38 @@ int sp_pool_destroy(sp_pool *pool)
     return rc;
 }
 
-int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
+/* A call on one stream in every pool: the thread's last CUDA error cleared, then `locked` with
+ * the stream's key under rt->lock; SP_ERR_INVALID without a runtime. */
+static int stream_call(sp_runtime *rt, cudaStream_t stream,
+                       int (*locked)(sp_runtime *rt, sp_stream_key key))
 {
     sp__cuda_error_clear();
     if (!rt)
         return SP_ERR_INVALID;
     sp_stream_key key = sp__cache_key(stream);
-    int rc = SP_OK;
     sp_mutex_lock(&rt->lock);
+    int rc = locked(rt, key);
+    sp_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+static int release_locked(sp_runtime *rt, sp_stream_key key)
+{
+    sp_mutex_assert_owner(&rt->lock);
+    int rc = SP_OK;
     for (sp_pool *p = rt->pools; p; p = p->next) {
         int prc = sp__pool_release_stream(p, key);
         if (rc == SP_OK)
             rc = prc;
     }
-    sp_mutex_unlock(&rt->lock);
-    sp__label_forget(rt, &stream);
+    return rc;
+}
+
+int sp_stream_release(sp_runtime *rt, cudaStream_t stream)
+{
+    int rc = stream_call(rt, stream, release_locked);
+    if (rt)
+        sp__label_forget(rt, &stream);
     return rc;
 }
 
@@ -409,55 +426,55 @@ static int capture_flag_all(sp_runtime *rt, sp_stream_key key, bool on)
     return SP_OK;
 }
 
-int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
+static int capture_begin_locked(sp_runtime *rt, sp_stream_key key)
 {
-    sp__cuda_error_clear();
-    if (!rt)
-        return SP_ERR_INVALID;
-    sp_stream_key key = sp__cache_key(stream);
+    sp_mutex_assert_owner(&rt->lock);
+    if (sp__cache_capture_find(rt, key) != SIZE_MAX)
+        return SP_OK;
     int rc = SP_OK;
-    sp_mutex_lock(&rt->lock);
-    if (sp__cache_capture_find(rt, key) == SIZE_MAX) {
-        if (rt->capturing_len == rt->capturing_cap) {
-            size_t cap = rt->capturing_cap ? rt->capturing_cap * 2 : 4;
-            sp_stream_key *grown = realloc(rt->capturing, cap * sizeof *grown);
-            if (!grown)
-                rc = SP_ERR_NO_HOST_MEMORY;
-            else {
-                rt->capturing = grown;
-                rt->capturing_cap = cap;
-            }
-        }
-        if (rc == SP_OK) {
-            rt->capturing[rt->capturing_len++] = key;
-            atomic_fetch_add(&rt->dev.captures, 1);
-            rc = capture_flag_all(rt, key, true);
-            if (rc != SP_OK) { /* undone: the stream is not declared */
-                (void)capture_flag_all(rt, key, false);
-                rt->capturing_len--;
-                atomic_fetch_sub(&rt->dev.captures, 1);
-            }
+    if (rt->capturing_len == rt->capturing_cap) {
+        size_t cap = rt->capturing_cap ? rt->capturing_cap * 2 : 4;
+        sp_stream_key *grown = realloc(rt->capturing, cap * sizeof *grown);
+        if (!grown)
+            rc = SP_ERR_NO_HOST_MEMORY;
+        else {
+            rt->capturing = grown;
+            rt->capturing_cap = cap;
         }
     }
-    sp_mutex_unlock(&rt->lock);
+    if (rc == SP_OK) {
+        rt->capturing[rt->capturing_len++] = key;
+        atomic_fetch_add(&rt->dev.captures, 1);
+        rc = capture_flag_all(rt, key, true);
+        if (rc != SP_OK) { /* undone: the stream is not declared */
+            (void)capture_flag_all(rt, key, false);
+            rt->capturing_len--;
+            atomic_fetch_sub(&rt->dev.captures, 1);
+        }
+    }
     return rc;
+}
+
+int sp_stream_capture_begin(sp_runtime *rt, cudaStream_t stream)
+{
+    return stream_call(rt, stream, capture_begin_locked);
+}
+
+static int capture_end_locked(sp_runtime *rt, sp_stream_key key)
+{
+    sp_mutex_assert_owner(&rt->lock);
+    size_t i = sp__cache_capture_find(rt, key);
+    if (i == SIZE_MAX)
+        return SP_ERR_INVALID;
+    rt->capturing[i] = rt->capturing[--rt->capturing_len];
+    /* the blocks freed during the capture go back to their slabs and segments now */
+    (void)capture_flag_all(rt, key, false);
+    atomic_fetch_sub(&rt->dev.captures, 1);
+    return SP_OK;
 }
 
 int sp_stream_capture_end(sp_runtime *rt, cudaStream_t stream)
 {
-    sp__cuda_error_clear();
-    if (!rt)
-        return SP_ERR_INVALID;
-    sp_stream_key key = sp__cache_key(stream);
-    sp_mutex_lock(&rt->lock);
-    size_t i = sp__cache_capture_find(rt, key);
-    if (i != SIZE_MAX) {
-        rt->capturing[i] = rt->capturing[--rt->capturing_len];
-        /* the blocks freed during the capture go back to their slabs and segments now */
-        (void)capture_flag_all(rt, key, false);
-        atomic_fetch_sub(&rt->dev.captures, 1);
-    }
-    sp_mutex_unlock(&rt->lock);
-    return i == SIZE_MAX ? SP_ERR_INVALID : SP_OK;
+    return stream_call(rt, stream, capture_end_locked);
 }
 

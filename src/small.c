@@ -11,25 +11,12 @@
 
 void sp__small_bin_push(sp_bin *bin, sp_block *b)
 {
-    b->prev = NULL;
-    b->next = bin->head;
-    if (bin->head)
-        bin->head->prev = b;
-    else
-        bin->tail = b;
-    bin->head = b;
+    SP_LIST_PUSH_TAIL(bin->head, bin->tail, b, prev, next);
 }
 
 void sp__small_bin_remove(sp_bin *bin, sp_block *b)
 {
-    if (b->prev)
-        b->prev->next = b->next;
-    else
-        bin->head = b->next;
-    if (b->next)
-        b->next->prev = b->prev;
-    else
-        bin->tail = b->prev;
+    SP_LIST_UNLINK_TAIL(bin->head, bin->tail, b, prev, next);
     b->prev = b->next = NULL;
 }
 

@@ -89,6 +89,12 @@ const char *sp__witness_rank_name(sp_rank rank);
 #define sp__witness_lockless(where) ((void)0)
 #endif
 
+/* The ownership asserts of both kinds of lock, an sp_mutex (below) and an sp_spin (base.h), by
+ * their witness, the caller's name the `where` of a report. */
+#define sp__lock_assert_owner(l) SP__WITNESS_ASSERT(sp__witness_assert_owner, (l), __func__)
+#define sp__lock_assert_not_owner(l)                                                               \
+    SP__WITNESS_ASSERT(sp__witness_assert_not_owner, (l), __func__)
+
 /* Asserts, in debug and test builds, that this thread holds no lock of the library: at a point
  * that may block for long or call out. */
 #define sp_assert_lockless() sp__witness_lockless(__func__)
@@ -132,18 +138,8 @@ static inline void sp_mutex_unlock(sp_mutex *m)
     SP__WITNESS_CALL(sp__witness_release, m);
 }
 
-static inline void sp__mutex_assert_owner(const sp_mutex *m, const char *where)
-{
-    SP__WITNESS_ASSERT(sp__witness_assert_owner, m, where);
-}
-
-static inline void sp__mutex_assert_not_owner(const sp_mutex *m, const char *where)
-{
-    SP__WITNESS_ASSERT(sp__witness_assert_not_owner, m, where);
-}
-
 /* Asserts, in debug and test builds, that this thread holds m (or does not). */
-#define sp_mutex_assert_owner(m) sp__mutex_assert_owner((m), __func__)
-#define sp_mutex_assert_not_owner(m) sp__mutex_assert_not_owner((m), __func__)
+#define sp_mutex_assert_owner(m) sp__lock_assert_owner(m)
+#define sp_mutex_assert_not_owner(m) sp__lock_assert_not_owner(m)
 
 #endif /* SP_WITNESS_H */
