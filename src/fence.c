@@ -67,6 +67,11 @@ int sp__fence_record(sp_fence_pool *fp, cudaStream_t stream, uint64_t epoch, sp_
     return SP_OK;
 }
 
+int sp__fence_query(const sp_fence *f, bool *done)
+{
+    return sp__cuda_event_query(f->event, false, done);
+}
+
 void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f)
 {
     sp_spin_lock(&fp->lock);

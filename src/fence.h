@@ -35,6 +35,8 @@ int sp__fence_pool_init(sp_fence_pool *fp, int device);
 void sp__fence_pool_destroy(sp_fence_pool *fp);
 /* Records a new fence on `stream` covering `epoch`. */
 int sp__fence_record(sp_fence_pool *fp, cudaStream_t stream, uint64_t epoch, sp_fence **out);
+/* Whether fence f has completed: an event query in the calling thread's own capture mode. */
+int sp__fence_query(const sp_fence *f, bool *done);
 void sp__fence_recycle(sp_fence_pool *fp, sp_fence *f);
 
 /* Is the tag (c, epoch) settled (c NULL: yes)? Reads only what is known (no CUDA call) unless

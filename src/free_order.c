@@ -19,6 +19,7 @@
 #include "free_order.h"
 #include "config.h"
 #include "cuda.h"
+#include "fence.h"
 #include "status.h"
 
 #define BUCKETS 1024 /* live marks are chained per bucket: a debug mode, not a hot path */
@@ -26,7 +27,8 @@
 struct sp_free_mark {
     void *ptr;
     sp_stream_key key;         /* the allocating stream */
-    cudaEvent_t event;         /* recorded there as sp_alloc returned ptr */
+    sp_fence *fence;           /* recorded there as sp_alloc returned ptr, from the device's
+                                * fence pool (fence.c), which keeps its event for reuse */
     struct sp_free_mark *next;
 };
 
@@ -42,31 +44,42 @@ typedef struct free_point {
 } free_point;
 
 struct sp_free_order {
-    sp_mutex lock;             /* the buckets, the spares and the points; no CUDA call under it */
+    sp_mutex lock;             /* the buckets and the points; no CUDA call under it */
     int device;
+    sp_fence_pool *fences;     /* the device's: the marks' events come from it and go back */
     sp_free_mark *buckets[BUCKETS];
-    sp_free_mark *spares;      /* dropped marks, their events kept for the next allocation */
     free_point *points[BUCKETS];
 };
 
-sp_free_order *sp__free_order_new(int device)
+sp_free_order *sp__free_order_new(int device, sp_fence_pool *fences)
 {
     sp_free_order *fo = calloc(1, sizeof *fo);
     if (fo && sp_mutex_init(&fo->lock, SP_RANK_LEAF, "free_order->lock") != 0) {
         free(fo);
         return NULL;
     }
-    if (fo)
+    if (fo) {
         fo->device = device;
+        fo->fences = fences;
+    }
     return fo;
 }
 
-static void marks_free(sp_free_mark *m)
+/* A mark done with: its fence back to the fence pool (no lock of ours held: the pool's spin
+ * lock ranks below free_order's), its memory freed. */
+static void discard(sp_free_order *fo, sp_free_mark *m)
+{
+    if (!m)
+        return;
+    sp__fence_recycle(fo->fences, m->fence);
+    free(m);
+}
+
+static void marks_free(sp_free_order *fo, sp_free_mark *m)
 {
     for (sp_free_mark *next; m; m = next) {
         next = m->next;
-        (void)sp__cuda_event_destroy(m->event);
-        free(m);
+        discard(fo, m);
     }
 }
 
@@ -75,14 +88,13 @@ void sp__free_order_destroy(sp_free_order *fo)
     if (!fo)
         return;
     for (size_t i = 0; i < BUCKETS; i++) {
-        marks_free(fo->buckets[i]);
+        marks_free(fo, fo->buckets[i]);
         for (free_point *fp = fo->points[i], *next; fp; fp = next) {
             next = fp->next;
             (void)sp__cuda_event_destroy(fp->event);
             free(fp);
         }
     }
-    marks_free(fo->spares);
     sp_mutex_destroy(&fo->lock);
     free(fo);
 }
@@ -107,24 +119,25 @@ static sp_free_mark *take_locked(sp_free_order *fo, const void *ptr)
     return NULL;
 }
 
-static void spare_locked(sp_free_order *fo, sp_free_mark *m)
-{
-    sp_mutex_assert_owner(&fo->lock);
-    m->next = fo->spares;
-    fo->spares = m;
-}
-
-/* Puts m in its bucket (fo->lock held); a mark ptr still had (a block freed some way that did
- * not drop it) goes to the spares. */
-static void insert_locked(sp_free_order *fo, sp_free_mark *m)
+/* Puts m in its bucket (fo->lock held); returns the mark ptr still had (a block freed some way
+ * that did not drop it), for the caller to discard once the lock is dropped, or NULL. */
+static sp_free_mark *insert_locked(sp_free_order *fo, sp_free_mark *m)
 {
     sp_mutex_assert_owner(&fo->lock);
     sp_free_mark *old = take_locked(fo, m->ptr);
-    if (old)
-        spare_locked(fo, old);
     sp_free_mark **b = bucket_of(fo, m->ptr);
     m->next = *b;
     *b = m;
+    return old;
+}
+
+/* Hands m back to the marks under the lock; discards what it replaced. */
+static void insert(sp_free_order *fo, sp_free_mark *m)
+{
+    sp_mutex_lock(&fo->lock);
+    sp_free_mark *old = insert_locked(fo, m);
+    sp_mutex_unlock(&fo->lock);
+    discard(fo, old);
 }
 
 void sp__free_order_note(sp_device *dev, void *ptr, cudaStream_t stream)
@@ -133,29 +146,16 @@ void sp__free_order_note(sp_device *dev, void *ptr, cudaStream_t stream)
     /* an event recorded on a capturing stream would join the capture (rule 25) */
     if (!ptr || sp__capture_possible(dev))
         return;
-    sp_mutex_lock(&fo->lock);
-    sp_free_mark *m = fo->spares;
-    if (m)
-        fo->spares = m->next;
-    sp_mutex_unlock(&fo->lock);
-    if (!m) {
-        m = calloc(1, sizeof *m);
-        if (!m)
-            return;
-        if (sp__cuda_event_create(fo->device, &m->event) != SP_OK) {
-            free(m);
-            return;
-        }
+    sp_free_mark *m = malloc(sizeof *m);
+    if (!m)
+        return;
+    if (sp__fence_record(fo->fences, stream, 0, &m->fence) != SP_OK) {
+        free(m);
+        return;
     }
-    int rc = sp__cuda_event_record(m->event, stream);
     m->ptr = ptr;
     m->key = sp__cache_key(stream);
-    sp_mutex_lock(&fo->lock);
-    if (rc == SP_OK)
-        insert_locked(fo, m);
-    else
-        spare_locked(fo, m);
-    sp_mutex_unlock(&fo->lock);
+    insert(fo, m);
 }
 
 static bool is_legacy(cudaStream_t s)
@@ -174,12 +174,12 @@ static bool unordered(sp_device *dev, const sp_free_mark *m, cudaStream_t stream
     if (is_legacy(m->key.stream) || is_legacy(stream) || sp__capture_possible(dev))
         return false;
     bool done = false, idle = false;
-    if (sp__cuda_event_query(m->event, false, &done) != SP_OK || done)
+    if (sp__fence_query(m->fence, &done) != SP_OK || done)
         return false; /* the common case: the allocation is long done */
     if (sp__cuda_stream_query(stream, &idle) != SP_OK || !idle)
         return false;
     /* asked again after the freeing stream was seen idle: still pending, it was then too */
-    return sp__cuda_event_query(m->event, false, &done) == SP_OK && !done;
+    return sp__fence_query(m->fence, &done) == SP_OK && !done;
 }
 
 /* ---- where each stream's latest free stands ---- */
@@ -292,24 +292,13 @@ int sp__free_order_check(sp_device *dev, void *ptr, cudaStream_t stream, sp_free
                       ptr, (void *)stream, (void *)allocating, (void *)allocating, (void *)stream);
 }
 
-/* A mark taken out by sp__free_order_check handed back under the lock to `locked`: back among
- * the marks (insert_locked) or among the spares (spare_locked); nothing for none. */
-static void give_mark_back(sp_device *dev, sp_free_mark *m,
-                           void (*locked)(sp_free_order *fo, sp_free_mark *m))
-{
-    if (!m)
-        return;
-    sp_mutex_lock(&dev->free_order->lock);
-    locked(dev->free_order, m);
-    sp_mutex_unlock(&dev->free_order->lock);
-}
-
 void sp__free_order_put_back(sp_device *dev, sp_free_mark *m)
 {
-    give_mark_back(dev, m, insert_locked);
+    if (m)
+        insert(dev->free_order, m);
 }
 
 void sp__free_order_drop(sp_device *dev, sp_free_mark *m)
 {
-    give_mark_back(dev, m, spare_locked);
+    discard(dev->free_order, m);
 }

@@ -8,11 +8,11 @@
 #include "device.h"
 
 /* The marks of one device (sp_device.free_order): for each live block allocated while the
- * check was on, an event recorded on its stream right after sp_alloc returned it. */
+ * check was on, a fence (fence.c) recorded on its stream right after sp_alloc returned it. */
 typedef struct sp_free_order sp_free_order;
 
 /* A device's marks, or NULL without host memory. */
-sp_free_order *sp__free_order_new(int device);
+sp_free_order *sp__free_order_new(int device, sp_fence_pool *fences);
 void sp__free_order_destroy(sp_free_order *fo);
 
 /* sp_alloc and sp_free run the checked path when the runtime checks free order. */

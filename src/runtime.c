@@ -110,7 +110,7 @@ int sp_runtime_create(int device, const sp_runtime_config *cfg, sp_runtime **out
     }
     rc = sp__fence_pool_init(&rt->dev.fences, device);
     if (rc == SP_OK && sp__config_check_free_order(&rt->dev) &&
-        !(rt->dev.free_order = sp__free_order_new(device))) {
+        !(rt->dev.free_order = sp__free_order_new(device, &rt->dev.fences))) {
         sp__fence_pool_destroy(&rt->dev.fences);
         rc = SP_ERR_NO_HOST_MEMORY;
     }
