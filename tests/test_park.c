@@ -404,9 +404,13 @@ static void probe_answer(void)
 
 int sched_yield(void)
 {
+    /* looked up once, by whichever threads yield first: atomically, as they may race */
     static int (*real)(void);
-    if (!real)
-        *(void **)&real = dlsym(RTLD_NEXT, "sched_yield");
+    int (*fn)(void) = __atomic_load_n(&real, __ATOMIC_RELAXED);
+    if (!fn) {
+        *(void **)&fn = dlsym(RTLD_NEXT, "sched_yield");
+        __atomic_store_n(&real, fn, __ATOMIC_RELAXED);
+    }
     if (probe_reader && !probe_yielded) {
         probe_yielded = true;
         pthread_mutex_lock(&probe.mu);
@@ -414,7 +418,7 @@ int sched_yield(void)
         pthread_mutex_unlock(&probe.mu);
         probe_answer();
     }
-    return real();
+    return fn();
 }
 
 static void *probe_read(void *arg)
