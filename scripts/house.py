@@ -54,8 +54,10 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import layers as call_graph  # noqa: E402  the call graph: nm symbols and cycles, shared with the layers test
 
 LONGEST = 10
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "_Static_assert", "static_assert",
@@ -84,59 +86,8 @@ def object_dir(path):
 
 def nm_symbols(nm, obj):
     """(global text symbols defined, all global symbols defined, names used) of one object."""
-    run = subprocess.run([nm, "-P", obj], capture_output=True, text=True)
-    if run.returncode != 0:
-        fail(f"nm failed on {obj}: {run.stderr.strip()}")
-    text, defined, used = set(), set(), set()
-    for line in run.stdout.splitlines():
-        fields = line.split()
-        if len(fields) < 2:
-            continue
-        name, kind = fields[0], fields[1]
-        if kind == "U":
-            used.add(name)
-        elif kind.isupper() and kind not in "NW":  # T, D, B, R, C...: a global definition
-            defined.add(name)
-            if kind == "T":
-                text.add(name)
+    defined, used, text = call_graph.nm_symbols(obj, nm)
     return text, defined, used
-
-
-def components(nodes, edges):
-    """Strongly connected components (Tarjan, iterative), each after every one it reaches."""
-    index, low, on_stack, stack, out = {}, {}, set(), [], []
-    for root in sorted(nodes):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(edges[w]))))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                out.append(sorted(comp))
-    return out
 
 
 def reach(edges, start):
@@ -260,14 +211,8 @@ def measure(objdir, srcdir, nm, built=None):
         for s in defined:
             owner_of_symbol[s] = f
         uses[f], text_syms[f] = used, text
-    edges, why = collections.defaultdict(set), collections.defaultdict(set)
-    for f, used in uses.items():
-        for s in used:
-            g = owner_of_symbol.get(s)
-            if g and g != f:
-                edges[f].add(g)
-                why[(f, g)].add(s)
-    comps = components(set(objects), edges)
+    edges, why = call_graph.call_graph(owner_of_symbol, uses)
+    comps = call_graph.components(set(objects), edges)
     cycles = [c for c in comps if len(c) > 1]
     comp_of = {f: i for i, c in enumerate(comps) for f in c}
     layer = {}

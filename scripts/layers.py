@@ -31,12 +31,12 @@ def object_dir(path):
     sys.exit(f"layers.py: neither an object directory nor a library beside one: {path}")
 
 
-def nm_symbols(obj):
-    """(defined globals, undefined names) of one object file."""
-    run = subprocess.run(["nm", "-P", obj], capture_output=True, text=True)
+def nm_symbols(obj, nm="nm"):
+    """(defined globals, undefined names, defined functions) of one object file."""
+    run = subprocess.run([nm, "-P", obj], capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"layers.py: nm failed on {obj}: {run.stderr.strip()}")
-    defined, used = set(), set()
+    defined, used, text = set(), set(), set()
     for line in run.stdout.splitlines():
         fields = line.split()
         if len(fields) < 2:
@@ -46,7 +46,9 @@ def nm_symbols(obj):
             used.add(name)
         elif kind.isupper() and kind not in "NW":  # T, D, B, R, C...: a global definition
             defined.add(name)
-    return defined, used
+            if kind == "T":
+                text.add(name)
+    return defined, used, text
 
 
 def components(nodes, edges):
@@ -86,6 +88,19 @@ def components(nodes, edges):
     return out
 
 
+def call_graph(owner, uses):
+    """The arrows A -> B (A uses a symbol B defines), and the names behind each, from `owner`
+    (symbol -> the file defining it) and `uses` (file -> the names it uses)."""
+    edges, why = collections.defaultdict(set), collections.defaultdict(set)
+    for f, used in uses.items():
+        for sym in used:
+            g = owner.get(sym)
+            if g and g != f:
+                edges[f].add(g)
+                why[(f, g)].add(sym)
+    return edges, why
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("path", help="object directory, or the library beside its <library>.p")
@@ -108,17 +123,11 @@ def main():
     owner, uses = {}, {}
     for obj in objects:
         name = obj[:-2]  # alloc.c.o -> alloc.c
-        defined, used = nm_symbols(os.path.join(objdir, obj))
+        defined, used, _ = nm_symbols(os.path.join(objdir, obj))
         for sym in defined:
             owner[sym] = name
         uses[name] = used
-    edges, why = collections.defaultdict(set), collections.defaultdict(set)
-    for f, used in uses.items():
-        for sym in used:
-            g = owner.get(sym)
-            if g and g != f:
-                edges[f].add(g)
-                why[(f, g)].add(sym)
+    edges, why = call_graph(owner, uses)
     comps = components(set(uses), edges)
     cycles = [c for c in comps if len(c) > 1]
     print("files, each after what it uses (a bracket is a cycle):")
